@@ -1,0 +1,46 @@
+# Thin targets over scripts/. `make help` lists them.
+.DEFAULT_GOAL := help
+SHELL := /usr/bin/env bash
+
+# Both the Debian docker-compose (v1) and the docker compose plugin (v2) work.
+COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker compose; else echo docker-compose; fi)
+
+.PHONY: help
+help: ## Lists the targets.
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## Builds every binary statically into bin/.
+	@scripts/build.sh
+
+.PHONY: generate
+generate: ## Regenerates the protobuf Go code from scratch with pinned tools.
+	@scripts/generate.sh
+
+.PHONY: verify
+verify: ## Fails on stale generated code, untidy go.mod, buf lint, vet, gofmt.
+	@scripts/verify.sh
+
+.PHONY: test
+test: verify ## Runs make verify, then every module's tests under -race.
+	@scripts/test.sh
+
+.PHONY: bench
+bench: build ## Runs the benchmarks and writes docs/benchmarks.md.
+	@scripts/bench.sh
+
+.PHONY: run
+run: build ## Starts the embedded stack (etcd in-process + every service).
+	@scripts/run.sh
+
+.PHONY: up
+up: ## docker compose up: builds the images and starts the stack.
+	@scripts/images.sh && $(COMPOSE) up -d --build
+
+.PHONY: down
+down: ## Stops the compose stack and removes its volumes.
+	@$(COMPOSE) down -v
+
+.PHONY: clean
+clean: ## Removes built binaries and installed tools.
+	rm -rf bin .tools

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fails on anything a reviewer should never have to point out: stale
+# generated code or go.work, an untidy go.mod, buf lint, go vet or gofmt.
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+fail=0
+
+log "generated code is current"
+"$ROOT/scripts/generate.sh"
+if ! git diff --quiet -- proto || [ -n "$(git ls-files --others --exclude-standard proto)" ]; then
+  git status --short proto >&2
+  echo "verify: generated code is stale: run 'make generate' and commit" >&2
+  fail=1
+fi
+
+log "go.work is current"
+"$ROOT/scripts/update_go_workspace.sh"
+if ! git diff --quiet -- go.work; then
+  echo "verify: go.work is stale: run scripts/update_go_workspace.sh and commit" >&2
+  fail=1
+fi
+
+log "gofmt"
+unformatted=$(git ls-files -co --exclude-standard '*.go' | xargs -r gofmt -l)
+if [ -n "$unformatted" ]; then
+  echo "verify: gofmt would change:" >&2; echo "$unformatted" >&2
+  fail=1
+fi
+
+for m in $(modules); do
+  log "go mod tidy, go vet: $m"
+  if ! (cd "$m" && go mod tidy -diff >/dev/null); then
+    echo "verify: $m/go.mod is not tidy: run 'go mod tidy' in $m" >&2
+    fail=1
+  fi
+  (cd "$m" && go vet ./...) || fail=1
+done
+exit $fail

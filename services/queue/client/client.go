@@ -1,0 +1,372 @@
+// Package client is the Go client of baton.queue.v1.QueueService, used by the
+// observer, the workers and batonctl. It splits large requests into the
+// server's 10,000-item batches, retries calls refused with Unavailable (the
+// queue restarting or draining) with capped exponential backoff inside the
+// caller's deadline, and returns a typed result per key.
+//
+//	c, err := client.Dial("127.0.0.1:7070")
+//	res, err := c.Add(ctx, "replicasets", []string{"default/web"})
+//	leases, err := c.Lease(ctx, "replicasets", client.LeaseOptions{Worker: "w1", MaxItems: 100, Wait: 10 * time.Second})
+//	results, err := c.Ack(ctx, "replicasets", []client.Ack{{Key: l.Key, Token: l.Token, Outcome: client.Success()}})
+//
+// Every call is safe to retry: Add and Forget are idempotent, a repeated Ack
+// of a lease already acknowledged answers LeaseLost and changes nothing, and a
+// Lease whose answer was lost simply lapses.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// MaxBatch is the most keys, acks or leases the server takes in one call.
+const MaxBatch = 10000
+
+// Client calls one queue service. It is safe for concurrent use.
+type Client struct {
+	conn  *grpc.ClientConn // nil when built with New
+	rpc   queuev1.QueueServiceClient
+	retry Backoff
+}
+
+// Backoff configures retries of calls refused with codes.Unavailable.
+type Backoff struct {
+	// Initial is the first wait (default 50 ms); each retry doubles it.
+	Initial time.Duration
+	// Max caps a wait (default 2 s).
+	Max time.Duration
+	// Attempts bounds the tries of one call, the first included; 0 means
+	// until the context ends.
+	Attempts int
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithBackoff sets the retry policy for Unavailable.
+func WithBackoff(b Backoff) Option { return func(c *Client) { c.retry = b } }
+
+// Dial connects to the queue at addr (host:port) over plaintext gRPC.
+func Dial(addr string, opts ...Option) (*Client, error) {
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial queue %s: %w", addr, err)
+	}
+	c := New(conn, opts...)
+	c.conn = conn
+	return c, nil
+}
+
+// New wraps an existing connection; Close then leaves it open.
+func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
+	c := &Client{rpc: queuev1.NewQueueServiceClient(conn), retry: Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Close closes the connection made by Dial.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// Raw returns the generated client, for calls this package does not wrap.
+func (c *Client) Raw() queuev1.QueueServiceClient { return c.rpc }
+
+// call runs f, retrying Unavailable with backoff until the context ends.
+func call[T any](ctx context.Context, c *Client, f func(context.Context) (T, error)) (T, error) {
+	wait := c.retry.Initial
+	if wait <= 0 {
+		wait = 50 * time.Millisecond
+	}
+	maxWait := c.retry.Max
+	if maxWait <= 0 {
+		maxWait = 2 * time.Second
+	}
+	for attempt := 1; ; attempt++ {
+		v, err := f(ctx)
+		if err == nil || status.Code(err) != codes.Unavailable || (c.retry.Attempts > 0 && attempt >= c.retry.Attempts) {
+			return v, err
+		}
+		// Full jitter keeps a fleet of workers from retrying in lockstep
+		// after the queue restarts.
+		d := time.Duration(rand.Int64N(int64(wait)) + 1)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, maxWait)
+	}
+}
+
+// Priority is the priority of an announcement.
+type Priority = queuev1.Priority
+
+// Priorities.
+const (
+	PriorityNormal = queuev1.Priority_PRIORITY_NORMAL
+	PriorityLow    = queuev1.Priority_PRIORITY_LOW
+	PriorityHigh   = queuev1.Priority_PRIORITY_HIGH
+)
+
+// AddOptions qualify an Add.
+type AddOptions struct {
+	// Delay makes the keys ready no sooner than now + Delay.
+	Delay time.Duration
+	// Priority of the announcement (default NORMAL).
+	Priority Priority
+	// Source names the announcer, for the queue's logs.
+	Source string
+}
+
+// AddResult counts an Add's keys: Queued + Collapsed = len(keys).
+type AddResult struct {
+	Queued, Collapsed int
+}
+
+// Add announces keys, in calls of at most MaxBatch keys. On error, the
+// batches before the failing one are stored; retrying the whole Add is safe.
+func (c *Client) Add(ctx context.Context, queue string, keys []string, o AddOptions) (AddResult, error) {
+	var res AddResult
+	for start := 0; start < len(keys); start += MaxBatch {
+		req := &queuev1.AddRequest{Queue: queue, Keys: keys[start:min(start+MaxBatch, len(keys))], Priority: o.Priority, Source: o.Source}
+		if o.Delay > 0 {
+			req.Delay = durationpb.New(o.Delay)
+		}
+		resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.AddResponse, error) { return c.rpc.Add(ctx, req) })
+		if err != nil {
+			return res, fmt.Errorf("add to %s: %w", queue, err)
+		}
+		res.Queued += int(resp.GetQueued())
+		res.Collapsed += int(resp.GetCollapsed())
+	}
+	return res, nil
+}
+
+// LeaseOptions qualify a Lease.
+type LeaseOptions struct {
+	// Worker names the holder (shown by Inspect).
+	Worker string
+	// MaxItems is the most keys to take (0 means 1, at most MaxBatch).
+	MaxItems int
+	// Duration of the lease (0 means the server's default).
+	Duration time.Duration
+	// Wait long-polls up to this long for a ready key (at most 30 s).
+	Wait time.Duration
+}
+
+// Lease is one key held by this worker.
+type Lease struct {
+	Key          string
+	Token        uint64
+	Attempt      int // failures so far
+	ExpiresAt    time.Time
+	PendingSince time.Time
+}
+
+// Lease takes up to o.MaxItems ready keys; none is not an error.
+func (c *Client) Lease(ctx context.Context, queue string, o LeaseOptions) ([]Lease, error) {
+	req := &queuev1.LeaseRequest{Queue: queue, Worker: o.Worker, MaxItems: uint32(o.MaxItems)}
+	if o.Duration > 0 {
+		req.LeaseDuration = durationpb.New(o.Duration)
+	}
+	if o.Wait > 0 {
+		req.Wait = durationpb.New(o.Wait)
+	}
+	resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.LeaseResponse, error) { return c.rpc.Lease(ctx, req) })
+	if err != nil {
+		return nil, fmt.Errorf("lease from %s: %w", queue, err)
+	}
+	out := make([]Lease, len(resp.GetLeases()))
+	for i, l := range resp.GetLeases() {
+		out[i] = Lease{Key: l.GetKey(), Token: l.GetToken(), Attempt: int(l.GetAttempt()),
+			ExpiresAt: l.GetExpiresAt().AsTime(), PendingSince: l.GetPendingSince().AsTime()}
+	}
+	return out, nil
+}
+
+// Outcome is the result of a reconcile, reported by Ack.
+type Outcome struct {
+	kind  int // 0 success, 1 failure, 2 requeue
+	err   string
+	after time.Duration
+}
+
+// Success forgets the key (unless it was announced again while leased).
+func Success() Outcome { return Outcome{} }
+
+// Failure retries the key after backoff and records err as its last error.
+func Failure(err string) Outcome { return Outcome{kind: 1, err: err} }
+
+// RequeueAfter offers the key again after d, with attempts reset.
+func RequeueAfter(d time.Duration) Outcome { return Outcome{kind: 2, after: d} }
+
+// Ack reports the outcome of one lease.
+type Ack struct {
+	Key     string
+	Token   uint64
+	Outcome Outcome
+}
+
+// Status is the result of one ack or extension.
+type Status int
+
+// Statuses.
+const (
+	// OK: accepted and durable.
+	OK Status = iota
+	// LeaseLost: the token was not the key's live lease; nothing changed.
+	LeaseLost
+)
+
+func (s Status) String() string {
+	if s == OK {
+		return "OK"
+	}
+	return "LEASE_LOST"
+}
+
+// Result is the result of one ack or extension, in request order.
+type Result struct {
+	Key       string
+	Status    Status
+	ExpiresAt time.Time // Extend only
+}
+
+func toStatus(s queuev1.AckStatus) Status {
+	if s == queuev1.AckStatus_ACK_STATUS_OK {
+		return OK
+	}
+	return LeaseLost
+}
+
+// Ack reports outcomes, in calls of at most MaxBatch acks.
+func (c *Client) Ack(ctx context.Context, queue string, acks []Ack) ([]Result, error) {
+	out := make([]Result, 0, len(acks))
+	for start := 0; start < len(acks); start += MaxBatch {
+		batch := acks[start:min(start+MaxBatch, len(acks))]
+		req := &queuev1.AckRequest{Queue: queue, Acks: make([]*queuev1.Ack, len(batch))}
+		for i, a := range batch {
+			pa := &queuev1.Ack{Key: a.Key, Token: a.Token}
+			switch a.Outcome.kind {
+			case 0:
+				pa.Outcome = &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}}
+			case 1:
+				pa.Outcome = &queuev1.Ack_Failure{Failure: &queuev1.AckFailure{Error: a.Outcome.err}}
+			default:
+				pa.Outcome = &queuev1.Ack_RequeueAfter{RequeueAfter: durationpb.New(a.Outcome.after)}
+			}
+			req.Acks[i] = pa
+		}
+		resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.AckResponse, error) { return c.rpc.Ack(ctx, req) })
+		if err != nil {
+			return out, fmt.Errorf("ack to %s: %w", queue, err)
+		}
+		for _, r := range resp.GetResults() {
+			out = append(out, Result{Key: r.GetKey(), Status: toStatus(r.GetStatus())})
+		}
+	}
+	return out, nil
+}
+
+// LeaseRef names a lease to extend.
+type LeaseRef struct {
+	Key   string
+	Token uint64
+}
+
+// Extend pushes the expiry of live leases to now + d (0 means the server's
+// default).
+func (c *Client) Extend(ctx context.Context, queue string, refs []LeaseRef, d time.Duration) ([]Result, error) {
+	out := make([]Result, 0, len(refs))
+	for start := 0; start < len(refs); start += MaxBatch {
+		batch := refs[start:min(start+MaxBatch, len(refs))]
+		req := &queuev1.ExtendRequest{Queue: queue, Leases: make([]*queuev1.LeaseRef, len(batch))}
+		if d > 0 {
+			req.LeaseDuration = durationpb.New(d)
+		}
+		for i, r := range batch {
+			req.Leases[i] = &queuev1.LeaseRef{Key: r.Key, Token: r.Token}
+		}
+		resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.ExtendResponse, error) { return c.rpc.Extend(ctx, req) })
+		if err != nil {
+			return out, fmt.Errorf("extend in %s: %w", queue, err)
+		}
+		for _, r := range resp.GetResults() {
+			out = append(out, Result{Key: r.GetKey(), Status: toStatus(r.GetStatus()), ExpiresAt: r.GetExpiresAt().AsTime()})
+		}
+	}
+	return out, nil
+}
+
+// Forget removes keys in any state and returns how many were present.
+func (c *Client) Forget(ctx context.Context, queue string, keys []string) (int, error) {
+	n := 0
+	for start := 0; start < len(keys); start += MaxBatch {
+		req := &queuev1.ForgetRequest{Queue: queue, Keys: keys[start:min(start+MaxBatch, len(keys))]}
+		resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.ForgetResponse, error) { return c.rpc.Forget(ctx, req) })
+		if err != nil {
+			return n, fmt.Errorf("forget in %s: %w", queue, err)
+		}
+		n += int(resp.GetForgotten())
+	}
+	return n, nil
+}
+
+// Inspect returns one key's item (state ABSENT when the queue holds nothing).
+func (c *Client) Inspect(ctx context.Context, queue, key string) (*queuev1.Item, error) {
+	req := &queuev1.InspectRequest{Queue: queue, Key: key}
+	resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.InspectResponse, error) { return c.rpc.Inspect(ctx, req) })
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s in %s: %w", key, queue, err)
+	}
+	return resp.GetItem(), nil
+}
+
+// List returns every item of a queue in state (ITEM_STATE_UNSPECIFIED for
+// all), following pages of pageSize (0 means the server's default).
+func (c *Client) List(ctx context.Context, queue string, state queuev1.ItemState, pageSize int) ([]*queuev1.Item, error) {
+	var out []*queuev1.Item
+	token := ""
+	for {
+		req := &queuev1.ListRequest{Queue: queue, State: state, PageSize: uint32(pageSize), PageToken: token}
+		resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.ListResponse, error) { return c.rpc.List(ctx, req) })
+		if err != nil {
+			return out, fmt.Errorf("list %s: %w", queue, err)
+		}
+		out = append(out, resp.GetItems()...)
+		if token = resp.GetNextPageToken(); token == "" {
+			return out, nil
+		}
+	}
+}
+
+// Stats returns one queue's stats, or every queue's when queue is empty.
+func (c *Client) Stats(ctx context.Context, queue string) ([]*queuev1.QueueStats, error) {
+	req := &queuev1.StatsRequest{Queue: queue}
+	resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.StatsResponse, error) { return c.rpc.Stats(ctx, req) })
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	return resp.GetQueues(), nil
+}

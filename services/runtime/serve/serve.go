@@ -1,0 +1,267 @@
+// Package serve runs a Baton service's network side the same way in every
+// binary: a gRPC server with panic recovery, slog logging and Prometheus
+// metrics interceptors, explicit message-size and keepalive limits,
+// grpc.health.v1 that follows the service's readiness, server reflection; and
+// an HTTP server with /metrics, /healthz and /readyz. On cancellation it flips
+// health to NOT_SERVING, drains with GracefulStop and falls back to Stop after
+// the grace period (grpc-go's examples/features/gracefulstop).
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// MaxMessageBytes bounds every gRPC message. The largest legal request is
+// 10,000 keys of 1024 bytes (about 10 MiB); 16 MiB leaves room for framing.
+const MaxMessageBytes = 16 << 20
+
+// Options configures Run.
+type Options struct {
+	// Name is the service name for logs, e.g. "baton-queue".
+	Name string
+	// GRPCAddr is the gRPC listen address; empty means no gRPC server.
+	GRPCAddr string
+	// HTTPAddr is the HTTP listen address for /metrics, /healthz, /readyz.
+	HTTPAddr string
+	// Register registers the service's gRPC services and returns their full
+	// names (for health).
+	Register func(*grpc.Server) []string
+	// Ready reports readiness: nil when the service can do its work.
+	Ready func(context.Context) error
+	// Registry holds the service's metrics; the gRPC and Go runtime metrics
+	// are added to it. Nil means a new registry.
+	Registry *prometheus.Registry
+	// Handle adds HTTP handlers (e.g. a dashboard at /) beside the defaults.
+	Handle func(*http.ServeMux)
+	// GracePeriod bounds the drain on shutdown; 0 means 10 s.
+	GracePeriod time.Duration
+	// Logger receives the request log; nil discards.
+	Logger *slog.Logger
+	// OnListen, if set, is called with the bound addresses once listening
+	// (tests pass :0 and learn the ports here).
+	OnListen func(grpcAddr, httpAddr net.Addr)
+}
+
+// Run serves until ctx is cancelled, then drains and returns nil; it returns
+// an error if a listener cannot be opened or a server fails.
+func Run(ctx context.Context, o Options) error {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if o.GracePeriod <= 0 {
+		o.GracePeriod = 10 * time.Second
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var (
+		gs      *grpc.Server
+		glis    net.Listener
+		hs      = health.NewServer()
+		svcs    []string
+		metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	)
+	if o.GRPCAddr != "" {
+		reg.MustRegister(metrics)
+		gs = grpc.NewServer(ServerOptions(log, metrics)...)
+		if o.Register != nil {
+			svcs = o.Register(gs)
+		}
+		healthpb.RegisterHealthServer(gs, hs)
+		reflection.Register(gs)
+		metrics.InitializeMetrics(gs)
+		var err error
+		if glis, err = net.Listen("tcp", o.GRPCAddr); err != nil {
+			return fmt.Errorf("listen grpc %s: %w", o.GRPCAddr, err)
+		}
+	}
+	setHealth := func(st healthpb.HealthCheckResponse_ServingStatus) {
+		hs.SetServingStatus("", st)
+		for _, s := range svcs {
+			hs.SetServingStatus(s, st)
+		}
+	}
+	setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context(), o.Ready); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	if o.Handle != nil {
+		o.Handle(mux)
+	}
+	hlis, err := net.Listen("tcp", o.HTTPAddr)
+	if err != nil {
+		if glis != nil {
+			glis.Close()
+		}
+		return fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
+	}
+	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var gaddr net.Addr
+	if glis != nil {
+		gaddr = glis.Addr()
+	}
+	if o.OnListen != nil {
+		o.OnListen(gaddr, hlis.Addr())
+	}
+	log.Info("serving", "service", o.Name, "grpc", addrString(gaddr), "http", hlis.Addr().String())
+
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	if gs != nil {
+		wg.Go(func() {
+			if err := gs.Serve(glis); err != nil {
+				errc <- fmt.Errorf("serve grpc: %w", err)
+			}
+		})
+	}
+	wg.Go(func() {
+		if err := hsrv.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve http: %w", err)
+		}
+	})
+	// Health follows readiness, so a load balancer stops sending work to a
+	// service whose store or upstream is gone (a health check that always says
+	// SERVING is worse than none).
+	healthDone := make(chan struct{})
+	wg.Go(func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			if ready(ctx, o.Ready) == nil {
+				setHealth(healthpb.HealthCheckResponse_SERVING)
+			} else {
+				setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-healthDone:
+				return
+			case <-t.C:
+			}
+		}
+	})
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	close(healthDone)
+	hs.Shutdown() // NOT_SERVING for every service, and it stays so
+	log.Info("draining", "service", o.Name, "grace", o.GracePeriod)
+	stopCtx, cancel := context.WithTimeout(context.Background(), o.GracePeriod)
+	defer cancel()
+	if gs != nil {
+		done := make(chan struct{})
+		go func() { gs.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-stopCtx.Done():
+			gs.Stop()
+			<-done
+		}
+	}
+	_ = hsrv.Shutdown(stopCtx)
+	wg.Wait()
+	return runErr
+}
+
+// ServerOptions returns the options every Baton gRPC server uses: recovery
+// (a panic becomes codes.Internal, never a crash), request logging, metrics,
+// message-size limits and keepalive enforcement.
+func ServerOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics) []grpc.ServerOption {
+	recover := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		log.ErrorContext(ctx, "panic in handler", "panic", p)
+		return status.Errorf(codes.Internal, "internal error: %v", p)
+	})
+	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		log.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+	// Successful calls log at debug: a busy queue answers tens of thousands of
+	// calls a second, and errors are what an operator looks for.
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(func(c codes.Code) logging.Level {
+			switch c {
+			case codes.OK, codes.Canceled, codes.DeadlineExceeded, codes.NotFound:
+				return logging.LevelDebug
+			case codes.Internal, codes.Unknown, codes.DataLoss:
+				return logging.LevelError
+			default:
+				return logging.LevelWarn
+			}
+		}),
+	}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             5 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:    30 * time.Second,
+			Timeout: 10 * time.Second,
+		}),
+		grpc.ChainUnaryInterceptor(
+			metrics.UnaryServerInterceptor(),
+			logging.UnaryServerInterceptor(logger, logOpts...),
+			recovery.UnaryServerInterceptor(recover),
+		),
+		grpc.ChainStreamInterceptor(
+			metrics.StreamServerInterceptor(),
+			logging.StreamServerInterceptor(logger, logOpts...),
+			recovery.StreamServerInterceptor(recover),
+		),
+	}
+}
+
+func ready(ctx context.Context, f func(context.Context) error) error {
+	if f == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return f(ctx)
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
