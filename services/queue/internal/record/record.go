@@ -1,0 +1,204 @@
+// Package record encodes the queue's durable facts: one record states the
+// whole stored state of one key (or that the key is gone), so replaying
+// records in log order always ends in the state of the last one, whatever
+// came before. That property is what lets the store take snapshots while the
+// queue keeps serving (see ../store/doc.go).
+//
+// A record is a kind byte followed by fields, with varint integers and
+// uvarint-length-prefixed strings:
+//
+//	Put:    'P' queue key state priority attempts not_before pending_since last_error
+//	Delete: 'D' queue key
+//	Queue:  'Q' queue            (the queue exists, even when empty)
+//
+// state is 2 (pending), 3 (delayed) or 5 (parked), the values of
+// baton.queue.v1.ItemState; priority is 1 (normal), 2 (low) or 3 (high);
+// not_before and pending_since are Unix nanoseconds.
+package record
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Kind tells what a record states.
+type Kind byte
+
+// Kinds of record.
+const (
+	KindPut    Kind = 'P'
+	KindDelete Kind = 'D'
+	KindQueue  Kind = 'Q'
+)
+
+// States a Put may store (leases are never stored).
+const (
+	StatePending uint8 = 2
+	StateDelayed uint8 = 3
+	StateParked  uint8 = 5
+)
+
+// Limits a decoder enforces, so a corrupt length cannot make it allocate
+// gigabytes.
+const (
+	maxName  = 63
+	maxKey   = 1024
+	maxError = 64 << 10
+)
+
+// Record is one decoded record. Strings alias nothing: decoding copies.
+type Record struct {
+	Kind         Kind
+	Queue        string
+	Key          string
+	State        uint8
+	Priority     uint8
+	Attempts     uint32
+	NotBefore    int64
+	PendingSince int64
+	LastError    string
+}
+
+// ErrCorrupt is returned when bytes do not decode as a record.
+var ErrCorrupt = errors.New("record: corrupt")
+
+// Append appends the encoding of r to dst.
+func Append(dst []byte, r *Record) []byte {
+	dst = append(dst, byte(r.Kind))
+	dst = appendString(dst, r.Queue)
+	if r.Kind == KindQueue {
+		return dst
+	}
+	dst = appendString(dst, r.Key)
+	if r.Kind == KindDelete {
+		return dst
+	}
+	dst = append(dst, r.State, r.Priority)
+	dst = binary.AppendUvarint(dst, uint64(r.Attempts))
+	dst = binary.AppendVarint(dst, r.NotBefore)
+	dst = binary.AppendVarint(dst, r.PendingSince)
+	return appendString(dst, r.LastError)
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// Decode decodes one record from the front of src and returns it with the
+// number of bytes it used.
+func Decode(src []byte) (Record, int, error) {
+	var r Record
+	d := decoder{b: src}
+	if len(src) == 0 {
+		return r, 0, fmt.Errorf("%w: empty", ErrCorrupt)
+	}
+	r.Kind = Kind(d.byte())
+	switch r.Kind {
+	case KindPut, KindDelete, KindQueue:
+	default:
+		return r, 0, fmt.Errorf("%w: unknown kind %#x", ErrCorrupt, byte(r.Kind))
+	}
+	r.Queue = d.string(maxName)
+	if r.Kind != KindQueue {
+		r.Key = d.string(maxKey)
+	}
+	if r.Kind == KindPut {
+		r.State = d.byte()
+		r.Priority = d.byte()
+		a := d.uvarint()
+		if a > 1<<32-1 {
+			d.fail("attempts out of range")
+		}
+		r.Attempts = uint32(a)
+		r.NotBefore = d.varint()
+		r.PendingSince = d.varint()
+		r.LastError = d.string(maxError)
+		if d.err == nil {
+			switch {
+			case r.State != StatePending && r.State != StateDelayed && r.State != StateParked:
+				d.fail(fmt.Sprintf("bad state %d", r.State))
+			case r.Priority < 1 || r.Priority > 3:
+				d.fail(fmt.Sprintf("bad priority %d", r.Priority))
+			}
+		}
+	}
+	if d.err == nil && (r.Queue == "" || (r.Kind != KindQueue && r.Key == "")) {
+		d.fail("empty name")
+	}
+	if d.err != nil {
+		return Record{}, 0, d.err
+	}
+	return r, d.off, nil
+}
+
+type decoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *decoder) fail(why string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s at byte %d", ErrCorrupt, why, d.off)
+	}
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.off >= len(d.b) {
+		d.fail("truncated")
+		return 0
+	}
+	c := d.b[d.off]
+	d.off++
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b[d.off:])
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) string(limit int) string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(limit) || n > uint64(len(d.b)-d.off) {
+		d.fail("string length out of range")
+		return ""
+	}
+	s := d.b[d.off : d.off+int(n)]
+	if !utf8.Valid(s) {
+		d.fail("string is not UTF-8")
+		return ""
+	}
+	d.off += int(n)
+	return string(s)
+}

@@ -1,0 +1,383 @@
+package workqueue
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/record"
+)
+
+// model is the reference: DESIGN.md's table written as plainly as possible,
+// with linear scans instead of rings and heaps. The model-based test runs
+// random event sequences against both and compares them after every step.
+type model struct {
+	cfg   *Config
+	items map[string]*mItem
+	seq   [3]uint64 // FIFO order per priority rank
+	tok   uint64
+}
+
+type mItem struct {
+	state        State
+	dirty        bool
+	attempts     uint32
+	lastErr      string
+	prio         Priority
+	pendingSince int64
+	deadline     int64
+	token        uint64
+	worker       string
+	order        uint64
+	announced    uint32
+}
+
+func (m *model) pend(it *mItem, since int64) {
+	it.state, it.pendingSince, it.deadline = Pending, since, 0
+	m.seq[it.prio.rank()]++
+	it.order = m.seq[it.prio.rank()]
+}
+
+func (m *model) add(key string, delay time.Duration, p Priority, now int64) bool {
+	it := m.items[key]
+	if it == nil {
+		it = &mItem{prio: p, announced: 1}
+		m.items[key] = it
+		if delay > 0 {
+			it.state, it.deadline = Delayed, now+int64(delay)
+		} else {
+			m.pend(it, now)
+		}
+		return true
+	}
+	it.announced++
+	raised := p.rank() > it.prio.rank()
+	if raised {
+		it.prio = p
+		if it.state == Pending {
+			m.seq[p.rank()]++
+			it.order = m.seq[p.rank()]
+		}
+	}
+	switch it.state {
+	case Delayed:
+		at := now + int64(delay)
+		if at < it.deadline {
+			if delay > 0 {
+				it.deadline = at
+			} else {
+				m.pend(it, now)
+			}
+			return true
+		}
+	case Leased:
+		if !it.dirty {
+			it.dirty = true
+			return true
+		}
+	case Parked:
+		it.attempts = 0
+		if delay > 0 {
+			it.state, it.deadline = Delayed, now+int64(delay)
+		} else {
+			m.pend(it, now)
+		}
+		return true
+	}
+	return false
+}
+
+func (m *model) lease(max int, d time.Duration, now int64) []Grant {
+	var out []Grant
+	for len(out) < max {
+		var heads [3]string
+		for k, it := range m.items {
+			if it.state != Pending {
+				continue
+			}
+			r := it.prio.rank()
+			if heads[r] == "" || it.order < m.items[heads[r]].order {
+				heads[r] = k
+			}
+		}
+		best, bestRank := "", -1
+		for r, k := range heads {
+			if k == "" {
+				continue
+			}
+			it := m.items[k]
+			eff := r
+			if it.pendingSince < now-int64(m.cfg.AgingBound) {
+				eff = 2
+			}
+			if eff > bestRank || (eff == bestRank && it.pendingSince < m.items[best].pendingSince) {
+				best, bestRank = k, eff
+			}
+		}
+		if best == "" {
+			break
+		}
+		it := m.items[best]
+		m.tok++
+		it.state, it.token, it.worker, it.deadline, it.announced = Leased, m.tok, "w", now+int64(d), 0
+		out = append(out, Grant{Key: best, Token: it.token, Attempt: it.attempts, ExpiresAt: it.deadline, PendingSince: it.pendingSince})
+	}
+	return out
+}
+
+func (m *model) fail(it *mItem, now int64, backoff bool) {
+	it.attempts++
+	it.token, it.worker = 0, ""
+	switch {
+	case it.dirty:
+		it.dirty = false
+		m.pend(it, now)
+	case m.cfg.MaxAttempts > 0 && it.attempts >= m.cfg.MaxAttempts:
+		it.state, it.deadline = Parked, 0
+	case backoff:
+		it.state, it.deadline = Delayed, now+int64(m.cfg.Backoff(it.attempts))
+	default:
+		m.pend(it, now)
+	}
+}
+
+func (m *model) ack(key string, token uint64, o Outcome, now int64) bool {
+	it := m.items[key]
+	if it == nil || it.state != Leased || it.token != token {
+		return false
+	}
+	switch {
+	case o.Failed:
+		it.lastErr = o.Error
+		m.fail(it, now, true)
+		return true
+	case it.dirty:
+		it.dirty, it.attempts = false, 0
+		m.pend(it, now)
+	case o.RequeueAfter > 0:
+		it.attempts = 0
+		it.state, it.deadline = Delayed, now+int64(o.RequeueAfter)
+	default:
+		delete(m.items, key)
+		return true
+	}
+	it.token, it.worker = 0, ""
+	return true
+}
+
+func (m *model) advance(now int64) {
+	var due []string
+	for k, it := range m.items {
+		if (it.state == Delayed || it.state == Leased) && it.deadline <= now {
+			due = append(due, k)
+		}
+	}
+	sort.Slice(due, func(i, j int) bool {
+		a, b := m.items[due[i]], m.items[due[j]]
+		return a.deadline < b.deadline || (a.deadline == b.deadline && due[i] < due[j])
+	})
+	for _, k := range due {
+		it := m.items[k]
+		if it.state == Delayed {
+			m.pend(it, it.deadline)
+		} else {
+			it.lastErr = LeaseExpired
+			m.fail(it, now, false)
+		}
+	}
+}
+
+// restart keeps only what is stored: leases and dirty marks are lost, and
+// pending keys line up by pending_since.
+func (m *model) restart() {
+	var ps []string
+	for k, it := range m.items {
+		it.announced, it.dirty, it.token, it.worker = 0, false, 0, ""
+		if it.state == Leased {
+			it.state, it.deadline = Pending, 0
+		}
+		if it.state == Pending {
+			ps = append(ps, k)
+		}
+	}
+	sort.Slice(ps, func(i, j int) bool {
+		a, b := m.items[ps[i]], m.items[ps[j]]
+		return a.pendingSince < b.pendingSince || (a.pendingSince == b.pendingSince && ps[i] < ps[j])
+	})
+	m.seq = [3]uint64{}
+	for _, k := range ps {
+		it := m.items[k]
+		m.seq[it.prio.rank()]++
+		it.order = m.seq[it.prio.rank()]
+	}
+}
+
+func (m *model) view(key string) View {
+	it := m.items[key]
+	if it == nil {
+		return View{Key: key, State: Absent}
+	}
+	v := View{Key: key, State: it.state, Dirty: it.dirty, Attempts: it.attempts, LastError: it.lastErr, Announcements: it.announced, Priority: it.prio}
+	switch it.state {
+	case Pending:
+		v.PendingSince = it.pendingSince
+	case Delayed:
+		v.NotBefore = it.deadline
+	case Leased:
+		v.PendingSince, v.Worker, v.LeaseExpiresAt = it.pendingSince, it.worker, it.deadline
+	}
+	return v
+}
+
+// TestModel drives the queue and the model with thousands of random event
+// sequences (Add with delay and priority, Lease, every Ack outcome, Extend,
+// Forget, lease expiry by a fake clock, and restart from the stored
+// records) and requires the same answers and the same state after each step.
+// It also replays the records the queue stored after every step and requires
+// them to describe exactly the queue's stored state.
+func TestModel(t *testing.T) {
+	seqs, steps := 3000, 120
+	if testing.Short() {
+		seqs = 300
+	}
+	for s := range seqs {
+		runModel(t, uint64(s), steps)
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+func runModel(t *testing.T, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	cfg := Config{BackoffBase: time.Second, BackoffMax: 20 * time.Second, MaxAttempts: uint32(rng.IntN(4)), AgingBound: 10 * time.Second, Jitter: func() float64 { return 1 }}
+	keys := []string{"a", "b", "c", "d", "e"}
+	m := &model{cfg: &cfg, items: map[string]*mItem{}}
+	disk := map[string]record.Record{}
+	sink := func(r *record.Record) {
+		if r.Kind == record.KindDelete {
+			delete(disk, r.Key)
+		} else {
+			disk[r.Key] = *r
+		}
+	}
+	tokens := &seqTokens{}
+	q := New("q", &cfg, tokens, sink)
+	now := int64(1000 * sec)
+	var live []Grant // grants handed out, valid or not
+	var trace []string
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("seed %d after %v: %s", seed, trace, fmt.Sprintf(format, args...))
+	}
+	for step := 0; step < steps; step++ {
+		now += int64(rng.IntN(4000)) * int64(time.Millisecond)
+		q.Advance(now)
+		m.advance(now)
+		key := keys[rng.IntN(len(keys))]
+		var ev string
+		switch op := rng.IntN(100); {
+		case op < 30:
+			var d time.Duration
+			if rng.IntN(3) == 0 {
+				d = time.Duration(rng.IntN(8000)) * time.Millisecond
+			}
+			p := Priority(1 + rng.IntN(3))
+			ev = fmt.Sprintf("add(%s,%v,%d)", key, d, p)
+			if got, want := q.Add(key, d, p, now), m.add(key, d, p, now); got != want {
+				fail("%s: queued %v, want %v", ev, got, want)
+			}
+		case op < 50:
+			n := 1 + rng.IntN(3)
+			d := time.Duration(1+rng.IntN(6)) * time.Second
+			ev = fmt.Sprintf("lease(%d,%v)", n, d)
+			got, want := q.Lease(nil, n, "w", d, now), m.lease(n, d, now)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				fail("%s: %v, want %v", ev, got, want)
+			}
+			live = append(live, got...)
+		case op < 75 && len(live) > 0:
+			i := rng.IntN(len(live))
+			g := live[i]
+			var o Outcome
+			switch rng.IntN(3) {
+			case 0:
+				o = Outcome{Failed: true, Error: fmt.Sprint("err", step)}
+			case 1:
+				o = Outcome{RequeueAfter: time.Duration(1+rng.IntN(5000)) * time.Millisecond}
+			}
+			ev = fmt.Sprintf("ack(%s,%d,%+v)", g.Key, g.Token, o)
+			_, got := q.Ack(g.Key, g.Token, o, now)
+			if want := m.ack(g.Key, g.Token, o, now); got != want {
+				fail("%s: %v, want %v", ev, got, want)
+			}
+		case op < 82 && len(live) > 0:
+			g := live[rng.IntN(len(live))]
+			d := time.Duration(1+rng.IntN(6)) * time.Second
+			ev = fmt.Sprintf("extend(%s,%d,%v)", g.Key, g.Token, d)
+			got, gotOK := q.Extend(g.Key, g.Token, d, now)
+			it := m.items[g.Key]
+			wantOK := it != nil && it.state == Leased && it.token == g.Token
+			if wantOK {
+				it.deadline = now + int64(d)
+			}
+			if gotOK != wantOK || (gotOK && got != now+int64(d)) {
+				fail("%s: %d %v, want ok=%v", ev, got, gotOK, wantOK)
+			}
+		case op < 88:
+			ev = fmt.Sprintf("forget(%s)", key)
+			_, want := m.items[key]
+			delete(m.items, key)
+			if got := q.Forget(key); got != want {
+				fail("%s: %v, want %v", ev, got, want)
+			}
+		case op < 93:
+			ev = "restart"
+			q = New("q", &cfg, tokens, nil)
+			for _, r := range disk {
+				q.Restore(&r)
+			}
+			q.Settle(now)
+			q.SetSink(sink)
+			m.restart()
+		default:
+			ev = "tick"
+		}
+		trace = append(trace, ev)
+		for _, k := range keys {
+			got, want := q.Inspect(k), m.view(k)
+			if got != want {
+				fail("key %s: %+v, want %+v", k, got, want)
+			}
+			if got.State == Absent {
+				if _, ok := disk[k]; ok {
+					fail("key %s absent but stored", k)
+				}
+				continue
+			}
+			// A delayed key that became ready needs no write: stored as
+			// delayed with a past not_before, it restores as pending since
+			// then.
+			onDisk := disk[k]
+			if onDisk.State == record.StateDelayed && onDisk.NotBefore <= now {
+				onDisk.State, onDisk.PendingSince, onDisk.NotBefore = record.StatePending, onDisk.NotBefore, 0
+			}
+			if want := stored("q", q.items[k]); onDisk != want {
+				fail("key %s stored %+v, want %+v", k, disk[k], want)
+			}
+		}
+		st := q.Stats(now)
+		var c [6]int
+		for _, it := range m.items {
+			c[it.state]++
+			if it.dirty {
+				c[0]++
+			}
+		}
+		if st.Pending != c[Pending] || st.Delayed != c[Delayed] || st.Leased != c[Leased] || st.Parked != c[Parked] || st.Dirty != c[0] {
+			fail("stats %+v, model counts %v", st, c)
+		}
+	}
+}

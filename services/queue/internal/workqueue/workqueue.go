@@ -1,0 +1,690 @@
+// Package workqueue is the queue's state machine, exactly DESIGN.md's table:
+// per named queue, each key is absent, pending, delayed, leased (maybe dirty)
+// or parked, and every event moves it as the table says. It is pure: the
+// caller passes the time into every method and serialises calls (the service
+// holds one mutex per queue), so the model-based tests can drive it with a
+// fake clock and compare it step by step with a reference model.
+//
+// Every change to what must survive a restart is reported to the Sink as a
+// record.Record stating the key's whole stored state (leases are never
+// stored: a leased key is stored as pending). The caller makes those records
+// durable before it answers.
+//
+// # Memory
+//
+// A pending key costs one map slot, its string, one 64-byte item and an
+// 8-byte slot in a FIFO ring: the queue is meant to hold millions of keys in
+// about the memory client-go's in-memory workqueue needs (docs/benchmarks.md
+// measures it). What only leased or failed keys need (token, worker, last
+// error) lives in a side struct allocated for them alone.
+package workqueue
+
+import (
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+	"unicode/utf8"
+
+	"github.com/batonrun/baton/services/queue/internal/record"
+)
+
+// State is where a key is.
+type State uint8
+
+// States, numbered as baton.queue.v1.ItemState.
+const (
+	Absent  State = 1
+	Pending State = 2
+	Delayed State = 3
+	Leased  State = 4
+	Parked  State = 5
+)
+
+func (s State) String() string {
+	switch s {
+	case Absent:
+		return "absent"
+	case Pending:
+		return "pending"
+	case Delayed:
+		return "delayed"
+	case Leased:
+		return "leased"
+	case Parked:
+		return "parked"
+	}
+	return "unknown"
+}
+
+// Priority orders ready keys, numbered as baton.queue.v1.Priority.
+type Priority uint8
+
+// Priorities.
+const (
+	Normal Priority = 1
+	Low    Priority = 2
+	High   Priority = 3
+)
+
+// rank orders priorities: a higher rank is served first.
+func (p Priority) rank() int {
+	switch p {
+	case High:
+		return 2
+	case Low:
+		return 0
+	}
+	return 1
+}
+
+// LeaseExpired is the last_error of a key whose lease lapsed.
+const LeaseExpired = "lease expired"
+
+// Config holds the policies of every queue.
+type Config struct {
+	// BackoffBase is the wait after the first failure; the n-th consecutive
+	// failure waits BackoffBase·2^(n−1), capped at BackoffMax, times a random
+	// factor in [0.8, 1.2].
+	BackoffBase, BackoffMax time.Duration
+	// MaxAttempts parks a key whose attempts reach it; 0 never parks.
+	MaxAttempts uint32
+	// AgingBound serves a key that has been pending longer than this as HIGH,
+	// so no stream of fresh changes starves LOW work.
+	AgingBound time.Duration
+	// Jitter returns the backoff factor; nil draws uniformly from [0.8, 1.2).
+	Jitter func() float64
+}
+
+// DefaultConfig returns DESIGN.md's defaults.
+func DefaultConfig() Config {
+	return Config{BackoffBase: 5 * time.Millisecond, BackoffMax: 1000 * time.Second, AgingBound: 10 * time.Second}
+}
+
+// Backoff returns the wait after the n-th consecutive failure (n ≥ 1).
+func (c *Config) Backoff(n uint32) time.Duration {
+	if n == 0 {
+		n = 1
+	}
+	d := float64(c.BackoffBase) * math.Pow(2, float64(n-1))
+	if d > float64(c.BackoffMax) || math.IsInf(d, 0) {
+		d = float64(c.BackoffMax)
+	}
+	f := 0.8 + 0.4*rand.Float64()
+	if c.Jitter != nil {
+		f = c.Jitter()
+	}
+	return time.Duration(d * f)
+}
+
+// Sink receives the records of stored-state changes, in the order they
+// happen. The record is only valid during the call.
+type Sink func(*record.Record)
+
+// Tokens hands out fencing tokens; the service's implementation makes them
+// unique across restarts.
+type Tokens interface {
+	Next() uint64
+}
+
+// item is one key's state. Field order keeps it at 64 bytes.
+type item struct {
+	key          string
+	pendingSince int64    // when it last became ready (pending, leased)
+	deadline     int64    // delayed: not_before; leased: lease expiry
+	pos          uint64   // position in its priority's ring, while pending
+	ext          *itemExt // lease and failure details, when there are any
+	attempts     uint32   // failures since the last success
+	announced    uint32   // Adds since last leased or first seen
+	hidx         int32    // index in the timer heap, -1 when not in it
+	state        State    //
+	prio         Priority //
+	dirty        bool     // leased and announced again
+	_            [1]uint8 //
+}
+
+type itemExt struct {
+	token      uint64
+	worker     string
+	leaseStart int64
+	lastError  string
+}
+
+// Queue is one named queue. It is not safe for concurrent use.
+type Queue struct {
+	name   string
+	cfg    *Config
+	tokens Tokens
+	sink   Sink
+	rec    record.Record // scratch, reused for every record
+
+	items  map[string]*item
+	ready  [3]ring // by priority rank
+	timers timerHeap
+
+	pending, delayed, leased, dirty, parked int
+	stats                                   Counters
+}
+
+// Counters are a queue's traffic since the process started.
+type Counters struct {
+	Adds, Collapsed, Leases, Acks, Failures, Expirations uint64
+}
+
+// New returns an empty queue. sink may be nil (nothing is stored).
+func New(name string, cfg *Config, tokens Tokens, sink Sink) *Queue {
+	if sink == nil {
+		sink = func(*record.Record) {}
+	}
+	q := &Queue{name: name, cfg: cfg, tokens: tokens, sink: sink, items: map[string]*item{}}
+	for i := range q.ready {
+		q.ready[i].rank = i
+	}
+	return q
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Len returns the number of keys the queue holds.
+func (q *Queue) Len() int { return len(q.items) }
+
+// Add announces key at priority p; delay > 0 asks for it no sooner than
+// now+delay. It reports whether the key was queued (its next offer became
+// sooner) rather than collapsed.
+func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (queued bool) {
+	q.stats.Adds++
+	if p < Normal || p > High {
+		p = Normal
+	}
+	it := q.items[key]
+	if it == nil {
+		it = &item{key: key, prio: p, hidx: -1, announced: 1}
+		q.items[key] = it
+		if delay > 0 {
+			q.toDelayed(it, now+int64(delay))
+		} else {
+			q.toPending(it, now)
+		}
+		q.store(it)
+		return true
+	}
+	it.announced++
+	raised := p.rank() > it.prio.rank()
+	if raised {
+		it.prio = p
+	}
+	switch it.state {
+	case Pending:
+		if raised {
+			q.ready[p.rank()].push(it) // the old ring slot goes stale
+		}
+	case Delayed:
+		at := now
+		if delay > 0 {
+			at = now + int64(delay)
+		}
+		if at < it.deadline {
+			q.timers.remove(it)
+			q.delayed--
+			if delay > 0 {
+				q.toDelayed(it, at)
+			} else {
+				q.toPending(it, now)
+			}
+			q.store(it)
+			return true
+		}
+	case Leased:
+		if !it.dirty {
+			it.dirty = true
+			q.dirty++
+			if raised {
+				q.store(it)
+			}
+			return true
+		}
+	case Parked:
+		q.parked--
+		it.attempts = 0
+		if delay > 0 {
+			q.toDelayed(it, now+int64(delay))
+		} else {
+			q.toPending(it, now)
+		}
+		q.store(it)
+		return true
+	}
+	if raised {
+		q.store(it)
+	}
+	q.stats.Collapsed++
+	return false
+}
+
+// Grant is one key handed out by Lease.
+type Grant struct {
+	Key          string
+	Token        uint64
+	Attempt      uint32
+	ExpiresAt    int64
+	PendingSince int64
+}
+
+// Lease hands up to max ready keys to worker until now+d, appending them to
+// dst. Among the heads of the three priorities it serves the highest
+// effective priority (a head older than the aging bound counts as HIGH), the
+// oldest first among equals.
+func (q *Queue) Lease(dst []Grant, max int, worker string, d time.Duration, now int64) []Grant {
+	for n := 0; n < max; n++ {
+		it := q.nextReady(now)
+		if it == nil {
+			break
+		}
+		q.ready[it.prio.rank()].pop()
+		q.pending--
+		it.state = Leased
+		it.announced = 0
+		if it.ext == nil {
+			it.ext = &itemExt{}
+		}
+		it.ext.token = q.tokens.Next()
+		it.ext.worker = worker
+		it.ext.leaseStart = now
+		it.deadline = now + int64(d)
+		q.timers.push(it)
+		q.leased++
+		q.stats.Leases++
+		dst = append(dst, Grant{Key: it.key, Token: it.ext.token, Attempt: it.attempts, ExpiresAt: it.deadline, PendingSince: it.pendingSince})
+	}
+	return dst
+}
+
+func (q *Queue) nextReady(now int64) *item {
+	var best *item
+	bestRank := -1
+	aged := now - int64(q.cfg.AgingBound)
+	for i := range q.ready {
+		it := q.ready[i].front()
+		if it == nil {
+			continue
+		}
+		r := i
+		if q.cfg.AgingBound > 0 && it.pendingSince < aged {
+			r = 2
+		}
+		if r > bestRank || (r == bestRank && it.pendingSince < best.pendingSince) {
+			best, bestRank = it, r
+		}
+	}
+	return best
+}
+
+// Outcome is what a worker reports for a lease.
+type Outcome struct {
+	// Failed marks a failed reconcile with Error as its message.
+	Failed bool
+	Error  string
+	// RequeueAfter > 0 marks success with another look after it.
+	RequeueAfter time.Duration
+}
+
+// AckResult tells the caller what an accepted ack did, for metrics.
+type AckResult struct {
+	// LeaseStart is when the acknowledged lease was granted.
+	LeaseStart int64
+}
+
+// Ack applies a worker's outcome for (key, token). It returns false, and
+// changes nothing, when token is not the key's live lease.
+func (q *Queue) Ack(key string, token uint64, o Outcome, now int64) (AckResult, bool) {
+	it := q.items[key]
+	if it == nil || it.state != Leased || it.ext.token != token {
+		return AckResult{}, false
+	}
+	res := AckResult{LeaseStart: it.ext.leaseStart}
+	q.stats.Acks++
+	q.endLease(it)
+	switch {
+	case o.Failed:
+		q.stats.Failures++
+		it.ext.lastError = o.Error
+		q.fail(it, now, true)
+	case it.dirty:
+		// Announced while leased: offered again exactly once, afresh.
+		it.attempts = 0
+		q.clearDirty(it)
+		q.toPending(it, now)
+		q.store(it)
+	case o.RequeueAfter > 0:
+		it.attempts = 0
+		q.toDelayed(it, now+int64(o.RequeueAfter))
+		q.store(it)
+	default:
+		q.remove(it)
+	}
+	return res, true
+}
+
+// Extend moves the expiry of (key, token) to now+d. It returns the new
+// expiry, or false if token is not the key's live lease.
+func (q *Queue) Extend(key string, token uint64, d time.Duration, now int64) (int64, bool) {
+	it := q.items[key]
+	if it == nil || it.state != Leased || it.ext.token != token {
+		return 0, false
+	}
+	it.deadline = now + int64(d)
+	q.timers.fix(it)
+	return it.deadline, true
+}
+
+// Forget removes key in any state; a leased key's token stops being valid.
+func (q *Queue) Forget(key string) bool {
+	it := q.items[key]
+	if it == nil {
+		return false
+	}
+	switch it.state {
+	case Pending:
+		q.pending--
+	case Delayed:
+		q.timers.remove(it)
+		q.delayed--
+	case Leased:
+		q.endLease(it)
+		q.clearDirty(it)
+	case Parked:
+		q.parked--
+	}
+	q.remove(it)
+	return true
+}
+
+// Advance applies every deadline at or before now: delayed keys become
+// pending, lapsed leases end. It returns how many keys became ready.
+func (q *Queue) Advance(now int64) int {
+	n := 0
+	for len(q.timers) > 0 && q.timers[0].deadline <= now {
+		it := q.timers[0]
+		switch it.state {
+		case Delayed:
+			q.timers.remove(it)
+			q.delayed--
+			// It became ready at not_before, not at the moment we noticed.
+			q.toPending(it, it.deadline)
+			n++
+		case Leased:
+			q.stats.Expirations++
+			q.endLease(it)
+			it.ext.lastError = LeaseExpired
+			if q.fail(it, now, false) == Pending {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// NextDeadline returns the earliest pending deadline, if any.
+func (q *Queue) NextDeadline() (int64, bool) {
+	if len(q.timers) == 0 {
+		return 0, false
+	}
+	return q.timers[0].deadline, true
+}
+
+// fail counts a failure of a lease that has just ended and moves the key on:
+// pending if it was announced meanwhile, parked at the attempt limit, else
+// delayed by backoff (a failed ack) or pending at once (a lapsed lease, whose
+// wait was the lease itself). It returns the new state.
+func (q *Queue) fail(it *item, now int64, backoff bool) State {
+	it.attempts++
+	switch {
+	case it.dirty:
+		q.clearDirty(it)
+		q.toPending(it, now)
+	case q.cfg.MaxAttempts > 0 && it.attempts >= q.cfg.MaxAttempts:
+		it.state = Parked
+		q.parked++
+	case backoff:
+		q.toDelayed(it, now+int64(q.cfg.Backoff(it.attempts)))
+	default:
+		q.toPending(it, now)
+	}
+	q.store(it)
+	return it.state
+}
+
+func (q *Queue) endLease(it *item) {
+	q.timers.remove(it)
+	q.leased--
+	it.ext.token = 0
+	it.ext.worker = ""
+}
+
+func (q *Queue) clearDirty(it *item) {
+	if it.dirty {
+		it.dirty = false
+		q.dirty--
+	}
+}
+
+func (q *Queue) toPending(it *item, since int64) {
+	it.state = Pending
+	it.pendingSince = since
+	it.deadline = 0
+	q.ready[it.prio.rank()].push(it)
+	q.pending++
+}
+
+func (q *Queue) toDelayed(it *item, at int64) {
+	it.state = Delayed
+	it.deadline = at
+	q.timers.push(it)
+	q.delayed++
+}
+
+func (q *Queue) remove(it *item) {
+	it.state = Absent // stale ring slots see this
+	delete(q.items, it.key)
+	q.rec = record.Record{Kind: record.KindDelete, Queue: q.name, Key: it.key}
+	q.sink(&q.rec)
+}
+
+// store reports the key's stored state.
+func (q *Queue) store(it *item) {
+	q.rec = stored(q.name, it)
+	q.sink(&q.rec)
+}
+
+// stored is what survives a restart of it: a lease is not stored, so a
+// leased key is stored as pending.
+func stored(queue string, it *item) record.Record {
+	r := record.Record{Kind: record.KindPut, Queue: queue, Key: it.key, Priority: uint8(it.prio), Attempts: it.attempts}
+	if it.ext != nil {
+		r.LastError = it.ext.lastError
+	}
+	switch it.state {
+	case Delayed:
+		r.State, r.NotBefore = record.StateDelayed, it.deadline
+	case Parked:
+		r.State = record.StateParked
+	default:
+		r.State, r.PendingSince = record.StatePending, it.pendingSince
+	}
+	return r
+}
+
+// SetSink replaces the sink (recovery restores with none).
+func (q *Queue) SetSink(s Sink) {
+	if s == nil {
+		s = func(*record.Record) {}
+	}
+	q.sink = s
+}
+
+// Restore loads a stored record during recovery, before any other call and
+// with no sink set. Call Settle when every record is loaded.
+func (q *Queue) Restore(r *record.Record) {
+	if q.items[r.Key] != nil {
+		q.Forget(r.Key)
+	}
+	if r.Kind != record.KindPut {
+		return
+	}
+	it := &item{key: r.Key, prio: Priority(r.Priority), attempts: r.Attempts, hidx: -1, pendingSince: r.PendingSince}
+	if r.LastError != "" {
+		it.ext = &itemExt{lastError: r.LastError}
+	}
+	q.items[r.Key] = it
+	switch r.State {
+	case record.StateDelayed:
+		q.toDelayed(it, r.NotBefore)
+	case record.StateParked:
+		it.state = Parked
+		q.parked++
+	default:
+		it.state = Pending
+		q.pending++
+	}
+}
+
+// Settle finishes a restore at time now: delayed keys already due become
+// pending since their not_before, and every pending key enters its ring in
+// order of pending_since, as if the queue had never stopped.
+func (q *Queue) Settle(now int64) {
+	for len(q.timers) > 0 && q.timers[0].deadline <= now {
+		it := q.timers[0]
+		q.timers.remove(it)
+		q.delayed--
+		it.state, it.pendingSince, it.deadline = Pending, it.deadline, 0
+		q.pending++
+	}
+	var ps []*item
+	for _, it := range q.items {
+		if it.state == Pending {
+			ps = append(ps, it)
+		}
+	}
+	sort.Slice(ps, func(i, j int) bool {
+		a, b := ps[i], ps[j]
+		return a.pendingSince < b.pendingSince || (a.pendingSince == b.pendingSince && a.key < b.key)
+	})
+	for i := range q.ready {
+		q.ready[i] = ring{rank: i}
+	}
+	for _, it := range ps {
+		q.ready[it.prio.rank()].push(it)
+	}
+}
+
+// Each calls f with the stored state of every key, for a snapshot. It stops
+// early if f returns false.
+func (q *Queue) Each(f func(*record.Record) bool) {
+	for _, it := range q.items {
+		r := stored(q.name, it)
+		if !f(&r) {
+			return
+		}
+	}
+}
+
+// View is a copy of one key's state, for Inspect and List.
+type View struct {
+	Key            string
+	State          State
+	Dirty          bool
+	Attempts       uint32
+	LastError      string
+	PendingSince   int64 // 0 unless pending or leased
+	NotBefore      int64 // 0 unless delayed
+	Worker         string
+	LeaseExpiresAt int64 // 0 unless leased
+	Announcements  uint32
+	Priority       Priority
+}
+
+// Inspect returns key's view; State is Absent when the queue holds nothing.
+func (q *Queue) Inspect(key string) View {
+	it := q.items[key]
+	if it == nil {
+		return View{Key: key, State: Absent}
+	}
+	return view(it)
+}
+
+func view(it *item) View {
+	v := View{Key: it.key, State: it.state, Dirty: it.dirty, Attempts: it.attempts, Announcements: it.announced, Priority: it.prio}
+	if it.ext != nil {
+		v.LastError = it.ext.lastError
+	}
+	switch it.state {
+	case Pending:
+		v.PendingSince = it.pendingSince
+	case Delayed:
+		v.NotBefore = it.deadline
+	case Leased:
+		v.PendingSince = it.pendingSince
+		v.Worker = it.ext.worker
+		v.LeaseExpiresAt = it.deadline
+	}
+	return v
+}
+
+// List returns up to limit views in key order, of keys after `after`, in
+// state (0 for all). more reports whether keys remain after the last one.
+// It scans every key: listing is for operators, not for the hot path.
+func (q *Queue) List(state State, after string, limit int) (views []View, more bool) {
+	var keys []string
+	for k, it := range q.items {
+		if k <= after || (state != 0 && it.state != state) {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) > limit {
+		keys, more = keys[:limit], true
+	}
+	views = make([]View, len(keys))
+	for i, k := range keys {
+		views[i] = view(q.items[k])
+	}
+	return views, more
+}
+
+// Stats is a queue's state counts and counters at one moment.
+type Stats struct {
+	Counters
+	Pending, Delayed, Leased, Dirty, Parked int
+	// OldestPending and LongestLease are ages in nanoseconds (0 if none).
+	OldestPending, LongestLease int64
+	// UnfinishedWork sums the ages of live leases, in nanoseconds.
+	UnfinishedWork int64
+}
+
+// Stats returns the queue's counts at now.
+func (q *Queue) Stats(now int64) Stats {
+	s := Stats{Counters: q.stats, Pending: q.pending, Delayed: q.delayed, Leased: q.leased, Dirty: q.dirty, Parked: q.parked}
+	for i := range q.ready {
+		if it := q.ready[i].front(); it != nil && now-it.pendingSince > s.OldestPending {
+			s.OldestPending = now - it.pendingSince
+		}
+	}
+	if q.leased > 0 {
+		for _, it := range q.timers {
+			if it.state == Leased {
+				age := now - it.ext.leaseStart
+				s.UnfinishedWork += age
+				s.LongestLease = max(s.LongestLease, age)
+			}
+		}
+	}
+	return s
+}
+
+// ValidKey reports whether k may be a key: non-empty UTF-8 of at most 1024
+// bytes.
+func ValidKey(k string) bool {
+	return k != "" && len(k) <= 1024 && utf8.ValidString(k)
+}
