@@ -2,6 +2,13 @@
 # Sourced, not run.
 set -euo pipefail
 
+# Every module is built, vetted and tested on its own (GOWORK=off): merged
+# into one workspace graph, etcd's old go-grpc-middleware v1 drags in a 2020
+# google.golang.org/genproto that makes googleapis/rpc/status ambiguous for
+# every module, while each module's own pruned graph is clean. go.work stays
+# for editors; the replace lines in each go.mod wire the siblings.
+export GOWORK=off
+
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TOOLS_BIN="$ROOT/.tools/bin"
 

@@ -186,6 +186,9 @@ func New(name string, cfg *Config, tokens Tokens, sink Sink) *Queue {
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
+// PendingCount returns the number of keys ready to be leased.
+func (q *Queue) PendingCount() int { return q.pending }
+
 // Len returns the number of keys the queue holds.
 func (q *Queue) Len() int { return len(q.items) }
 

@@ -1,0 +1,495 @@
+// Package broker runs the queues: it serialises each queue's state machine
+// (internal/workqueue) behind a mutex, sends the records it produces to the
+// write-ahead log (internal/store) and waits for them to be durable before a
+// change is answered, fires timers for backoff and lease expiry, wakes
+// long-polling Leases, compacts the log with snapshots, and heals the store
+// after a full disk.
+//
+// Ordering is what makes it correct: a queue's records are appended to the
+// log while its mutex is held, so the log holds each key's changes in the
+// order they happened, and a caller waits for the group commit that holds
+// its records. A caller whose Add collapsed onto a key another caller has
+// just added (and whose record is still in flight) waits for that group too:
+// an empty Append returns the latest unfinished group.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/record"
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"github.com/batonrun/baton/services/queue/internal/workqueue"
+)
+
+// ErrQueueNotFound is returned by Stats for a queue that was never used.
+var ErrQueueNotFound = errors.New("broker: queue not found")
+
+// Config configures a Broker.
+type Config struct {
+	Queue workqueue.Config
+	// DefaultLease is the lease length when a caller gives none.
+	DefaultLease time.Duration
+	// CompactBytes snapshots once the log has grown past both this and twice
+	// the last snapshot (64 MiB when 0).
+	CompactBytes int64
+}
+
+// Broker owns every queue of one store.
+type Broker struct {
+	cfg     Config
+	st      *store.Store
+	log     *slog.Logger
+	metrics *Metrics
+	tokens  tokens
+
+	mu     sync.RWMutex // held shared by every operation, exclusively to heal
+	queues map[string]*shard
+
+	compacting atomic.Bool
+	closed     chan struct{}
+	wg         sync.WaitGroup
+}
+
+type shard struct {
+	mu      sync.Mutex
+	q       *workqueue.Queue
+	exists  bool          // announced at least once (Stats answers NOT_FOUND before)
+	buf     []byte        // records of the operation in progress
+	ready   chan struct{} // closed (and replaced) when keys become ready
+	waiters atomic.Int32  // Leases waiting on ready
+	timer   *time.Timer
+	timerAt int64
+	obs     *queueObservers
+}
+
+// Open recovers the queues from the store in dir and starts the broker.
+func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*Broker, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DefaultLease <= 0 {
+		cfg.DefaultLease = 30 * time.Second
+	}
+	if cfg.CompactBytes <= 0 {
+		cfg.CompactBytes = 64 << 20
+	}
+	if metrics == nil {
+		metrics = NewMetrics()
+	}
+	b := &Broker{cfg: cfg, log: log, metrics: metrics, queues: map[string]*shard{}, closed: make(chan struct{})}
+	opts.Logger = log
+	start := time.Now()
+	restored := 0
+	st, err := store.Open(opts, func(r *record.Record) {
+		sh := b.shardLocked(r.Queue)
+		sh.exists = true
+		if r.Kind != record.KindQueue {
+			sh.q.Restore(r)
+			restored++
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	b.st = st
+	b.tokens.epoch.Store(st.Epoch())
+	b.tokens.st = st
+	now := time.Now().UnixNano()
+	keys := 0
+	for _, sh := range b.queues {
+		sh.q.Settle(now)
+		sh.q.SetSink(sh.sink)
+		keys += sh.q.Len()
+		b.reschedule(sh)
+	}
+	log.Info("recovered", "queues", len(b.queues), "keys", keys, "records", restored, "epoch", st.Epoch(), "took", time.Since(start))
+	b.wg.Add(1)
+	go b.healer()
+	return b, nil
+}
+
+func (sh *shard) sink(r *record.Record) { sh.buf = record.Append(sh.buf, r) }
+
+// shardLocked returns the named shard, creating it; the caller holds b.mu
+// exclusively or is recovering.
+func (b *Broker) shardLocked(name string) *shard {
+	sh := b.queues[name]
+	if sh == nil {
+		sh = &shard{ready: make(chan struct{}), obs: b.metrics.observers(name)}
+		sh.q = workqueue.New(name, &b.cfg.Queue, &b.tokens, sh.sink)
+		b.queues[name] = sh
+	}
+	return sh
+}
+
+// lock returns the named shard locked, with b.mu held shared; unlock with
+// b.unlock. It creates the shard (not yet existing for Stats) if needed.
+func (b *Broker) lock(name string) *shard {
+	b.mu.RLock()
+	sh := b.queues[name]
+	if sh == nil {
+		b.mu.RUnlock()
+		b.mu.Lock()
+		sh = b.shardLocked(name)
+		b.mu.Unlock()
+		b.mu.RLock()
+	}
+	sh.mu.Lock()
+	sh.q.Advance(time.Now().UnixNano())
+	return sh
+}
+
+// unlock appends the shard's records, wakes waiters if keys became ready,
+// re-arms its timer and releases the locks. The returned batch is durable
+// once Wait returns nil.
+func (b *Broker) unlock(sh *shard, pendingBefore int) *store.Batch {
+	batch := b.st.Append(sh.buf)
+	sh.buf = sh.buf[:0]
+	if sh.q.PendingCount() > pendingBefore && sh.waiters.Load() > 0 {
+		close(sh.ready)
+		sh.ready = make(chan struct{})
+	}
+	b.reschedule(sh)
+	sh.mu.Unlock()
+	b.mu.RUnlock()
+	return batch
+}
+
+func (b *Broker) reschedule(sh *shard) {
+	next, ok := sh.q.NextDeadline()
+	if !ok || next == sh.timerAt {
+		return
+	}
+	sh.timerAt = next
+	d := time.Duration(next - time.Now().UnixNano())
+	if sh.timer == nil {
+		sh.timer = time.AfterFunc(d, func() { b.fire(sh) })
+		return
+	}
+	sh.timer.Reset(d)
+}
+
+// fire applies due deadlines: delayed keys become ready, leases lapse.
+func (b *Broker) fire(sh *shard) {
+	select {
+	case <-b.closed:
+		return
+	default:
+	}
+	b.mu.RLock()
+	sh.mu.Lock()
+	before := sh.q.PendingCount()
+	sh.timerAt = 0
+	sh.q.Advance(time.Now().UnixNano())
+	b.unlock(sh, before) // expiry records need no waiter
+}
+
+// Add announces keys to queue. It returns how many were queued and
+// collapsed, once every change is durable.
+func (b *Broker) Add(ctx context.Context, queue string, keys []string, delay time.Duration, p workqueue.Priority) (queued, collapsed int, err error) {
+	sh := b.lock(queue)
+	before := sh.q.PendingCount()
+	now := time.Now().UnixNano()
+	if !sh.exists {
+		sh.exists = true
+		sh.sink(&record.Record{Kind: record.KindQueue, Queue: queue})
+	}
+	for _, k := range keys {
+		if sh.q.Add(k, delay, p, now) {
+			queued++
+		}
+	}
+	batch := b.unlock(sh, before)
+	if err := batch.Wait(ctx); err != nil {
+		return 0, 0, err
+	}
+	b.maybeCompact()
+	return queued, len(keys) - queued, nil
+}
+
+// Lease hands out up to max ready keys, waiting up to wait for one.
+func (b *Broker) Lease(ctx context.Context, queue, worker string, max int, d, wait time.Duration) ([]workqueue.Grant, error) {
+	if d <= 0 {
+		d = b.cfg.DefaultLease
+	}
+	var timeout <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	expired := false
+	for {
+		sh := b.lock(queue)
+		before := sh.q.PendingCount()
+		now := time.Now().UnixNano()
+		grants := sh.q.Lease(nil, max, worker, d, now)
+		if len(grants) > 0 || wait <= 0 || expired {
+			obs := sh.obs
+			b.unlock(sh, before)
+			for _, g := range grants {
+				obs.queueDur.Observe(float64(now-g.PendingSince) / 1e9)
+			}
+			return grants, nil
+		}
+		sh.waiters.Add(1)
+		ready := sh.ready
+		b.unlock(sh, before)
+		select {
+		case <-ready:
+		case <-timeout:
+			expired = true // one last look, then answer empty
+		case <-ctx.Done():
+			sh.waiters.Add(-1)
+			return nil, ctx.Err()
+		case <-b.closed:
+			sh.waiters.Add(-1)
+			return nil, store.ErrClosed
+		}
+		sh.waiters.Add(-1)
+	}
+}
+
+// AckItem is one ack of a batch.
+type AckItem struct {
+	Key     string
+	Token   uint64
+	Outcome workqueue.Outcome
+}
+
+// Ack applies outcomes and reports, per item, whether it was accepted.
+func (b *Broker) Ack(ctx context.Context, queue string, acks []AckItem) ([]bool, error) {
+	sh := b.lock(queue)
+	before := sh.q.PendingCount()
+	now := time.Now().UnixNano()
+	ok := make([]bool, len(acks))
+	for i, a := range acks {
+		res, accepted := sh.q.Ack(a.Key, a.Token, a.Outcome, now)
+		ok[i] = accepted
+		if accepted {
+			sh.obs.workDur.Observe(float64(now-res.LeaseStart) / 1e9)
+		}
+	}
+	batch := b.unlock(sh, before)
+	if err := batch.Wait(ctx); err != nil {
+		return nil, err
+	}
+	b.maybeCompact()
+	return ok, nil
+}
+
+// Extend extends live leases to now+d; a zero expiry means LEASE_LOST.
+func (b *Broker) Extend(queue string, refs []AckItem, d time.Duration) []int64 {
+	if d <= 0 {
+		d = b.cfg.DefaultLease
+	}
+	sh := b.lock(queue)
+	before := sh.q.PendingCount()
+	now := time.Now().UnixNano()
+	out := make([]int64, len(refs))
+	for i, r := range refs {
+		out[i], _ = sh.q.Extend(r.Key, r.Token, d, now)
+	}
+	b.unlock(sh, before)
+	return out
+}
+
+// Forget removes keys and returns how many were present.
+func (b *Broker) Forget(ctx context.Context, queue string, keys []string) (int, error) {
+	sh := b.lock(queue)
+	before := sh.q.PendingCount()
+	n := 0
+	for _, k := range keys {
+		if sh.q.Forget(k) {
+			n++
+		}
+	}
+	if err := b.unlock(sh, before).Wait(ctx); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Inspect returns one key's state.
+func (b *Broker) Inspect(queue, key string) workqueue.View {
+	sh := b.lock(queue)
+	defer b.unlock(sh, sh.q.PendingCount())
+	return sh.q.Inspect(key)
+}
+
+// List returns a page of items in key order after `after`.
+func (b *Broker) List(queue string, state workqueue.State, after string, limit int) ([]workqueue.View, bool) {
+	sh := b.lock(queue)
+	defer b.unlock(sh, sh.q.PendingCount())
+	return sh.q.List(state, after, limit)
+}
+
+// QueueStats is one queue's stats.
+type QueueStats struct {
+	Name string
+	workqueue.Stats
+}
+
+// Stats returns the stats of queue, or of every queue if it is empty.
+func (b *Broker) Stats(queue string) ([]QueueStats, error) {
+	b.mu.RLock()
+	var names []string
+	for n := range b.queues {
+		if queue == "" || n == queue {
+			names = append(names, n)
+		}
+	}
+	b.mu.RUnlock()
+	sort.Strings(names)
+	var out []QueueStats
+	for _, n := range names {
+		sh := b.lock(n)
+		if sh.exists {
+			out = append(out, QueueStats{Name: n, Stats: sh.q.Stats(time.Now().UnixNano())})
+		}
+		b.unlock(sh, sh.q.PendingCount())
+	}
+	if queue != "" && len(out) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrQueueNotFound, queue)
+	}
+	return out, nil
+}
+
+// Err returns the error that stopped the store, or nil.
+func (b *Broker) Err() error { return b.st.Err() }
+
+// Ready reports whether the broker accepts changes.
+func (b *Broker) Ready() error {
+	if err := b.st.Err(); err != nil {
+		return err
+	}
+	if b.st.Degraded() {
+		return store.ErrNoSpace
+	}
+	return nil
+}
+
+// Close stops timers and the store, after the log is written.
+func (b *Broker) Close() error {
+	close(b.closed)
+	b.wg.Wait()
+	b.mu.Lock()
+	for _, sh := range b.queues {
+		if sh.timer != nil {
+			sh.timer.Stop()
+		}
+	}
+	b.mu.Unlock()
+	return b.st.Close()
+}
+
+// walk emits the stored state of every queue, one queue locked at a time.
+func (b *Broker) walk(locked bool) func(emit func([]byte) error) error {
+	return func(emit func([]byte) error) error {
+		if !locked {
+			b.mu.RLock()
+		}
+		shards := make([]*shard, 0, len(b.queues))
+		for _, sh := range b.queues {
+			shards = append(shards, sh)
+		}
+		if !locked {
+			b.mu.RUnlock()
+		}
+		var buf []byte
+		for _, sh := range shards {
+			sh.mu.Lock()
+			if sh.exists {
+				buf = record.Append(buf[:0], &record.Record{Kind: record.KindQueue, Queue: sh.q.Name()})
+				sh.q.Each(func(r *record.Record) bool {
+					buf = record.Append(buf, r)
+					return true
+				})
+			}
+			sh.mu.Unlock()
+			if err := emit(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+		}
+		return nil
+	}
+}
+
+func (b *Broker) maybeCompact() {
+	wal, snap := b.st.WALBytes()
+	if wal < b.cfg.CompactBytes || wal < 2*snap || !b.compacting.CompareAndSwap(false, true) {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer b.compacting.Store(false)
+		start := time.Now()
+		if err := b.st.Snapshot(b.walk(false)); err != nil {
+			b.log.Error("snapshot failed; the log keeps growing until one succeeds", "error", err)
+			return
+		}
+		b.log.Info("snapshot written", "took", time.Since(start))
+	}()
+}
+
+// healer retries a healing snapshot every second while the disk is full.
+func (b *Broker) healer() {
+	defer b.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.closed:
+			return
+		case <-t.C:
+		}
+		if !b.st.Degraded() || b.st.Err() != nil {
+			continue
+		}
+		// Exclusive: memory may hold changes the log lacks, and none may
+		// slip in between the walk and the end of the degraded state.
+		b.mu.Lock()
+		err := b.st.Heal(b.walk(true))
+		b.mu.Unlock()
+		if err != nil {
+			b.log.Warn("still cannot write a snapshot", "error", err)
+		}
+	}
+}
+
+// tokens makes fencing tokens: the store's epoch in the top 20 bits and a
+// counter below, so no token repeats, also across restarts. When a run hands
+// out 2^44 tokens it moves to a fresh epoch.
+type tokens struct {
+	epoch atomic.Uint64
+	seq   atomic.Uint64
+	mu    sync.Mutex
+	st    *store.Store
+}
+
+const seqBits = 44
+
+func (t *tokens) Next() uint64 {
+	n := t.seq.Add(1)
+	if n >= 1<<seqBits {
+		t.mu.Lock()
+		if t.seq.Load() >= 1<<seqBits {
+			if e, err := t.st.NextEpoch(); err == nil {
+				t.epoch.Store(e)
+				t.seq.Store(0)
+			}
+		}
+		n = t.seq.Add(1)
+		t.mu.Unlock()
+	}
+	return t.epoch.Load()<<seqBits | n
+}

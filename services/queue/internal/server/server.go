@@ -1,0 +1,373 @@
+// Package server is the gRPC face of the queue: each handler validates the
+// whole request first (a refused request changes nothing), calls the broker,
+// and translates the broker's errors to status codes once, here.
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/queue/internal/broker"
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"github.com/batonrun/baton/services/queue/internal/workqueue"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Limits of one call (DESIGN.md).
+const (
+	MaxItems        = 10000
+	MaxLease        = 10 * time.Minute
+	MaxWait         = 30 * time.Second
+	DefaultPageSize = 100
+)
+
+type server struct {
+	queuev1.UnimplementedQueueServiceServer
+	b *broker.Broker
+}
+
+var _ queuev1.QueueServiceServer = (*server)(nil)
+
+// New returns the QueueService implementation over b.
+func New(b *broker.Broker) queuev1.QueueServiceServer { return &server{b: b} }
+
+var queueName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+func checkQueue(q string) error {
+	if !queueName.MatchString(q) {
+		return status.Errorf(codes.InvalidArgument, "queue %q is not a DNS label ([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)", q)
+	}
+	return nil
+}
+
+func checkKey(i int, k string) error {
+	if !workqueue.ValidKey(k) {
+		switch {
+		case k == "":
+			return status.Errorf(codes.InvalidArgument, "key %d is empty", i)
+		case len(k) > 1024:
+			return status.Errorf(codes.InvalidArgument, "key %d is %d bytes, over 1024", i, len(k))
+		default:
+			return status.Errorf(codes.InvalidArgument, "key %d is not UTF-8", i)
+		}
+	}
+	return nil
+}
+
+func checkCount(what string, n int) error {
+	if n > MaxItems {
+		return status.Errorf(codes.InvalidArgument, "%d %s in one call, over %d", n, what, MaxItems)
+	}
+	return nil
+}
+
+// duration validates an optional duration field: non-negative, at most max
+// (0 for no bound).
+func duration(field string, d *durationpb.Duration, max time.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+	}
+	v := d.AsDuration()
+	if v < 0 {
+		return 0, status.Errorf(codes.InvalidArgument, "%s is negative (%v)", field, v)
+	}
+	if max > 0 && v > max {
+		return 0, status.Errorf(codes.InvalidArgument, "%s %v is over %v", field, v, max)
+	}
+	return v, nil
+}
+
+func priority(p queuev1.Priority) (workqueue.Priority, error) {
+	switch p {
+	case queuev1.Priority_PRIORITY_UNSPECIFIED, queuev1.Priority_PRIORITY_NORMAL:
+		return workqueue.Normal, nil
+	case queuev1.Priority_PRIORITY_LOW:
+		return workqueue.Low, nil
+	case queuev1.Priority_PRIORITY_HIGH:
+		return workqueue.High, nil
+	}
+	return 0, status.Errorf(codes.InvalidArgument, "unknown priority %d", p)
+}
+
+// toStatus translates the broker's and store's errors to gRPC codes.
+func toStatus(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrNoSpace):
+		return status.Error(codes.ResourceExhausted, "the queue's disk is full: nothing was stored; retry when space is back")
+	case errors.Is(err, store.ErrStopped), errors.Is(err, store.ErrClosed):
+		return status.Errorf(codes.Unavailable, "the queue's store has stopped: %v", err)
+	case errors.Is(err, broker.ErrQueueNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded before the change was durable; it may or may not be stored")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func (s *server) Add(ctx context.Context, req *queuev1.AddRequest) (*queuev1.AddResponse, error) {
+	if err := checkQueue(req.GetQueue()); err != nil {
+		return nil, err
+	}
+	if err := checkCount("keys", len(req.GetKeys())); err != nil {
+		return nil, err
+	}
+	for i, k := range req.GetKeys() {
+		if err := checkKey(i, k); err != nil {
+			return nil, err
+		}
+	}
+	delay, err := duration("delay", req.GetDelay(), 0)
+	if err != nil {
+		return nil, err
+	}
+	p, err := priority(req.GetPriority())
+	if err != nil {
+		return nil, err
+	}
+	queued, collapsed, err := s.b.Add(ctx, req.GetQueue(), req.GetKeys(), delay, p)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &queuev1.AddResponse{Queued: uint32(queued), Collapsed: uint32(collapsed)}, nil
+}
+
+func (s *server) Lease(ctx context.Context, req *queuev1.LeaseRequest) (*queuev1.LeaseResponse, error) {
+	if err := checkQueue(req.GetQueue()); err != nil {
+		return nil, err
+	}
+	if err := checkCount("max_items", int(req.GetMaxItems())); err != nil {
+		return nil, err
+	}
+	d, err := duration("lease_duration", req.GetLeaseDuration(), MaxLease)
+	if err != nil {
+		return nil, err
+	}
+	wait, err := duration("wait", req.GetWait(), MaxWait)
+	if err != nil {
+		return nil, err
+	}
+	n := int(req.GetMaxItems())
+	if n == 0 {
+		n = 1
+	}
+	grants, err := s.b.Lease(ctx, req.GetQueue(), req.GetWorker(), n, d, wait)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &queuev1.LeaseResponse{Leases: make([]*queuev1.Lease, len(grants))}
+	for i, g := range grants {
+		resp.Leases[i] = &queuev1.Lease{Key: g.Key, Token: g.Token, Attempt: g.Attempt,
+			ExpiresAt: ts(g.ExpiresAt), PendingSince: ts(g.PendingSince)}
+	}
+	return resp, nil
+}
+
+func (s *server) Ack(ctx context.Context, req *queuev1.AckRequest) (*queuev1.AckResponse, error) {
+	if err := checkQueue(req.GetQueue()); err != nil {
+		return nil, err
+	}
+	if err := checkCount("acks", len(req.GetAcks())); err != nil {
+		return nil, err
+	}
+	items := make([]broker.AckItem, len(req.GetAcks()))
+	for i, a := range req.GetAcks() {
+		if err := checkKey(i, a.GetKey()); err != nil {
+			return nil, err
+		}
+		it := broker.AckItem{Key: a.GetKey(), Token: a.GetToken()}
+		switch o := a.GetOutcome().(type) {
+		case *queuev1.Ack_Success:
+		case *queuev1.Ack_Failure:
+			it.Outcome = workqueue.Outcome{Failed: true, Error: o.Failure.GetError()}
+		case *queuev1.Ack_RequeueAfter:
+			d, err := duration(fmt.Sprintf("acks[%d].requeue_after", i), o.RequeueAfter, 0)
+			if err != nil {
+				return nil, err
+			}
+			if d == 0 {
+				d = time.Nanosecond // requeue now, still with attempts reset
+			}
+			it.Outcome = workqueue.Outcome{RequeueAfter: d}
+		default:
+			return nil, status.Errorf(codes.InvalidArgument, "acks[%d] (key %q) has no outcome", i, a.GetKey())
+		}
+		items[i] = it
+	}
+	ok, err := s.b.Ack(ctx, req.GetQueue(), items)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &queuev1.AckResponse{Results: make([]*queuev1.AckResult, len(items))}
+	for i, it := range items {
+		resp.Results[i] = &queuev1.AckResult{Key: it.Key, Status: ackStatus(ok[i])}
+	}
+	return resp, nil
+}
+
+func ackStatus(ok bool) queuev1.AckStatus {
+	if ok {
+		return queuev1.AckStatus_ACK_STATUS_OK
+	}
+	return queuev1.AckStatus_ACK_STATUS_LEASE_LOST
+}
+
+func (s *server) Extend(ctx context.Context, req *queuev1.ExtendRequest) (*queuev1.ExtendResponse, error) {
+	if err := checkQueue(req.GetQueue()); err != nil {
+		return nil, err
+	}
+	if err := checkCount("leases", len(req.GetLeases())); err != nil {
+		return nil, err
+	}
+	d, err := duration("lease_duration", req.GetLeaseDuration(), MaxLease)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]broker.AckItem, len(req.GetLeases()))
+	for i, l := range req.GetLeases() {
+		if err := checkKey(i, l.GetKey()); err != nil {
+			return nil, err
+		}
+		refs[i] = broker.AckItem{Key: l.GetKey(), Token: l.GetToken()}
+	}
+	if err := s.b.Err(); err != nil {
+		return nil, toStatus(err)
+	}
+	exp := s.b.Extend(req.GetQueue(), refs, d)
+	resp := &queuev1.ExtendResponse{Results: make([]*queuev1.ExtendResult, len(refs))}
+	for i, r := range refs {
+		res := &queuev1.ExtendResult{Key: r.Key, Status: ackStatus(exp[i] != 0)}
+		if exp[i] != 0 {
+			res.ExpiresAt = ts(exp[i])
+		}
+		resp.Results[i] = res
+	}
+	return resp, nil
+}
+
+func (s *server) Forget(ctx context.Context, req *queuev1.ForgetRequest) (*queuev1.ForgetResponse, error) {
+	if err := checkQueue(req.GetQueue()); err != nil {
+		return nil, err
+	}
+	if err := checkCount("keys", len(req.GetKeys())); err != nil {
+		return nil, err
+	}
+	for i, k := range req.GetKeys() {
+		if err := checkKey(i, k); err != nil {
+			return nil, err
+		}
+	}
+	n, err := s.b.Forget(ctx, req.GetQueue(), req.GetKeys())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &queuev1.ForgetResponse{Forgotten: uint32(n)}, nil
+}
+
+func (s *server) Inspect(ctx context.Context, req *queuev1.InspectRequest) (*queuev1.InspectResponse, error) {
+	if err := checkQueue(req.GetQueue()); err != nil {
+		return nil, err
+	}
+	if err := checkKey(0, req.GetKey()); err != nil {
+		return nil, err
+	}
+	return &queuev1.InspectResponse{Item: toItem(s.b.Inspect(req.GetQueue(), req.GetKey()))}, nil
+}
+
+func (s *server) List(ctx context.Context, req *queuev1.ListRequest) (*queuev1.ListResponse, error) {
+	if err := checkQueue(req.GetQueue()); err != nil {
+		return nil, err
+	}
+	if err := checkCount("page_size", int(req.GetPageSize())); err != nil {
+		return nil, err
+	}
+	var state workqueue.State
+	switch st := req.GetState(); st {
+	case queuev1.ItemState_ITEM_STATE_UNSPECIFIED:
+	case queuev1.ItemState_ITEM_STATE_PENDING, queuev1.ItemState_ITEM_STATE_DELAYED, queuev1.ItemState_ITEM_STATE_LEASED, queuev1.ItemState_ITEM_STATE_PARKED, queuev1.ItemState_ITEM_STATE_ABSENT:
+		state = workqueue.State(st)
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "unknown state %d", st)
+	}
+	after := ""
+	if t := req.GetPageToken(); t != "" {
+		b, err := base64.RawURLEncoding.DecodeString(t)
+		if err != nil || len(b) == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "page_token %q was not issued by List", t)
+		}
+		after = string(b)
+	}
+	size := int(req.GetPageSize())
+	if size == 0 {
+		size = DefaultPageSize
+	}
+	resp := &queuev1.ListResponse{}
+	if state == workqueue.Absent {
+		return resp, nil // the queue lists what it holds
+	}
+	views, more := s.b.List(req.GetQueue(), state, after, size)
+	for _, v := range views {
+		resp.Items = append(resp.Items, toItem(v))
+	}
+	if more {
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(views[len(views)-1].Key))
+	}
+	return resp, nil
+}
+
+func (s *server) Stats(ctx context.Context, req *queuev1.StatsRequest) (*queuev1.StatsResponse, error) {
+	if q := req.GetQueue(); q != "" {
+		if err := checkQueue(q); err != nil {
+			return nil, err
+		}
+	}
+	stats, err := s.b.Stats(req.GetQueue())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &queuev1.StatsResponse{}
+	for _, st := range stats {
+		resp.Queues = append(resp.Queues, &queuev1.QueueStats{
+			Queue: st.Name, Pending: uint64(st.Pending), Delayed: uint64(st.Delayed), Leased: uint64(st.Leased),
+			Dirty: uint64(st.Dirty), Parked: uint64(st.Parked), AddsTotal: st.Adds, CollapsedTotal: st.Collapsed,
+			LeasesTotal: st.Leases, AcksTotal: st.Acks, FailuresTotal: st.Failures, LeaseExpirationsTotal: st.Expirations,
+			OldestPendingAge: durationpb.New(time.Duration(st.OldestPending)),
+			LongestLeaseAge:  durationpb.New(time.Duration(st.LongestLease)),
+		})
+	}
+	return resp, nil
+}
+
+func toItem(v workqueue.View) *queuev1.Item {
+	it := &queuev1.Item{Key: v.Key, State: queuev1.ItemState(v.State), Dirty: v.Dirty, Attempts: v.Attempts,
+		LastError: v.LastError, Worker: v.Worker, Announcements: uint64(v.Announcements)}
+	if v.State != workqueue.Absent {
+		it.Priority = queuev1.Priority(v.Priority)
+	}
+	if v.PendingSince != 0 {
+		it.PendingSince = ts(v.PendingSince)
+	}
+	if v.NotBefore != 0 {
+		it.NotBefore = ts(v.NotBefore)
+	}
+	if v.LeaseExpiresAt != 0 {
+		it.LeaseExpiresAt = ts(v.LeaseExpiresAt)
+	}
+	return it
+}
+
+func ts(nanos int64) *timestamppb.Timestamp { return timestamppb.New(time.Unix(0, nanos)) }

@@ -1,0 +1,139 @@
+package store
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// FS is the file system the store needs. OS is the real one; the tests use
+// one that forgets everything not fsynced at a simulated power loss, and one
+// that fails fsync or runs out of space on demand.
+type FS interface {
+	// Create creates a new file for writing; it fails if name exists.
+	Create(name string) (File, error)
+	// OpenAppend opens an existing file for appending.
+	OpenAppend(name string) (File, error)
+	ReadFile(name string) ([]byte, error)
+	// Truncate cuts a closed file to size and makes that durable.
+	Truncate(name string, size int64) error
+	Rename(oldname, newname string) error
+	Remove(name string) error
+	// List returns the names (not paths) of the files in dir.
+	List(dir string) ([]string, error)
+	MkdirAll(dir string) error
+	// SyncDir makes the directory's entries (creations, renames, removals)
+	// durable.
+	SyncDir(dir string) error
+}
+
+// File is an open file.
+type File interface {
+	Write(p []byte) (int, error)
+	// Sync makes the file's data durable (fdatasync).
+	Sync() error
+	// Truncate cuts the file to size; the next Write appends there.
+	Truncate(size int64) error
+	Close() error
+}
+
+// OS is the operating system's file system.
+type OS struct{}
+
+var _ FS = OS{}
+
+// Create implements FS.
+func (OS) Create(name string) (File, error) {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &osFile{f: f}, nil
+}
+
+// OpenAppend implements FS.
+func (OS) OpenAppend(name string) (File, error) {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &osFile{f: f}, nil
+}
+
+// ReadFile implements FS.
+func (OS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+
+// Truncate implements FS.
+func (OS) Truncate(name string, size int64) error {
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// Rename implements FS.
+func (OS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+
+// Remove implements FS.
+func (OS) Remove(name string) error { return os.Remove(name) }
+
+// List implements FS.
+func (OS) List(dir string) ([]string, error) {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(es))
+	for _, e := range es {
+		if !e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+// MkdirAll implements FS.
+func (OS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o700) }
+
+// SyncDir implements FS.
+func (OS) SyncDir(dir string) error {
+	d, err := os.Open(filepath.Clean(dir))
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return err
+	}
+	return d.Close()
+}
+
+type osFile struct{ f *os.File }
+
+func (o *osFile) Write(p []byte) (int, error) { return o.f.Write(p) }
+
+// Sync uses fdatasync: the log needs its data and size durable, not its
+// mtime, and MEASURED.md has fdatasync ~45% faster than fsync here.
+func (o *osFile) Sync() error {
+	for {
+		err := syscall.Fdatasync(int(o.f.Fd()))
+		if err != syscall.EINTR {
+			if err != nil {
+				return &os.PathError{Op: "fdatasync", Path: o.f.Name(), Err: err}
+			}
+			return nil
+		}
+	}
+}
+
+func (o *osFile) Truncate(size int64) error { return o.f.Truncate(size) }
+func (o *osFile) Close() error              { return o.f.Close() }

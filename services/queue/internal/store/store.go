@@ -1,0 +1,736 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/batonrun/baton/services/queue/internal/record"
+)
+
+var (
+	// ErrNoSpace is returned when the disk is full: nothing of the failed
+	// call is stored, and the store refuses changes until Heal succeeds.
+	ErrNoSpace = errors.New("store: no space left on device")
+	// ErrStopped is returned once a write or fsync has failed: the store has
+	// stopped for good (fail-stop) and the process must restart and recover.
+	ErrStopped = errors.New("store: stopped after a write failure")
+	// ErrCorrupt is returned by Open when a file is damaged anywhere but at
+	// the torn tail of the last segment.
+	ErrCorrupt = errors.New("store: corrupt")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("store: closed")
+)
+
+const (
+	walMagic    = "BTNWAL01"
+	snapMagic   = "BTNSNP01"
+	snapFooter  = "BTNSNPEN"
+	frameHeader = 8
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Options configures a Store.
+type Options struct {
+	// Dir is the data directory; it is created if missing.
+	Dir string
+	// FS is the file system; nil means OS.
+	FS FS
+	// SegmentBytes starts a new segment once one grows past it (64 MiB when
+	// 0).
+	SegmentBytes int64
+	// Logger; nil discards.
+	Logger *slog.Logger
+
+	// ackBeforeSync answers callers before fdatasync: the broken store the
+	// power-loss test must catch (its negative control). Tests only.
+	ackBeforeSync bool
+}
+
+// Store is the write-ahead log. Append is safe for concurrent use; one
+// goroutine writes and syncs, so concurrent callers share each fsync.
+type Store struct {
+	opts Options
+	fs   FS
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	wake     *sync.Cond
+	cur      *Batch // collecting records
+	inflight *Batch // being written
+	fatal    error
+	degraded bool
+	closed   bool
+	rotates  []chan rotation
+	walBytes int64 // appended since the last snapshot
+	snapSize int64
+
+	// Owned by the writer goroutine (and Open before it starts).
+	seg     File
+	segSeq  uint64
+	segSize int64
+
+	epochMu sync.Mutex
+	epoch   uint64
+	stopped chan struct{}
+}
+
+type rotation struct {
+	seq uint64
+	err error
+}
+
+// Batch is the group commit that an Append joined.
+type Batch struct {
+	buf  []byte // frame header space, then records
+	done chan struct{}
+	err  error
+}
+
+// Wait blocks until the batch is durable (nil) or failed. If ctx ends first
+// it returns ctx's error; the batch may still become durable.
+func (b *Batch) Wait(ctx context.Context) error {
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func newBatch() *Batch {
+	return &Batch{buf: make([]byte, frameHeader, 4096), done: make(chan struct{})}
+}
+
+func failedBatch(err error) *Batch {
+	b := &Batch{done: make(chan struct{}), err: err}
+	close(b.done)
+	return b
+}
+
+// Open recovers the store in opts.Dir, calling apply for every stored record
+// in order, bumps the epoch, and starts the writer.
+func Open(opts Options, apply func(*record.Record)) (*Store, error) {
+	if opts.FS == nil {
+		opts.FS = OS{}
+	}
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = 64 << 20
+	}
+	s := &Store{opts: opts, fs: opts.FS, log: opts.Logger, cur: newBatch(), stopped: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.wake = sync.NewCond(&s.mu)
+	if err := s.fs.MkdirAll(opts.Dir); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	if err := s.bumpEpoch(); err != nil {
+		return nil, err
+	}
+	if err := s.recover(apply); err != nil {
+		return nil, err
+	}
+	go s.writer()
+	return s, nil
+}
+
+// Epoch returns this run's epoch: larger than every earlier run's.
+func (s *Store) Epoch() uint64 {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	return s.epoch
+}
+
+// NextEpoch durably moves to a new epoch, for a run that has used up the
+// token space of its own.
+func (s *Store) NextEpoch() (uint64, error) {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	if err := s.bumpEpoch(); err != nil {
+		return 0, err
+	}
+	return s.epoch, nil
+}
+
+func (s *Store) path(name string) string { return filepath.Join(s.opts.Dir, name) }
+
+func segName(seq uint64) string  { return fmt.Sprintf("wal-%016x.log", seq) }
+func snapName(seq uint64) string { return fmt.Sprintf("snap-%016x.snap", seq) }
+
+func (s *Store) bumpEpoch() error {
+	var e uint64
+	b, err := s.fs.ReadFile(s.path("epoch"))
+	switch {
+	case err == nil:
+		if len(b) != 12 || crc32.Checksum(b[:8], castagnoli) != binary.BigEndian.Uint32(b[8:]) {
+			return fmt.Errorf("%w: %s: bad epoch file", ErrCorrupt, s.path("epoch"))
+		}
+		e = binary.BigEndian.Uint64(b[:8])
+	case !isNotExist(err):
+		return fmt.Errorf("read epoch: %w", err)
+	}
+	e++
+	buf := binary.BigEndian.AppendUint64(nil, e)
+	buf = binary.BigEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
+	if err := s.writeAtomic("epoch", buf); err != nil {
+		return fmt.Errorf("write epoch: %w", err)
+	}
+	s.epoch = e
+	return nil
+}
+
+// writeAtomic replaces name with data: tmp, fsync, rename, fsync dir.
+func (s *Store) writeAtomic(name string, data []byte) error {
+	tmp := s.path(name + ".tmp")
+	_ = s.fs.Remove(tmp)
+	f, err := s.fs.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := s.fs.Rename(tmp, s.path(name)); err != nil {
+		return err
+	}
+	return s.fs.SyncDir(s.opts.Dir)
+}
+
+func isNotExist(err error) bool { return errors.Is(err, syscall.ENOENT) }
+
+func parseSeq(name, prefix, suffix string) (uint64, bool) {
+	if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, suffix) {
+		return 0, false
+	}
+	var seq uint64
+	hex := strings.TrimSuffix(strings.TrimPrefix(name, prefix), suffix)
+	if len(hex) != 16 {
+		return 0, false
+	}
+	if _, err := fmt.Sscanf(hex, "%016x", &seq); err != nil {
+		return 0, false
+	}
+	return seq, true
+}
+
+func (s *Store) recover(apply func(*record.Record)) error {
+	names, err := s.fs.List(s.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("list data dir: %w", err)
+	}
+	var segs, snaps []uint64
+	for _, n := range names {
+		switch {
+		case strings.HasSuffix(n, ".tmp"):
+			_ = s.fs.Remove(s.path(n)) // an interrupted write, never renamed into place
+		case strings.HasPrefix(n, "wal-"):
+			if seq, ok := parseSeq(n, "wal-", ".log"); ok {
+				segs = append(segs, seq)
+			}
+		case strings.HasPrefix(n, "snap-"):
+			if seq, ok := parseSeq(n, "snap-", ".snap"); ok {
+				snaps = append(snaps, seq)
+			}
+		}
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i] < segs[j] })
+	sort.Slice(snaps, func(i, j int) bool { return snaps[i] < snaps[j] })
+
+	from := uint64(1)
+	if len(snaps) > 0 {
+		from = snaps[len(snaps)-1]
+		if err := s.loadSnapshot(snapName(from), apply); err != nil {
+			return err
+		}
+		for _, old := range snaps[:len(snaps)-1] {
+			_ = s.fs.Remove(s.path(snapName(old)))
+		}
+	}
+	var replay []uint64
+	for _, seq := range segs {
+		if seq < from {
+			_ = s.fs.Remove(s.path(segName(seq))) // covered by the snapshot
+			continue
+		}
+		replay = append(replay, seq)
+	}
+	for i, seq := range replay {
+		want := from
+		switch {
+		case i > 0:
+			want = replay[i-1] + 1
+		case len(snaps) == 0:
+			want = seq
+		}
+		if seq != want {
+			return fmt.Errorf("%w: segment %s is missing", ErrCorrupt, s.path(segName(want)))
+		}
+		last := i == len(replay)-1
+		size, err := s.replaySegment(segName(seq), last, apply)
+		if err != nil {
+			return err
+		}
+		if last {
+			s.segSeq, s.segSize = seq, size
+			s.walBytes = size
+		}
+	}
+	if len(replay) == 0 {
+		return s.newSegment(from)
+	}
+	f, err := s.fs.OpenAppend(s.path(segName(s.segSeq)))
+	if err != nil {
+		return fmt.Errorf("open segment: %w", err)
+	}
+	s.seg = f
+	return nil
+}
+
+func (s *Store) loadSnapshot(name string, apply func(*record.Record)) error {
+	p := s.path(name)
+	b, err := s.fs.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("read snapshot: %w", err)
+	}
+	if len(b) < len(snapMagic)+len(snapFooter) || string(b[:len(snapMagic)]) != snapMagic {
+		return fmt.Errorf("%w: %s at offset 0: bad snapshot header", ErrCorrupt, p)
+	}
+	if string(b[len(b)-len(snapFooter):]) != snapFooter {
+		return fmt.Errorf("%w: %s at offset %d: snapshot footer missing", ErrCorrupt, p, len(b)-len(snapFooter))
+	}
+	body := b[:len(b)-len(snapFooter)]
+	off := len(snapMagic)
+	for off < len(body) {
+		payload, n, err := readFrame(body, off)
+		if err != nil {
+			return fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, p, off, err)
+		}
+		if err := decodeAll(payload, p, off+frameHeader, apply); err != nil {
+			return err
+		}
+		off += n
+	}
+	s.snapSize = int64(len(b))
+	return nil
+}
+
+// replaySegment applies a segment's records and returns its valid length,
+// truncating a torn tail when last is set.
+func (s *Store) replaySegment(name string, last bool, apply func(*record.Record)) (int64, error) {
+	p := s.path(name)
+	b, err := s.fs.ReadFile(p)
+	if err != nil {
+		return 0, fmt.Errorf("read segment: %w", err)
+	}
+	if len(b) < len(walMagic) || string(b[:len(walMagic)]) != walMagic {
+		if last && (allZero(b) || strings.HasPrefix(walMagic, string(b))) {
+			// Created, but its header never fully reached the disk: nothing
+			// was ever written after it.
+			s.log.Warn("rewriting the torn header of the last segment", "file", p)
+			if err := s.fs.Truncate(p, 0); err != nil {
+				return 0, fmt.Errorf("repair segment %s: %w", p, err)
+			}
+			f, err := s.fs.OpenAppend(p)
+			if err != nil {
+				return 0, fmt.Errorf("repair segment %s: %w", p, err)
+			}
+			defer f.Close()
+			if _, err := f.Write([]byte(walMagic)); err != nil {
+				return 0, fmt.Errorf("repair segment %s: %w", p, err)
+			}
+			if err := f.Sync(); err != nil {
+				return 0, fmt.Errorf("repair segment %s: %w", p, err)
+			}
+			return int64(len(walMagic)), nil
+		}
+		return 0, fmt.Errorf("%w: %s at offset 0: bad segment header", ErrCorrupt, p)
+	}
+	off := len(walMagic)
+	for off < len(b) {
+		payload, n, err := readFrame(b, off)
+		if err != nil {
+			torn := last && (allZero(b[off:]) || claimedEnd(b, off) >= len(b))
+			if !torn {
+				return 0, fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, p, off, err)
+			}
+			s.log.Warn("truncating a torn write at the end of the log", "file", p, "offset", off, "dropped_bytes", len(b)-off)
+			if err := s.fs.Truncate(p, int64(off)); err != nil {
+				return 0, fmt.Errorf("truncate torn tail of %s: %w", p, err)
+			}
+			return int64(off), nil
+		}
+		if err := decodeAll(payload, p, off+frameHeader, apply); err != nil {
+			return 0, err
+		}
+		off += n
+	}
+	return int64(off), nil
+}
+
+func decodeAll(payload []byte, file string, base int, apply func(*record.Record)) error {
+	for i := 0; i < len(payload); {
+		r, n, err := record.Decode(payload[i:])
+		if err != nil {
+			return fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, file, base+i, err)
+		}
+		apply(&r)
+		i += n
+	}
+	return nil
+}
+
+// readFrame checks the frame at off and returns its payload and length.
+func readFrame(b []byte, off int) ([]byte, int, error) {
+	if len(b)-off < frameHeader {
+		return nil, 0, errors.New("truncated frame header")
+	}
+	n := int(binary.BigEndian.Uint32(b[off:]))
+	sum := binary.BigEndian.Uint32(b[off+4:])
+	if n == 0 {
+		return nil, 0, errors.New("empty frame")
+	}
+	if n > len(b)-off-frameHeader {
+		return nil, 0, fmt.Errorf("frame of %d bytes runs past the end", n)
+	}
+	payload := b[off+frameHeader : off+frameHeader+n]
+	if crc32.Checksum(payload, castagnoli) != sum {
+		return nil, 0, errors.New("checksum mismatch")
+	}
+	return payload, frameHeader + n, nil
+}
+
+func claimedEnd(b []byte, off int) int {
+	if len(b)-off < frameHeader {
+		return len(b)
+	}
+	return off + frameHeader + int(binary.BigEndian.Uint32(b[off:]))
+}
+
+func allZero(b []byte) bool { return len(bytes.TrimLeft(b, "\x00")) == 0 }
+
+// newSegment creates segment seq and makes it the one written to.
+func (s *Store) newSegment(seq uint64) error {
+	f, err := s.fs.Create(s.path(segName(seq)))
+	if err != nil {
+		return fmt.Errorf("create segment: %w", err)
+	}
+	if _, err := f.Write([]byte(walMagic)); err != nil {
+		f.Close()
+		_ = s.fs.Remove(s.path(segName(seq)))
+		return fmt.Errorf("write segment header: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync segment: %w", err)
+	}
+	if err := s.fs.SyncDir(s.opts.Dir); err != nil {
+		f.Close()
+		return fmt.Errorf("sync data dir: %w", err)
+	}
+	if s.seg != nil {
+		s.seg.Close()
+	}
+	s.seg, s.segSeq, s.segSize = f, seq, int64(len(walMagic))
+	return nil
+}
+
+// Append adds encoded records to the current group commit and returns it;
+// the caller waits on it before answering. An empty Append returns the
+// latest batch not yet durable (or a finished one), so waiting on it covers
+// every record appended before.
+func (s *Store) Append(recs []byte) *Batch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.fatal != nil:
+		return failedBatch(s.fatal)
+	case s.closed:
+		return failedBatch(ErrClosed)
+	case s.degraded:
+		return failedBatch(ErrNoSpace)
+	}
+	if len(recs) == 0 {
+		switch {
+		case len(s.cur.buf) > frameHeader:
+			return s.cur
+		case s.inflight != nil:
+			return s.inflight
+		}
+		return failedBatch(nil)
+	}
+	s.cur.buf = append(s.cur.buf, recs...)
+	s.walBytes += int64(len(recs))
+	s.wake.Signal()
+	return s.cur
+}
+
+func (s *Store) writer() {
+	defer close(s.stopped)
+	for {
+		s.mu.Lock()
+		for len(s.cur.buf) == frameHeader && len(s.rotates) == 0 && !s.closed {
+			s.wake.Wait()
+		}
+		if s.closed && len(s.cur.buf) == frameHeader && len(s.rotates) == 0 {
+			s.mu.Unlock()
+			if s.seg != nil {
+				s.seg.Close()
+			}
+			return
+		}
+		b := s.cur
+		if len(b.buf) > frameHeader {
+			s.cur = newBatch()
+			s.inflight = b
+		} else {
+			b = nil
+		}
+		rotates := s.rotates
+		s.rotates = nil
+		failed := s.fatal
+		s.mu.Unlock()
+
+		if b != nil {
+			err := failed
+			if err == nil {
+				err = s.commit(b)
+			}
+			s.mu.Lock()
+			s.inflight = nil
+			b.err = err
+			s.mu.Unlock()
+			if !s.opts.ackBeforeSync || err != nil {
+				close(b.done)
+			}
+		}
+		if len(rotates) > 0 || s.segSize > s.opts.SegmentBytes {
+			var r rotation
+			s.mu.Lock()
+			r.err = s.fatal
+			s.mu.Unlock()
+			if r.err == nil {
+				r.err = s.newSegment(s.segSeq + 1)
+			}
+			r.seq = s.segSeq
+			for _, c := range rotates {
+				c <- r
+			}
+		}
+	}
+}
+
+// commit writes one frame and syncs it; it sets the store's failure state.
+func (s *Store) commit(b *Batch) error {
+	payload := b.buf[frameHeader:]
+	binary.BigEndian.PutUint32(b.buf[0:], uint32(len(payload)))
+	binary.BigEndian.PutUint32(b.buf[4:], crc32.Checksum(payload, castagnoli))
+	if _, err := s.seg.Write(b.buf); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			// Cut the partial frame so the log stays a clean prefix; if even
+			// that fails, the tail is unknown and we must stop.
+			if terr := s.seg.Truncate(s.segSize); terr != nil {
+				return s.stop(fmt.Errorf("truncate after a full disk: %w", terr))
+			}
+			s.mu.Lock()
+			s.degraded = true
+			s.mu.Unlock()
+			s.log.Error("disk full: refusing changes until space is back", "dir", s.opts.Dir)
+			return ErrNoSpace
+		}
+		return s.stop(fmt.Errorf("write log: %w", err))
+	}
+	if s.opts.ackBeforeSync {
+		close(b.done)
+	}
+	if err := s.seg.Sync(); err != nil {
+		return s.stop(fmt.Errorf("fdatasync log: %w", err))
+	}
+	s.segSize += int64(len(b.buf))
+	return nil
+}
+
+func (s *Store) stop(err error) error {
+	s.log.Error("store stopped: the log can no longer be trusted, restart to recover", "error", err)
+	err = fmt.Errorf("%w: %w", ErrStopped, err)
+	s.mu.Lock()
+	if s.fatal == nil {
+		s.fatal = err
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// Err returns the error that stopped the store, or nil.
+func (s *Store) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fatal
+}
+
+// Degraded reports whether the store refuses changes for a full disk.
+func (s *Store) Degraded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.degraded
+}
+
+// WALBytes returns the bytes appended since the last snapshot, and the size
+// of that snapshot, for the owner's compaction policy.
+func (s *Store) WALBytes() (wal, snap int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.walBytes, s.snapSize
+}
+
+// rotate starts a new segment after everything appended so far and returns
+// its seq.
+func (s *Store) rotate() (uint64, error) {
+	c := make(chan rotation, 1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, ErrClosed
+	}
+	s.rotates = append(s.rotates, c)
+	s.wake.Signal()
+	s.mu.Unlock()
+	r := <-c
+	return r.seq, r.err
+}
+
+// Snapshot rotates the log, has walk emit the stored state of every key
+// (encoded records) and Queue records, and makes that the new base: the
+// segments before the rotation and older snapshots are removed. Changes may
+// go on during walk (see doc.go).
+func (s *Store) Snapshot(walk func(emit func([]byte) error) error) error {
+	seq, err := s.rotate()
+	if err != nil {
+		return fmt.Errorf("rotate log: %w", err)
+	}
+	name := snapName(seq)
+	tmp := s.path(name + ".tmp")
+	_ = s.fs.Remove(tmp)
+	f, err := s.fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("create snapshot: %w", err)
+	}
+	size := int64(0)
+	fail := func(err error) error {
+		f.Close()
+		_ = s.fs.Remove(tmp)
+		return err
+	}
+	write := func(p []byte) error {
+		n, err := f.Write(p)
+		size += int64(n)
+		return err
+	}
+	if err := write([]byte(snapMagic)); err != nil {
+		return fail(fmt.Errorf("write snapshot: %w", err))
+	}
+	frame := make([]byte, frameHeader, 1<<20)
+	flush := func() error {
+		if len(frame) == frameHeader {
+			return nil
+		}
+		payload := frame[frameHeader:]
+		binary.BigEndian.PutUint32(frame[0:], uint32(len(payload)))
+		binary.BigEndian.PutUint32(frame[4:], crc32.Checksum(payload, castagnoli))
+		err := write(frame)
+		frame = frame[:frameHeader]
+		return err
+	}
+	err = walk(func(rec []byte) error {
+		frame = append(frame, rec...)
+		if len(frame) >= 1<<20 {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err == nil {
+		err = write([]byte(snapFooter))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		return fail(fmt.Errorf("write snapshot: %w", err))
+	}
+	if err := f.Close(); err != nil {
+		_ = s.fs.Remove(tmp)
+		return fmt.Errorf("close snapshot: %w", err)
+	}
+	if err := s.fs.Rename(tmp, s.path(name)); err != nil {
+		_ = s.fs.Remove(tmp)
+		return fmt.Errorf("install snapshot: %w", err)
+	}
+	if err := s.fs.SyncDir(s.opts.Dir); err != nil {
+		return fmt.Errorf("sync data dir: %w", err)
+	}
+	s.mu.Lock()
+	s.snapSize = size
+	s.walBytes = 0
+	s.mu.Unlock()
+	// Removing what the snapshot covers needs no fsync: a file that comes
+	// back after a crash is older than the snapshot and Open removes it.
+	names, _ := s.fs.List(s.opts.Dir)
+	for _, n := range names {
+		if q, ok := parseSeq(n, "wal-", ".log"); ok && q < seq {
+			_ = s.fs.Remove(s.path(n))
+		}
+		if q, ok := parseSeq(n, "snap-", ".snap"); ok && q < seq {
+			_ = s.fs.Remove(s.path(n))
+		}
+	}
+	return nil
+}
+
+// Heal ends the degraded state after a full disk: walk must emit the whole
+// state while the owner keeps every change out (memory may hold changes the
+// log lacks, and the snapshot is what stores them).
+func (s *Store) Heal(walk func(emit func([]byte) error) error) error {
+	if err := s.Snapshot(walk); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.degraded = false
+	s.mu.Unlock()
+	s.log.Info("disk space is back: accepting changes again", "dir", s.opts.Dir)
+	return nil
+}
+
+// Close writes what is pending and stops the writer.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.wake.Signal()
+	s.mu.Unlock()
+	<-s.stopped
+	return s.Err()
+}

@@ -1,0 +1,150 @@
+// Package service runs baton-queue: it recovers the queues from the data
+// directory and serves baton.queue.v1.QueueService, grpc.health.v1 and
+// reflection over gRPC, and /metrics, /healthz and /readyz over HTTP. The
+// baton-queue binary and the embedded dev stack both call Run.
+package service
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/queue/internal/broker"
+	"github.com/batonrun/baton/services/queue/internal/server"
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"github.com/batonrun/baton/services/queue/internal/workqueue"
+	"github.com/batonrun/baton/services/runtime/serve"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+)
+
+// Config is baton-queue's configuration; the flags of DESIGN.md map onto it.
+type Config struct {
+	GRPCAddr     string
+	HTTPAddr     string
+	DataDir      string
+	BackoffBase  time.Duration
+	BackoffMax   time.Duration
+	MaxAttempts  int
+	DefaultLease time.Duration
+	// GracePeriod bounds the drain on SIGTERM.
+	GracePeriod time.Duration
+	// OnListen, if set, learns the bound addresses (tests listen on :0).
+	OnListen func(grpcAddr, httpAddr net.Addr)
+	// Handle adds HTTP handlers beside /metrics, /healthz and /readyz.
+	Handle func(mux *http.ServeMux, b *broker.Broker)
+}
+
+// DefaultConfig returns DESIGN.md's defaults.
+func DefaultConfig() Config {
+	return Config{
+		GRPCAddr: ":7070", HTTPAddr: ":9090", DataDir: "./data/queue",
+		BackoffBase: 5 * time.Millisecond, BackoffMax: 1000 * time.Second,
+		DefaultLease: 30 * time.Second, GracePeriod: 10 * time.Second,
+	}
+}
+
+// RegisterFlags binds the configuration to fs, with c's values as defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz, /readyz")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the write-ahead log and snapshots")
+	fs.DurationVar(&c.BackoffBase, "backoff-base", c.BackoffBase, "wait after a key's first failure; doubles per failure")
+	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "longest wait between retries")
+	fs.IntVar(&c.MaxAttempts, "max-attempts", c.MaxAttempts, "park a key after this many failures (0 = never park)")
+	fs.DurationVar(&c.DefaultLease, "default-lease", c.DefaultLease, "lease length when a worker asks for none")
+	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.GRPCAddr == "":
+		return errors.New("--grpc-addr is empty")
+	case c.HTTPAddr == "":
+		return errors.New("--http-addr is empty")
+	case c.DataDir == "":
+		return errors.New("--data-dir is empty")
+	case c.BackoffBase <= 0:
+		return fmt.Errorf("--backoff-base must be positive, not %v", c.BackoffBase)
+	case c.BackoffMax < c.BackoffBase:
+		return fmt.Errorf("--backoff-max (%v) is below --backoff-base (%v)", c.BackoffMax, c.BackoffBase)
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("--max-attempts must be 0 or more, not %d", c.MaxAttempts)
+	case c.DefaultLease <= 0 || c.DefaultLease > server.MaxLease:
+		return fmt.Errorf("--default-lease must be in (0, %v], not %v", server.MaxLease, c.DefaultLease)
+	}
+	return nil
+}
+
+// Run recovers the store and serves until ctx is cancelled. It returns an
+// error if the store cannot be recovered (corruption names file and offset)
+// or stops after a write failure.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	wq := workqueue.DefaultConfig()
+	wq.BackoffBase, wq.BackoffMax, wq.MaxAttempts = cfg.BackoffBase, cfg.BackoffMax, uint32(cfg.MaxAttempts)
+	metrics := broker.NewMetrics()
+	b, err := broker.Open(broker.Config{Queue: wq, DefaultLease: cfg.DefaultLease}, store.Options{Dir: cfg.DataDir}, metrics, log)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	reg := prometheus.NewRegistry()
+	if err := metrics.Register(reg, b); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+
+	// A store that stopped after a write failure cannot be trusted: end the
+	// process so its supervisor restarts it and recovery reads the disk.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := b.Err(); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+
+	err = serve.Run(ctx, serve.Options{
+		Name: "baton-queue", GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr,
+		Register: func(s *grpc.Server) []string {
+			queuev1.RegisterQueueServiceServer(s, server.New(b))
+			return []string{queuev1.QueueService_ServiceDesc.ServiceName}
+		},
+		Ready:       func(context.Context) error { return b.Ready() },
+		Registry:    reg,
+		GracePeriod: cfg.GracePeriod,
+		Logger:      log,
+		OnListen:    cfg.OnListen,
+		Handle: func(mux *http.ServeMux) {
+			if cfg.Handle != nil {
+				cfg.Handle(mux, b)
+			}
+		},
+	})
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
