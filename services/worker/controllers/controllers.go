@@ -1,0 +1,208 @@
+// Package controllers holds Baton's reference controllers, one invariant
+// each, as DESIGN.md specifies them:
+//
+//   - replicasets: the live pods owned by a ReplicaSet number spec.replicas.
+//   - deployments: the active ReplicaSet matches the pod template; a template
+//     change rolls out a new ReplicaSet bounded by maxSurge/maxUnavailable, a
+//     count change scales the active one.
+//   - jobs: spec.completions pods have succeeded; failed pods are replaced up
+//     to spec.backoffLimit.
+//   - statefulsets: pods <set>-0 … <set>-(n-1), created in order (each
+//     Running before the next) and removed highest ordinal first.
+//   - pods: the pod runtime, standing in for a node agent: Pending → Running,
+//     and job pods Succeeded or Failed after their simulated duration.
+//
+// Every controller is level-based: it reads its object (from etcd, so the
+// reads of its children through the observer's cache are at least that
+// recent), compares desired with observed, acts, and writes status with
+// observedGeneration only when the status changed. When its object is gone
+// it deletes the children that named it as owner (Kubernetes leaves that to a
+// garbage collector; here it is part of each invariant). Children whose owner
+// reference carries another uid belong to an earlier object of the same name
+// and are deleted too.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sort"
+	"time"
+
+	"github.com/batonrun/baton/services/worker/objects"
+	"github.com/batonrun/baton/services/worker/reconcile"
+)
+
+// Queue names: each controller leases from the queue of its own name.
+const (
+	ReplicaSets  = "replicasets"
+	Deployments  = "deployments"
+	Jobs         = "jobs"
+	StatefulSets = "statefulsets"
+	Pods         = "pods"
+)
+
+// Names lists every reference controller, in the order --controllers=all
+// starts them.
+var Names = []string{ReplicaSets, Deployments, Jobs, StatefulSets, Pods}
+
+// Deps are what every controller needs.
+type Deps struct {
+	Store *objects.Store
+	// Log receives the controllers' decisions; nil discards.
+	Log *slog.Logger
+	// Now is the clock of the pod runtime; nil means time.Now.
+	Now func() time.Time
+}
+
+// New returns the reference controller called name.
+func New(name string, d Deps) (reconcile.Reconciler, error) {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	switch name {
+	case ReplicaSets:
+		return &ReplicaSetController{d}, nil
+	case Deployments:
+		return &DeploymentController{d}, nil
+	case Jobs:
+		return &JobController{d}, nil
+	case StatefulSets:
+		return &StatefulSetController{d}, nil
+	case Pods:
+		return &PodRuntime{d}, nil
+	}
+	return nil, fmt.Errorf("controllers: unknown controller %q", name)
+}
+
+// parseKey splits a queue key; a malformed key can never succeed, so it is a
+// terminal error.
+func parseKey(key string) (ns, name string, err error) {
+	ns, name, err = objects.SplitKey(key)
+	if err != nil {
+		return "", "", reconcile.Terminal(err)
+	}
+	return ns, name, nil
+}
+
+// children lists the objects of resource in ns that name kind/name as owner,
+// and deletes those whose owner reference has a uid other than uid (left
+// over from an earlier owner of the same name). With uid empty, every child
+// is returned.
+func children[T any](ctx context.Context, st *objects.Store, resource, ns, kind, name, uid string) ([]objects.Item[T], error) {
+	items, err := objects.List[T](ctx, st, objects.Prefix(resource, ns), objects.OwnedBy{Namespace: ns, Kind: kind, Name: name})
+	if err != nil {
+		return nil, err
+	}
+	if uid == "" {
+		return items, nil
+	}
+	out := items[:0]
+	for _, it := range items {
+		m := any(it.Object).(objects.Metaobject).Meta()
+		if m.OwnedBy(kind, name, uid) {
+			out = append(out, it)
+			continue
+		}
+		if err := st.Delete(ctx, it.Key, it.ModRevision); err != nil && !errors.Is(err, objects.ErrConflict) {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// deleteChildren deletes every object of resource in ns owned by kind/name:
+// the cleanup when the owner is gone.
+func deleteChildren(ctx context.Context, st *objects.Store, resource, ns, kind, name string) (int, error) {
+	raws, err := st.List(ctx, objects.Prefix(resource, ns), objects.OwnedBy{Namespace: ns, Kind: kind, Name: name})
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range raws {
+		if err := st.Delete(ctx, r.Key, 0); err != nil {
+			return 0, err
+		}
+	}
+	return len(raws), nil
+}
+
+// newPod builds a pod named name from an owner's template.
+func newPod(owner *objects.ObjectMeta, kind, name string, t objects.PodTemplate) *objects.Pod {
+	return &objects.Pod{
+		Kind: objects.KindPod,
+		Metadata: objects.ObjectMeta{
+			Name: name, Namespace: owner.Namespace, Generation: 1,
+			Labels:          maps.Clone(t.Metadata.Labels),
+			OwnerReferences: []objects.OwnerReference{owner.Ref(kind)},
+		},
+		Spec:   t.Spec,
+		Status: objects.PodStatus{Phase: objects.PodPending},
+	}
+}
+
+// createPod creates a pod named <owner>-<5 random alphanumerics>, drawing a
+// new suffix if the name is taken.
+func createPod(ctx context.Context, st *objects.Store, owner *objects.ObjectMeta, kind string, t objects.PodTemplate) error {
+	var err error
+	for range 5 {
+		name := owner.Name + "-" + objects.RandomSuffix()
+		_, err = st.Create(ctx, objects.Key(objects.ResourcePods, owner.Namespace, name), newPod(owner, kind, name, t))
+		if !errors.Is(err, objects.ErrConflict) {
+			return err
+		}
+	}
+	return err
+}
+
+// podCounts are the pods of one owner by phase.
+type podCounts struct {
+	live, ready, succeeded, failed int
+}
+
+func count(pods []objects.Item[objects.Pod]) podCounts {
+	var c podCounts
+	for _, p := range pods {
+		switch p.Object.Status.Phase {
+		case objects.PodSucceeded:
+			c.succeeded++
+		case objects.PodFailed:
+			c.failed++
+		case objects.PodRunning:
+			c.live++
+			c.ready++
+		default:
+			c.live++
+		}
+	}
+	return c
+}
+
+// deletionOrder sorts live pods so that the cheapest to lose come first: not
+// yet running before running, then the most recently changed first (as
+// Kubernetes' ReplicaSet prefers unready and younger pods).
+func deletionOrder(pods []objects.Item[objects.Pod]) {
+	sort.SliceStable(pods, func(i, j int) bool {
+		ri := pods[i].Object.Status.Phase == objects.PodRunning
+		rj := pods[j].Object.Status.Phase == objects.PodRunning
+		if ri != rj {
+			return !ri
+		}
+		return pods[i].ModRevision > pods[j].ModRevision
+	})
+}
+
+// livePods returns the pods that count as replicas.
+func livePods(pods []objects.Item[objects.Pod]) []objects.Item[objects.Pod] {
+	var out []objects.Item[objects.Pod]
+	for _, p := range pods {
+		if objects.Live(p.Object) {
+			out = append(out, p)
+		}
+	}
+	return out
+}

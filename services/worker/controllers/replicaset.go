@@ -1,0 +1,72 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+
+	"github.com/batonrun/baton/services/worker/objects"
+	"github.com/batonrun/baton/services/worker/reconcile"
+)
+
+// ReplicaSetController keeps the number of live pods owned by each
+// ReplicaSet equal to spec.replicas (default 1).
+type ReplicaSetController struct{ d Deps }
+
+// Reconcile converges one ReplicaSet, key "namespace/name".
+func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ns, name, err := parseKey(req.Key)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	st := c.d.Store
+	key := objects.Key(objects.ResourceReplicaSets, ns, name)
+	raw, err := st.GetDirect(ctx, key)
+	if errors.Is(err, objects.ErrNotFound) {
+		n, err := deleteChildren(ctx, st, objects.ResourcePods, ns, objects.KindReplicaSet, name)
+		if n > 0 {
+			c.d.Log.Info("replicaset gone, deleted its pods", "key", req.Key, "pods", n)
+		}
+		return reconcile.Result{}, err
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	rs, err := objects.Decode[objects.ReplicaSet](raw)
+	if err != nil {
+		return reconcile.Result{}, reconcile.Terminal(err)
+	}
+	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindReplicaSet, name, rs.Metadata.UID)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	live := livePods(pods)
+	want := objects.Or(rs.Spec.Replicas, 1)
+	switch {
+	case len(live) < want:
+		for range want - len(live) {
+			if err := createPod(ctx, st, &rs.Metadata, objects.KindReplicaSet, rs.Spec.Template); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		c.d.Log.Debug("created pods", "key", req.Key, "count", want-len(live))
+	case len(live) > want:
+		deletionOrder(live)
+		n := len(live) - want
+		for _, p := range live[:n] {
+			if err := st.Delete(ctx, p.Key, 0); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		live = live[n:]
+		c.d.Log.Debug("deleted pods", "key", req.Key, "count", n)
+	}
+	ready := 0
+	for _, p := range live {
+		if p.Object.Status.Phase == objects.PodRunning {
+			ready++
+		}
+	}
+	return reconcile.Result{}, st.UpdateStatus(ctx, key, rs.Metadata.UID, objects.ReplicaSetStatus{
+		Replicas: want, ReadyReplicas: ready, ObservedGeneration: rs.Metadata.Generation,
+	})
+}

@@ -1,0 +1,468 @@
+// Package objects gives reconcilers typed access to the objects Baton keeps
+// in etcd (/registry/<resource>/<namespace>/<name>, one JSON object each):
+// ReplicaSets, Deployments, Jobs, StatefulSets and Pods.
+//
+// # Reads
+//
+// A Store reads through the observer's cache (ObserverService Get and List),
+// never loading etcd with the reads of every worker. Each read asks for
+// min_revision = the revision of this Store's last write, so a worker always
+// sees its own writes even though the cache lags etcd by a few milliseconds.
+// A Store built without an observer (or asked with Direct) reads etcd itself.
+//
+// # Writes
+//
+// Every write goes to etcd as a compare-and-swap: Create succeeds only if the
+// key does not exist, Update and Delete only if the key's mod_revision is the
+// one read. Modify and UpdateStatus read the object from etcd, apply a change
+// and write it back, and on a conflict (someone wrote in between) read again
+// and retry instead of failing the reconcile. A Create that finds no uid sets
+// metadata.uid.
+//
+//	st := objects.NewStore(etcdClient, observerClient)
+//	rs, rev, err := objects.Get[objects.ReplicaSet](ctx, st, objects.Key("replicasets", "default", "web"))
+//	pods, err := objects.List[objects.Pod](ctx, st, objects.Prefix("pods", "default"),
+//		objects.OwnedBy{Namespace: "default", Kind: "ReplicaSet", Name: "web"})
+package objects
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrNotFound is returned when an object does not exist.
+var ErrNotFound = errors.New("objects: not found")
+
+// ErrConflict is returned when a compare-and-swap finds the key changed (or,
+// for Create, already present).
+var ErrConflict = errors.New("objects: conflict")
+
+// maxConflictRetries bounds the read-modify-write loop of Modify; a key
+// written this often within one reconcile is contended beyond reason, and the
+// reconcile is better retried later with backoff.
+const maxConflictRetries = 16
+
+// opTimeout bounds one etcd or observer call, so an unreachable etcd fails a
+// reconcile quickly (and the queue retries it with backoff) instead of
+// holding it until the reconcile's own timeout.
+const opTimeout = 5 * time.Second
+
+// Key returns the etcd key of an object.
+func Key(resource, namespace, name string) string {
+	return "/registry/" + resource + "/" + namespace + "/" + name
+}
+
+// Prefix returns the key prefix of a resource's objects in a namespace.
+func Prefix(resource, namespace string) string {
+	return "/registry/" + resource + "/" + namespace + "/"
+}
+
+// SplitKey splits a queue key "namespace/name".
+func SplitKey(key string) (namespace, name string, err error) {
+	ns, name, ok := strings.Cut(key, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("objects: key %q is not namespace/name", key)
+	}
+	return ns, name, nil
+}
+
+// Raw is one stored object.
+type Raw struct {
+	Key         string
+	Value       []byte
+	ModRevision int64
+}
+
+// OwnedBy selects the children of one owner in List.
+type OwnedBy struct {
+	Namespace, Kind, Name string
+	// UID, if set, must match too.
+	UID string
+}
+
+// Store reads and writes objects. It is safe for concurrent use.
+type Store struct {
+	etcd     *clientv3.Client
+	observer observerv1.ObserverServiceClient // nil: read etcd
+	// minRev is the newest etcd revision this Store has written or read
+	// from etcd; cache reads wait for it (read-your-writes, and a child list
+	// never older than its owner read from etcd).
+	minRev atomic.Int64
+}
+
+// NewStore returns a Store that writes to etcd and reads through observer
+// (or from etcd when observer is nil).
+func NewStore(etcd *clientv3.Client, observer observerv1.ObserverServiceClient) *Store {
+	return &Store{etcd: etcd, observer: observer}
+}
+
+// MinRevision is the revision every cache read of this Store waits for: the
+// newest it has written or read from etcd.
+func (s *Store) MinRevision() int64 { return s.minRev.Load() }
+
+func (s *Store) wrote(rev int64) {
+	for {
+		cur := s.minRev.Load()
+		if rev <= cur || s.minRev.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
+// Get reads one object through the cache (or etcd).
+func (s *Store) Get(ctx context.Context, key string) (Raw, error) {
+	if s.observer == nil {
+		return s.GetDirect(ctx, key)
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	resp, err := s.observer.Get(ctx, &observerv1.GetRequest{Key: key, MinRevision: s.minRev.Load()})
+	if status.Code(err) == codes.NotFound {
+		return Raw{}, fmt.Errorf("get %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return Raw{}, fmt.Errorf("get %s from observer: %w", key, err)
+	}
+	return Raw{Key: key, Value: resp.GetObject(), ModRevision: resp.GetModRevision()}, nil
+}
+
+// GetDirect reads one object from etcd (linearizable). Later cache reads of
+// this Store reflect at least the revision it saw.
+func (s *Store) GetDirect(ctx context.Context, key string) (Raw, error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	resp, err := s.etcd.Get(ctx, key)
+	if err != nil {
+		return Raw{}, fmt.Errorf("get %s from etcd: %w", key, err)
+	}
+	s.wrote(resp.Header.Revision)
+	if len(resp.Kvs) == 0 {
+		return Raw{}, fmt.Errorf("get %s: %w", key, ErrNotFound)
+	}
+	kv := resp.Kvs[0]
+	return Raw{Key: key, Value: kv.Value, ModRevision: kv.ModRevision}, nil
+}
+
+// List reads the objects under prefix through the cache (or etcd), only the
+// children of owner if owner.Kind is set, in key order.
+func (s *Store) List(ctx context.Context, prefix string, owner OwnedBy) ([]Raw, error) {
+	if s.observer == nil {
+		return s.ListDirect(ctx, prefix, owner)
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	var out []Raw
+	req := &observerv1.ListRequest{
+		Prefix: prefix, OwnerKind: owner.Kind, OwnerName: owner.Name, OwnerNamespace: owner.Namespace,
+		OwnerUid: owner.UID, PageSize: 10000, MinRevision: s.minRev.Load(),
+	}
+	for {
+		resp, err := s.observer.List(ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("list %s from observer: %w", prefix, err)
+		}
+		for _, it := range resp.GetItems() {
+			out = append(out, Raw{Key: it.GetKey(), Value: it.GetValue(), ModRevision: it.GetModRevision()})
+		}
+		if resp.GetNextPageToken() == "" {
+			return out, nil
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+}
+
+// ListDirect is List from etcd; the owner filter is applied here.
+func (s *Store) ListDirect(ctx context.Context, prefix string, owner OwnedBy) ([]Raw, error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	resp, err := s.etcd.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list %s from etcd: %w", prefix, err)
+	}
+	out := make([]Raw, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if owner.Kind != "" || owner.UID != "" {
+			var o struct {
+				Metadata ObjectMeta `json:"metadata"`
+			}
+			if json.Unmarshal(kv.Value, &o) != nil {
+				continue
+			}
+			ns := owner.Namespace
+			if ns == "" {
+				ns = o.Metadata.Namespace
+			}
+			if o.Metadata.Namespace != ns || !o.Metadata.OwnedBy(owner.Kind, owner.Name, owner.UID) {
+				continue
+			}
+		}
+		out = append(out, Raw{Key: string(kv.Key), Value: kv.Value, ModRevision: kv.ModRevision})
+	}
+	return out, nil
+}
+
+// Metaobject is an object with metadata: every Object.
+type Metaobject interface{ Meta() *ObjectMeta }
+
+// Create stores v at key if the key does not exist (ErrConflict if it does)
+// and returns the new mod_revision. It sets metadata.uid if it is empty.
+func (s *Store) Create(ctx context.Context, key string, v Metaobject) (int64, error) {
+	if m := v.Meta(); m.UID == "" {
+		m.UID = NewUID()
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encode %s: %w", key, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	resp, err := s.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(b))).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("create %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("create %s: %w", key, ErrConflict)
+	}
+	s.wrote(resp.Header.Revision)
+	return resp.Header.Revision, nil
+}
+
+// Update replaces key's value with v if its mod_revision is still modRev.
+func (s *Store) Update(ctx context.Context, key string, modRev int64, v any) (int64, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encode %s: %w", key, err)
+	}
+	return s.put(ctx, key, modRev, b)
+}
+
+func (s *Store) put(ctx context.Context, key string, modRev int64, b []byte) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	resp, err := s.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+		Then(clientv3.OpPut(key, string(b))).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("update %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("update %s: %w", key, ErrConflict)
+	}
+	s.wrote(resp.Header.Revision)
+	return resp.Header.Revision, nil
+}
+
+// Delete removes key if its mod_revision is still modRev (any revision when
+// modRev is 0). Deleting a missing key is not an error: the goal is reached.
+func (s *Store) Delete(ctx context.Context, key string, modRev int64) error {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	var cmp clientv3.Cmp
+	if modRev > 0 {
+		cmp = clientv3.Compare(clientv3.ModRevision(key), "=", modRev)
+	} else {
+		cmp = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
+	}
+	resp, err := s.etcd.Txn(ctx).If(cmp).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		if len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().GetKvs()) == 0 {
+			return nil // already gone
+		}
+		return fmt.Errorf("delete %s: %w", key, ErrConflict)
+	}
+	s.wrote(resp.Header.Revision)
+	return nil
+}
+
+// Modify reads key from etcd into a T, calls change, and writes the result
+// back if change reports a change, retrying from the read when another
+// writer got in between. It returns ErrNotFound if the key is gone. Top-level
+// fields of the stored object that T does not know are kept.
+func Modify[T any](ctx context.Context, s *Store, key string, change func(*T) (bool, error)) error {
+	for range maxConflictRetries {
+		raw, err := s.GetDirect(ctx, key)
+		if err != nil {
+			return err
+		}
+		var v T
+		if err := json.Unmarshal(raw.Value, &v); err != nil {
+			return fmt.Errorf("decode %s: %w", key, err)
+		}
+		changed, err := change(&v)
+		if err != nil || !changed {
+			return err
+		}
+		b, err := mergeTop(raw.Value, v)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", key, err)
+		}
+		if _, err := s.put(ctx, key, raw.ModRevision, b); !errors.Is(err, ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("modify %s: gave up after %d conflicts: %w", key, maxConflictRetries, ErrConflict)
+}
+
+// UpdateStatus sets the status of the object at key, if it still has uid,
+// leaving every other field as stored. It writes nothing when the status is
+// already equal (a status write would otherwise wake the controller again
+// for nothing), and retries on conflict.
+func (s *Store) UpdateStatus(ctx context.Context, key, uid string, st any) error {
+	want, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode status of %s: %w", key, err)
+	}
+	for range maxConflictRetries {
+		raw, err := s.GetDirect(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			return nil // deleted meanwhile: its next reconcile cleans up
+		}
+		if err != nil {
+			return err
+		}
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(raw.Value, &top); err != nil {
+			return fmt.Errorf("decode %s: %w", key, err)
+		}
+		var meta ObjectMeta
+		if err := json.Unmarshal(top["metadata"], &meta); err != nil {
+			return fmt.Errorf("decode metadata of %s: %w", key, err)
+		}
+		if uid != "" && meta.UID != uid {
+			return nil // replaced by a new object of the same name
+		}
+		if jsonEqual(top["status"], want) {
+			return nil
+		}
+		top["status"] = want
+		b, err := json.Marshal(top)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", key, err)
+		}
+		if _, err := s.put(ctx, key, raw.ModRevision, b); !errors.Is(err, ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("update status of %s: gave up after %d conflicts: %w", key, maxConflictRetries, ErrConflict)
+}
+
+// mergeTop encodes v over the top-level fields of stored.
+func mergeTop(stored []byte, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var top, upd map[string]json.RawMessage
+	if json.Unmarshal(stored, &top) != nil || top == nil {
+		return b, nil
+	}
+	if err := json.Unmarshal(b, &upd); err != nil {
+		return nil, err
+	}
+	for k, val := range upd {
+		top[k] = val
+	}
+	return json.Marshal(top)
+}
+
+// jsonEqual compares two JSON documents by value.
+func jsonEqual(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+// Decode decodes a stored object.
+func Decode[T any](r Raw) (*T, error) {
+	var v T
+	if err := json.Unmarshal(r.Value, &v); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", r.Key, err)
+	}
+	return &v, nil
+}
+
+// Get reads and decodes one object, with its mod_revision.
+func Get[T any](ctx context.Context, s *Store, key string) (*T, int64, error) {
+	r, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	v, err := Decode[T](r)
+	return v, r.ModRevision, err
+}
+
+// Item is a decoded object with its key and mod_revision.
+type Item[T any] struct {
+	Key         string
+	ModRevision int64
+	Object      *T
+}
+
+// List reads and decodes the objects under prefix (see Store.List).
+// Undecodable values are skipped: one corrupt child must not block its
+// owner's reconcile forever.
+func List[T any](ctx context.Context, s *Store, prefix string, owner OwnedBy) ([]Item[T], error) {
+	raws, err := s.List(ctx, prefix, owner)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Item[T], 0, len(raws))
+	for _, r := range raws {
+		v, err := Decode[T](r)
+		if err != nil {
+			continue
+		}
+		out = append(out, Item[T]{Key: r.Key, ModRevision: r.ModRevision, Object: v})
+	}
+	return out, nil
+}
+
+// NewUID returns a random RFC 4122 version 4 UUID.
+func NewUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// nameAlphabet is Kubernetes' alphabet for generated name suffixes: lowercase
+// alphanumerics without vowels and look-alikes, so no words are spelled.
+const nameAlphabet = "bcdfghjklmnpqrstvwxz2456789"
+
+// RandomSuffix returns 5 random lowercase alphanumerics.
+func RandomSuffix() string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	for i := range b {
+		b[i] = nameAlphabet[int(b[i])%len(nameAlphabet)]
+	}
+	return string(b[:])
+}
