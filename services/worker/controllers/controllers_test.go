@@ -312,7 +312,9 @@ func TestJob(t *testing.T) {
 	w.apply("jobs", "default", "ok", job(3, 2, 6, 0))
 	maxActive := 0
 	for i := 0; i < 20; i++ {
-		w.converge(func() { maxActive = max(maxActive, phases(w.pods("Job", "ok"))["Running"]+phases(w.pods("Job", "ok"))["Pending"]) })
+		w.converge(func() {
+			maxActive = max(maxActive, phases(w.pods("Job", "ok"))["Running"]+phases(w.pods("Job", "ok"))["Pending"])
+		})
 		w.advance(time.Second)
 	}
 	j := get[objects.Job](w, "jobs", "ok")
@@ -376,4 +378,3 @@ func TestStatefulSet(t *testing.T) {
 		t.Errorf("status %+v", s.Status)
 	}
 }
-
