@@ -1,0 +1,161 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"github.com/batonrun/baton/services/queue/internal/workqueue"
+)
+
+func open(t *testing.T, dir string, compact int64) *Broker {
+	t.Helper()
+	cfg := Config{Queue: workqueue.DefaultConfig(), CompactBytes: compact}
+	b, err := Open(cfg, store.Options{Dir: dir, SegmentBytes: 4096}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestRoundTripAndRecovery(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	b := open(t, dir, 0)
+	keys := make([]string, 500)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("ns/k%03d", i)
+	}
+	q, c, err := b.Add(ctx, "pods", keys, 0, workqueue.Normal)
+	if err != nil || q != 500 || c != 0 {
+		t.Fatalf("add: %d %d %v", q, c, err)
+	}
+	if q, c, _ := b.Add(ctx, "pods", keys[:10], 0, workqueue.Normal); q != 0 || c != 10 {
+		t.Fatalf("re-add: queued %d collapsed %d, want 0 10", q, c)
+	}
+	grants, err := b.Lease(ctx, "pods", "w", 100, time.Minute, 0)
+	if err != nil || len(grants) != 100 {
+		t.Fatalf("lease: %d %v", len(grants), err)
+	}
+	acks := make([]AckItem, len(grants))
+	for i, g := range grants {
+		acks[i] = AckItem{Key: g.Key, Token: g.Token}
+		if i%2 == 1 {
+			acks[i].Outcome = workqueue.Outcome{Failed: true, Error: "boom"}
+		}
+	}
+	ok, err := b.Ack(ctx, "pods", acks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range ok {
+		if !v {
+			t.Fatalf("ack %d refused", i)
+		}
+	}
+	// Lease some more and crash (no Close): leases come back pending.
+	if _, err := b.Lease(ctx, "pods", "w", 10, time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	b.st.Close() // stop the writer; nothing unflushed remains since every call waited
+	b2 := open(t, dir, 0)
+	defer b2.Close()
+	st, err := b2.Stats("pods")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st[0].Pending + st[0].Delayed; got != 450 {
+		t.Fatalf("after restart %d keys (%+v), want 450", got, st[0])
+	}
+	v := b2.Inspect("pods", grants[1].Key)
+	if v.Attempts != 1 || v.LastError != "boom" {
+		t.Fatalf("failed key after restart: %+v", v)
+	}
+	if res, err := b2.Ack(ctx, "pods", []AckItem{{Key: grants[3].Key, Token: grants[3].Token}}); err != nil || res[0] {
+		t.Fatalf("stale token from before the restart: accepted=%v err=%v", res, err)
+	}
+	if b2.tokens.Next()>>seqBits <= b.tokens.Next()>>seqBits {
+		t.Fatal("epoch did not grow across restart")
+	}
+}
+
+func TestLongPollWakes(t *testing.T) {
+	b := open(t, t.TempDir(), 0)
+	defer b.Close()
+	done := make(chan []workqueue.Grant)
+	go func() {
+		g, _ := b.Lease(context.Background(), "jobs", "w", 1, time.Minute, 20*time.Second)
+		done <- g
+	}()
+	// Keep adding until the waiter answers: no sleep decides the outcome.
+	deadline := time.After(10 * time.Second)
+	for i := 0; ; i++ {
+		select {
+		case g := <-done:
+			if len(g) != 1 {
+				t.Fatalf("woke with %v", g)
+			}
+			return
+		case <-deadline:
+			t.Fatal("long-poll Lease did not wake within 10s of an Add")
+		case <-time.After(50 * time.Millisecond):
+			if _, _, err := b.Add(t.Context(), "jobs", []string{fmt.Sprint("k", i)}, 0, workqueue.Normal); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestDelayedKeyBecomesReadyByTimer(t *testing.T) {
+	b := open(t, t.TempDir(), 0)
+	defer b.Close()
+	if _, _, err := b.Add(t.Context(), "q", []string{"k"}, 50*time.Millisecond, workqueue.Normal); err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.Lease(t.Context(), "q", "w", 1, time.Minute, 10*time.Second)
+	if err != nil || len(g) != 1 {
+		t.Fatalf("lease of a delayed key: %v %v", g, err)
+	}
+}
+
+func TestCompactionKeepsState(t *testing.T) {
+	dir := t.TempDir()
+	b := open(t, dir, 1<<10)
+	ctx := t.Context()
+	for round := range 50 {
+		keys := make([]string, 50)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("r%02d/k%02d", round, i)
+		}
+		if _, _, err := b.Add(ctx, "q", keys, 0, workqueue.Normal); err != nil {
+			t.Fatal(err)
+		}
+		g, _ := b.Lease(ctx, "q", "w", 25, time.Minute, 0)
+		acks := make([]AckItem, len(g))
+		for i := range g {
+			acks[i] = AckItem{Key: g[i].Key, Token: g[i].Token}
+		}
+		if _, err := b.Ack(ctx, "q", acks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for b.compacting.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*.snap"))
+	if len(snaps) != 1 {
+		t.Fatalf("snapshots %v, want exactly one after compaction", snaps)
+	}
+	b2 := open(t, dir, 0)
+	defer b2.Close()
+	st, _ := b2.Stats("q")
+	if n := st[0].Pending; n != 50*25 {
+		t.Fatalf("%d pending after compaction and restart, want %d", n, 50*25)
+	}
+}
