@@ -1,0 +1,342 @@
+// Package cli is batonctl: a command line in the spirit of kubectl and
+// etcdctl for Baton's objects in etcd and for its queue and observer.
+//
+//	batonctl apply -f examples/
+//	batonctl get deployments
+//	batonctl describe deployment web
+//	batonctl queue stats
+//	batonctl watch
+//	batonctl status
+//
+// Main is the whole program behind a function, so tests drive it in-process
+// exactly as a user drives the binary. Every failure is printed to stderr
+// as one line per problem that names the file and line, the field, or the
+// endpoint that could not be reached, and Main returns non-zero.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
+	queueclient "github.com/batonrun/baton/services/queue/client"
+	"github.com/batonrun/baton/services/runtime/flagenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// EnvPrefix prefixes the environment variables that mirror the global flags:
+// BATON_BATONCTL_ETCD_ENDPOINTS, BATON_BATONCTL_QUEUE_ADDR, …
+const EnvPrefix = "BATON_BATONCTL"
+
+// Defaults of the global flags (DESIGN.md, "Binaries and flags").
+const (
+	DefaultEtcdEndpoints = "http://127.0.0.1:2379"
+	DefaultQueueAddr     = "127.0.0.1:7070"
+	DefaultObserverAddr  = "127.0.0.1:7071"
+	DefaultTimeout       = 5 * time.Second
+)
+
+// IO is what a run of batonctl reads and writes.
+type IO struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Lookup reads the environment; nil means os.LookupEnv.
+	Lookup func(string) (string, bool)
+}
+
+// Main runs batonctl with args (without the program name) and returns the
+// exit status: 0 on success, 1 on failure, 2 on a usage error.
+func Main(ctx context.Context, args []string, stdio IO) int {
+	if stdio.Stdin == nil {
+		stdio.Stdin = strings.NewReader("")
+	}
+	a := &app{IO: stdio, now: time.Now}
+	fs := flag.NewFlagSet("batonctl", flag.ContinueOnError)
+	fs.SetOutput(stdio.Stderr)
+	fs.StringVar(&a.etcdEndpoints, "etcd-endpoints", DefaultEtcdEndpoints, "etcd client URLs, comma-separated")
+	fs.StringVar(&a.queueAddr, "queue-addr", DefaultQueueAddr, "the queue's gRPC address (host:port)")
+	fs.StringVar(&a.observerAddr, "observer-addr", DefaultObserverAddr, "the observer's gRPC address (host:port)")
+	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "how long to wait for a server before giving up")
+	fs.Usage = func() { usage(stdio.Stderr, fs) }
+	if err := flagenv.Parse(fs, EnvPrefix, args, stdio.Lookup); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stdio.Stderr, "error:", err)
+		return 2
+	}
+	defer a.close()
+	if fs.NArg() == 0 {
+		usage(stdio.Stderr, fs)
+		return 2
+	}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	run, ok := commands[cmd]
+	if !ok {
+		fmt.Fprintf(stdio.Stderr, "error: unknown command %q\n", cmd)
+		usage(stdio.Stderr, fs)
+		return 2
+	}
+	err := run(ctx, a, rest)
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stdio.Stderr, "error: %v\n", err)
+		return 2
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errReported):
+		return 1
+	default:
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(stdio.Stderr, "error:", line)
+		}
+		return 1
+	}
+}
+
+var commands = map[string]func(context.Context, *app, []string) error{
+	"apply":    cmdApply,
+	"get":      cmdGet,
+	"delete":   cmdDelete,
+	"describe": cmdDescribe,
+	"queue":    cmdQueue,
+	"watch":    cmdWatch,
+	"status":   cmdStatus,
+	"help":     func(context.Context, *app, []string) error { return flag.ErrHelp },
+}
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `batonctl controls a Baton stack: objects in etcd, the queue and the observer.
+
+Usage: batonctl [global flags] <command> [flags] [args]
+
+Commands:
+  apply -f FILE|DIR|-            create or update objects from YAML or JSON manifests
+  get <resource> [name]          list objects (-o json|yaml, -n NS, -A)
+  delete <resource> <name>...    delete objects (or -f FILE|DIR)
+  describe <resource> <name>     an object, its queue item and its children
+  queue stats [queue]            every queue's counters
+  queue list <queue>             the keys a queue holds (--state pending|delayed|leased|parked)
+  queue inspect <queue> <key>    one key's state, attempts and last error
+  queue forget <queue> <key>...  drop keys from a queue
+  watch                          a live table of queue depth, rates and oldest age
+  status                         each service's health, the observer's revision and lag
+
+Resources: deployments (deploy), replicasets (rs), statefulsets (sts), jobs, pods (po), all (get only)
+
+Global flags (also BATON_BATONCTL_<FLAG> in the environment):
+`)
+	fs.PrintDefaults()
+}
+
+// usageError is a mistake in the command line (exit status 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// errReported means the command already printed its errors.
+var errReported = errors.New("reported")
+
+// app holds the global settings and the lazily made connections.
+type app struct {
+	IO
+	etcdEndpoints string
+	queueAddr     string
+	observerAddr  string
+	timeout       time.Duration
+	now           func() time.Time
+
+	etcdClient  *clientv3.Client
+	queueClient *queueclient.Client
+	obsConn     *grpc.ClientConn
+}
+
+func (a *app) close() {
+	if a.etcdClient != nil {
+		a.etcdClient.Close()
+	}
+	if a.queueClient != nil {
+		a.queueClient.Close()
+	}
+	if a.obsConn != nil {
+		a.obsConn.Close()
+	}
+}
+
+func (a *app) endpoints() []string {
+	var out []string
+	for _, e := range strings.Split(a.etcdEndpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// etcd returns a client, after checking that etcd answers: a command that
+// cannot reach etcd should say so at once and name the endpoint, not fail
+// later with a bare deadline.
+func (a *app) etcd(ctx context.Context) (*clientv3.Client, error) {
+	if a.etcdClient != nil {
+		return a.etcdClient, nil
+	}
+	eps := a.endpoints()
+	if len(eps) == 0 {
+		return nil, usagef("--etcd-endpoints is empty")
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints: eps, DialTimeout: a.timeout, Logger: zap.NewNop(),
+		DialKeepAliveTime: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	if _, err := c.Get(cctx, "health", clientv3.WithCountOnly()); err != nil {
+		c.Close()
+		return nil, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)
+	}
+	a.etcdClient = c
+	return c, nil
+}
+
+// queue returns the queue client; calls through it are bounded by the
+// caller's context.
+func (a *app) queue() (*queueclient.Client, error) {
+	if a.queueClient != nil {
+		return a.queueClient, nil
+	}
+	c, err := queueclient.Dial(a.queueAddr)
+	if err != nil {
+		return nil, a.unreachable("the queue", a.queueAddr, "--queue-addr", err)
+	}
+	a.queueClient = c
+	return c, nil
+}
+
+func (a *app) observer() (observerv1.ObserverServiceClient, error) {
+	if a.obsConn == nil {
+		conn, err := grpc.NewClient(a.observerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, a.unreachable("the observer", a.observerAddr, "--observer-addr", err)
+		}
+		a.obsConn = conn
+	}
+	return observerv1.NewObserverServiceClient(a.obsConn), nil
+}
+
+// unreachable words a connection failure so that it names the endpoint and
+// the flag that sets it. Errors that are not about reaching the server pass
+// through unchanged.
+func (a *app) unreachable(what, addr, flagName string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isUnreachable(err) {
+		return &unreachableError{msg: fmt.Sprintf("cannot reach %s at %s (set %s): %s", what, addr, flagName, flatten(err)), err: err}
+	}
+	return err
+}
+
+// unreachableError names the endpoint that could not be reached; its
+// message is one line even when the cause joins several errors.
+type unreachableError struct {
+	msg string
+	err error
+}
+
+func (e *unreachableError) Error() string { return e.msg }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+func flatten(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+func isUnreachable(err error) bool {
+	var ue *unreachableError
+	if errors.As(err, &ue) {
+		return false // already worded
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	s := err.Error()
+	return strings.Contains(s, "connection refused") || strings.Contains(s, "deadline exceeded") || strings.Contains(s, "no such host")
+}
+
+// opCtx bounds one round of calls.
+func (a *app) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, a.timeout)
+}
+
+// stringsFlag is a repeatable string flag (-f a -f b).
+type stringsFlag []string
+
+func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
+func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+
+// parse parses a subcommand's flags wherever they appear among its
+// arguments (kubectl accepts `get deploy web -o yaml`), and returns the
+// positional arguments. "--" ends the flags.
+func parse(fs *flag.FlagSet, args []string, out io.Writer) ([]string, error) {
+	fs.SetOutput(out)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, flag.ErrHelp
+			}
+			return nil, usageError{err.Error()}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// stdoutIsTerminal reports whether w is a terminal (watch then redraws in
+// place instead of appending).
+func stdoutIsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"strings"
+
+	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
+	"github.com/batonrun/baton/services/batonctl/internal/printer"
+	"github.com/batonrun/baton/services/runtime/serve"
+)
+
+// Default HTTP ports of the services (DESIGN.md, "Binaries and flags").
+const (
+	queueHTTPPort    = "9090"
+	observerHTTPPort = "9091"
+	workerHTTPAddr   = "127.0.0.1:9092"
+)
+
+// withPort returns addr's host with port.
+func withPort(addr, port string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func cmdStatus(ctx context.Context, a *app, args []string) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	queueHTTP := fs.String("queue-http-addr", withPort(a.queueAddr, queueHTTPPort), "the queue's HTTP address, for /readyz")
+	observerHTTP := fs.String("observer-http-addr", withPort(a.observerAddr, observerHTTPPort), "the observer's HTTP address, for /readyz")
+	workerHTTP := fs.String("worker-http-addr", workerHTTPAddr, "a worker's HTTP address, for /readyz (empty: skip)")
+	pos, err := parse(fs, args, a.Stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("usage: batonctl status [--queue-http-addr A] [--observer-http-addr A] [--worker-http-addr A]")
+	}
+	var failed []string
+	tbl := printer.NewTable(a.Stdout, "SERVICE", "ENDPOINT", "HEALTH", "DETAIL")
+	report := func(service, endpoint string, err error, detail string) {
+		if err != nil {
+			failed = append(failed, service)
+			tbl.Row(service, endpoint, "DOWN", oneLine(err.Error()))
+			return
+		}
+		tbl.Row(service, endpoint, "OK", detail)
+	}
+
+	// etcd: its own status, whose revision is the head the observer chases.
+	var head int64
+	if cli, err := a.etcd(ctx); err != nil {
+		report("etcd", a.etcdEndpoints, err, "")
+	} else {
+		for _, ep := range a.endpoints() {
+			octx, cancel := a.opCtx(ctx)
+			st, err := cli.Status(octx, ep)
+			cancel()
+			if err != nil {
+				report("etcd", ep, a.unreachable("etcd", ep, "--etcd-endpoints", err), "")
+				continue
+			}
+			head = max(head, st.Header.Revision)
+			report("etcd", ep, nil, fmt.Sprintf("v%s, revision %d, db %s", st.Version, st.Header.Revision, bytesString(st.DbSize)))
+		}
+	}
+
+	probe := func(service, grpcAddr, httpAddr string) error {
+		octx, cancel := a.opCtx(ctx)
+		defer cancel()
+		return serve.Probe(octx, grpcAddr, httpAddr)
+	}
+	endpoint := func(grpcAddr, httpAddr string) string {
+		if grpcAddr == "" {
+			return "http://" + httpAddr
+		}
+		return grpcAddr + ", http://" + httpAddr
+	}
+
+	report("queue", endpoint(a.queueAddr, *queueHTTP), probe("queue", a.queueAddr, *queueHTTP), "grpc health SERVING, /readyz ok")
+
+	// The observer: health, then how far its cache trails etcd.
+	var prefixes []*observerv1.PrefixStatus
+	var outbox uint64
+	if err := probe("observer", a.observerAddr, *observerHTTP); err != nil {
+		report("observer", endpoint(a.observerAddr, *observerHTTP), err, "")
+	} else {
+		detail := "grpc health SERVING, /readyz ok"
+		if obs, err := a.observer(); err == nil {
+			octx, cancel := a.opCtx(ctx)
+			st, err := obs.Status(octx, &observerv1.StatusRequest{})
+			cancel()
+			if err != nil {
+				report("observer", endpoint(a.observerAddr, *observerHTTP), fmt.Errorf("Status: %w", err), "")
+				detail = ""
+			} else {
+				prefixes, outbox = st.GetPrefixes(), st.GetOutboxSize()
+				var rev, lag int64
+				for i, p := range prefixes {
+					if i == 0 || p.GetObservedRevision() < rev {
+						rev = p.GetObservedRevision()
+					}
+					lag = max(lag, lagOf(p, head))
+				}
+				detail += fmt.Sprintf(", revision %d, lag %d, outbox %d", rev, lag, outbox)
+			}
+		}
+		if detail != "" {
+			report("observer", endpoint(a.observerAddr, *observerHTTP), nil, detail)
+		}
+	}
+	if *workerHTTP != "" {
+		report("worker", endpoint("", *workerHTTP), probe("worker", "", *workerHTTP), "/readyz ok")
+	}
+	if err := tbl.Flush(); err != nil {
+		return err
+	}
+
+	if len(prefixes) > 0 {
+		fmt.Fprintln(a.Stdout)
+		pt := printer.NewTable(a.Stdout, "PREFIX", "OBSERVED", "HEAD", "LAG", "EVENTS", "RELISTS", "WATCH-RESTARTS")
+		for _, p := range prefixes {
+			h := max(head, p.GetHeadRevision())
+			pt.Row(p.GetPrefix(), fmt.Sprint(p.GetObservedRevision()), fmt.Sprint(h), fmt.Sprint(lagOf(p, head)),
+				fmt.Sprint(p.GetEventsTotal()), fmt.Sprint(p.GetRelistsTotal()), fmt.Sprint(p.GetWatchRestartsTotal()))
+		}
+		if err := pt.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%w: not healthy: %s", errReported, strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// lagOf is how many etcd revisions a prefix's cache trails the head (the
+// newer of etcd's own answer and the observer's last sight of it). A
+// revision that changed another prefix also counts: the observer cannot
+// know it is irrelevant until it has seen it.
+func lagOf(p *observerv1.PrefixStatus, head int64) int64 {
+	h := max(head, p.GetHeadRevision())
+	return max(0, h-p.GetObservedRevision())
+}
+
+func bytesString(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+

@@ -1,0 +1,218 @@
+// Package apply writes manifests to etcd the way DESIGN.md asks every client
+// to: the object's metadata.uid is set when absent, metadata.generation is
+// bumped when spec changes, the stored status is kept as it is (status has
+// one writer, the controller), and every write is a compare-and-swap on the
+// key's mod_revision, retried on conflict with a fresh read, so an apply
+// never overwrites a controller's concurrent status update.
+package apply
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Outcome says what an apply did, in kubectl's words.
+type Outcome string
+
+// Outcomes.
+const (
+	Created    Outcome = "created"
+	Configured Outcome = "configured"
+	Unchanged  Outcome = "unchanged"
+)
+
+// ErrUIDMismatch is returned when a manifest names a uid other than the
+// stored object's: it describes a different object that had the same name.
+var ErrUIDMismatch = errors.New("apply: metadata.uid does not match the stored object")
+
+// ErrNotFound is returned by Delete when there is no object at the key.
+var ErrNotFound = errors.New("not found")
+
+// maxAttempts bounds the compare-and-swap retries of one apply. Conflicts
+// come from controllers writing status; a handful of rounds always wins.
+const maxAttempts = 50
+
+// Apply stores desired at key: it creates the object, or updates the stored
+// one's metadata and spec, keeping its status. now stamps
+// metadata.creationTimestamp on creation.
+func Apply(ctx context.Context, kv clientv3.KV, key string, desired map[string]any, now time.Time) (Outcome, error) {
+	var lastErr error
+	for attempt := range maxAttempts {
+		if attempt > 0 {
+			// A short, growing pause lets the controller's write finish.
+			t := time.NewTimer(time.Duration(attempt) * 5 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return "", errors.Join(lastErr, ctx.Err())
+			case <-t.C:
+			}
+		}
+		resp, err := kv.Get(ctx, key)
+		if err != nil {
+			return "", fmt.Errorf("get %s: %w", key, err)
+		}
+		var (
+			stored map[string]any
+			cmp    clientv3.Cmp
+		)
+		if len(resp.Kvs) == 0 {
+			cmp = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		} else {
+			if stored, err = Decode(resp.Kvs[0].Value); err != nil {
+				return "", fmt.Errorf("stored object at %s: %w", key, err)
+			}
+			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
+		}
+		merged, outcome, err := Merge(stored, desired, now)
+		if err != nil {
+			return "", err
+		}
+		if outcome == Unchanged {
+			return Unchanged, nil
+		}
+		val, err := json.Marshal(merged)
+		if err != nil {
+			return "", fmt.Errorf("encode %s: %w", key, err)
+		}
+		txn, err := kv.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(val))).Commit()
+		if err != nil {
+			return "", fmt.Errorf("write %s: %w", key, err)
+		}
+		if txn.Succeeded {
+			return outcome, nil
+		}
+		lastErr = fmt.Errorf("write %s: conflict: the object changed while applying", key)
+	}
+	return "", fmt.Errorf("%w (gave up after %d attempts)", lastErr, maxAttempts)
+}
+
+// Merge computes the object to store when applying desired over stored (nil
+// when there is none). desired's status is ignored; the stored status is
+// kept. metadata fields the manifest does not set (ownerReferences a
+// controller wrote, the uid, the creation time) are kept too.
+func Merge(stored, desired map[string]any, now time.Time) (map[string]any, Outcome, error) {
+	out := deepCopy(desired)
+	delete(out, "status")
+	meta, _ := out["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		out["metadata"] = meta
+	}
+	if stored == nil {
+		if _, ok := meta["uid"]; !ok {
+			meta["uid"] = newUID()
+		}
+		meta["generation"] = json.Number("1")
+		if _, ok := meta["creationTimestamp"]; !ok {
+			meta["creationTimestamp"] = now.UTC().Format(time.RFC3339)
+		}
+		return out, Created, nil
+	}
+
+	oldMeta, _ := stored["metadata"].(map[string]any)
+	if uid, ok := meta["uid"]; ok && oldMeta != nil && oldMeta["uid"] != nil && uid != oldMeta["uid"] {
+		return nil, "", fmt.Errorf("%w (manifest %v, stored %v)", ErrUIDMismatch, uid, oldMeta["uid"])
+	}
+	merged := deepCopy(oldMeta)
+	if merged == nil {
+		merged = map[string]any{}
+	}
+	maps.Copy(merged, meta)
+	if merged["uid"] == nil {
+		merged["uid"] = newUID()
+	}
+	gen := generation(oldMeta)
+	if !reflect.DeepEqual(normalize(stored["spec"]), normalize(out["spec"])) || gen == 0 {
+		gen++
+	}
+	merged["generation"] = json.Number(fmt.Sprint(gen))
+	out["metadata"] = merged
+	if st, ok := stored["status"]; ok {
+		out["status"] = deepCopy(map[string]any{"s": st})["s"]
+	}
+	if reflect.DeepEqual(normalize(out), normalize(stored)) {
+		return stored, Unchanged, nil
+	}
+	return out, Configured, nil
+}
+
+// Delete removes the object at key; ErrNotFound if there is none.
+func Delete(ctx context.Context, kv clientv3.KV, key string) error {
+	resp, err := kv.Delete(ctx, key)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	if resp.Deleted == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// Decode parses a stored object, keeping numbers exact.
+func Decode(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, errors.New("not a JSON object")
+	}
+	return m, nil
+}
+
+func generation(meta map[string]any) int64 {
+	if meta == nil {
+		return 0
+	}
+	switch g := meta["generation"].(type) {
+	case json.Number:
+		n, _ := g.Int64()
+		return n
+	case float64:
+		return int64(g)
+	}
+	return 0
+}
+
+// normalize makes two values that encode to the same JSON compare equal
+// (e.g. json.Number("3") from a manifest and from etcd).
+func normalize(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var out any
+	_ = dec.Decode(&out)
+	return out
+}
+
+func deepCopy(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out, _ := normalize(m).(map[string]any)
+	return out
+}
+
+// newUID returns a random (version 4) UUID.
+func newUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

@@ -1,0 +1,501 @@
+// Package manifest reads batonctl's input: YAML or JSON files holding one or
+// more objects (multi-document YAML, a top-level list, or a {"kind": "List",
+// "items": [...]} wrapper), from files, folders or stdin. Every object is
+// checked against its kind's schema before anything is written, and every
+// problem is reported with the file, line, column and field path, so
+//
+//	web.yaml:7:13: spec.replicas: must be an integer, got string "three"
+//
+// tells the user exactly what to fix. JSON is read by the YAML parser (JSON
+// is YAML's flow style), which gives both formats line numbers.
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/batonrun/baton/services/batonctl/internal/resource"
+)
+
+// Object is one decoded, validated manifest.
+type Object struct {
+	// Type is the object's kind.
+	Type resource.Type
+	// Namespace and Name identify it; Namespace is filled in when the
+	// manifest names none.
+	Namespace, Name string
+	// Value is the object as JSON would decode it (numbers as json.Number),
+	// with metadata.namespace set.
+	Value map[string]any
+	// Source is where the object starts.
+	Source Source
+}
+
+// Key returns the object's etcd key.
+func (o Object) Key() string { return o.Type.Key(o.Namespace, o.Name) }
+
+// Ref is "deployment/web", as kubectl prints an object.
+func (o Object) Ref() string { return o.Type.Singular() + "/" + o.Name }
+
+// Source is a place in an input file.
+type Source struct {
+	File string
+	Line int
+}
+
+func (s Source) String() string { return fmt.Sprintf("%s:%d", s.File, s.Line) }
+
+// Error is a problem at one place of a manifest.
+type Error struct {
+	File         string
+	Line, Column int
+	// Field is the path of the offending field, e.g. "spec.template.spec.image";
+	// empty for syntax errors and whole documents.
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, ":%d", e.Column)
+		}
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Stdin is the file name that means standard input.
+const Stdin = "-"
+
+// Read decodes every manifest in paths: files, folders (their .yaml, .yml and
+// .json files, in name order; recursive descends into sub-folders) or "-" for
+// stdin. namespace is used for objects whose manifest names none. All errors
+// are returned together, joined.
+func Read(paths []string, recursive bool, stdin io.Reader, namespace string) ([]Object, error) {
+	var (
+		out  []Object
+		errs []error
+	)
+	for _, p := range paths {
+		if p == Stdin {
+			objs, err := Decode("<stdin>", stdin, namespace)
+			out = append(out, objs...)
+			errs = append(errs, err)
+			continue
+		}
+		files, err := expand(p, recursive)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, f := range files {
+			fh, err := os.Open(f)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			objs, err := Decode(f, fh, namespace)
+			fh.Close()
+			out = append(out, objs...)
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no objects found in %s", strings.Join(paths, ", "))
+	}
+	return out, nil
+}
+
+func isManifest(name string) bool {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// expand turns a path into the files to read.
+func expand(p string, recursive bool) ([]string, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return []string{p}, nil
+	}
+	var files []string
+	err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != p && !recursive {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if isManifest(path) {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: no .yaml, .yml or .json files", p)
+	}
+	return files, nil
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// Decode reads every object in one input named file (for messages).
+func Decode(file string, r io.Reader, namespace string) ([]Object, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if t := bytes.TrimSpace(data); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		// JSON: a tab is whitespace there but may not indent YAML. Tabs
+		// cannot occur unescaped inside JSON strings, so replacing them
+		// changes no value and keeps every line number.
+		data = bytes.ReplaceAll(data, []byte{'\t'}, []byte{' '})
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var (
+		out  []Object
+		errs []error
+	)
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			e := &Error{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+			if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+				e.Line, _ = strconv.Atoi(m[1])
+				e.Msg = m[2]
+			}
+			errs = append(errs, e)
+			break // the parser cannot resynchronise after a syntax error
+		}
+		if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 || deref(doc.Content[0]).Tag == "!!null" {
+			continue // an empty document, e.g. around a "---"
+		}
+		for _, n := range items(deref(doc.Content[0])) {
+			obj, err := decodeObject(file, n, namespace)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			out = append(out, obj)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// items unwraps a top-level list or a {"kind": "List", "items": [...]}.
+func items(n *yaml.Node) []*yaml.Node {
+	if n.Kind == yaml.SequenceNode {
+		return derefAll(n.Content)
+	}
+	if n.Kind == yaml.MappingNode {
+		if k := lookup(n, "kind"); k != nil && k.Kind == yaml.ScalarNode && k.Value == "List" {
+			if it := lookup(n, "items"); it != nil && it.Kind == yaml.SequenceNode {
+				return derefAll(it.Content)
+			}
+		}
+	}
+	return []*yaml.Node{n}
+}
+
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func derefAll(ns []*yaml.Node) []*yaml.Node {
+	out := make([]*yaml.Node, len(ns))
+	for i, n := range ns {
+		out[i] = deref(n)
+	}
+	return out
+}
+
+// lookup returns the value of key in mapping n, or nil.
+func lookup(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return deref(n.Content[i+1])
+		}
+	}
+	return nil
+}
+
+var (
+	// dnsSubdomain is Kubernetes' rule for object names.
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+	// dnsLabel is Kubernetes' rule for namespaces.
+	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+)
+
+func decodeObject(file string, n *yaml.Node, namespace string) (Object, error) {
+	at := func(n *yaml.Node, field, format string, args ...any) error {
+		return &Error{File: file, Line: n.Line, Column: n.Column, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if n.Kind != yaml.MappingNode {
+		return Object{}, at(n, "", "an object must be a mapping, got %s", describe(n))
+	}
+	kn := lookup(n, "kind")
+	if kn == nil || kn.Tag == "!!null" {
+		return Object{}, at(n, "kind", "missing required field")
+	}
+	if kn.Kind != yaml.ScalarNode || kn.Tag != "!!str" {
+		return Object{}, at(kn, "kind", "must be a string, got %s", describe(kn))
+	}
+	typ, ok := resource.ByKind(kn.Value)
+	if !ok {
+		return Object{}, at(kn, "kind", "unknown kind %q (known: %s)", kn.Value, strings.Join(resource.Kinds(), ", "))
+	}
+	v := &validator{file: file}
+	v.check(n, objectSchema(specs[typ.Kind]), "")
+	if err := errors.Join(v.errs...); err != nil {
+		return Object{}, err
+	}
+	md := lookup(n, "metadata")
+	nameNode := lookup(md, "name")
+	if !dnsSubdomain.MatchString(nameNode.Value) {
+		return Object{}, at(nameNode, "metadata.name", "%q is not a valid name (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)", nameNode.Value)
+	}
+	ns := namespace
+	if nsNode := lookup(md, "namespace"); nsNode != nil && nsNode.Tag == "!!str" {
+		if !dnsLabel.MatchString(nsNode.Value) {
+			return Object{}, at(nsNode, "metadata.namespace", "%q is not a valid namespace (a DNS label: lower-case letters, digits and '-', at most 63 characters)", nsNode.Value)
+		}
+		ns = nsNode.Value
+	}
+	if ns == "" {
+		ns = resource.DefaultNamespace
+	}
+	value, _ := toValue(n).(map[string]any)
+	meta, _ := value["metadata"].(map[string]any)
+	meta["namespace"] = ns
+	return Object{
+		Type: typ, Namespace: ns, Name: nameNode.Value, Value: value,
+		Source: Source{File: file, Line: n.Line},
+	}, nil
+}
+
+// validator collects schema violations of one object.
+type validator struct {
+	file string
+	errs []error
+}
+
+func (v *validator) fail(n *yaml.Node, path, format string, args ...any) {
+	v.errs = append(v.errs, &Error{File: v.file, Line: n.Line, Column: n.Column, Field: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func (v *validator) check(n *yaml.Node, f *field, path string) {
+	n = deref(n)
+	if n.Tag == "!!null" && f.typ != typObject {
+		return // null means unset, as in Kubernetes
+	}
+	switch f.typ {
+	case typAny:
+	case typString:
+		v.scalar(n, "!!str", f, path)
+	case typBool:
+		v.scalar(n, "!!bool", f, path)
+	case typInt:
+		if !v.scalar(n, "!!int", f, path) {
+			return
+		}
+		var i int64
+		if err := n.Decode(&i); err != nil {
+			v.fail(n, path, "must be an integer, got %s", describe(n))
+			return
+		}
+		if f.min != nil && i < *f.min {
+			v.fail(n, path, "must be at least %d, got %d", *f.min, i)
+		}
+	case typList:
+		if n.Kind != yaml.SequenceNode {
+			v.fail(n, path, "must be a list, got %s", describe(n))
+			return
+		}
+		for i, e := range n.Content {
+			v.check(e, f.elem, fmt.Sprintf("%s[%d]", path, i))
+		}
+	case typStringMap:
+		if n.Kind != yaml.MappingNode {
+			v.fail(n, path, "must be %s, got %s", f.typ, describe(n))
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], deref(n.Content[i+1])
+			if val.Kind != yaml.ScalarNode || val.Tag != "!!str" {
+				v.fail(val, join(path, k.Value), "must be a string, got %s (quote it)", describe(val))
+			}
+		}
+	case typObject:
+		if n.Kind != yaml.MappingNode {
+			if n.Tag == "!!null" {
+				v.fail(n, path, "must be a mapping, got null")
+			} else {
+				v.fail(n, path, "must be a mapping, got %s", describe(n))
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
+				v.fail(k, path, "field names must be strings, got %s", describe(k))
+				continue
+			}
+			sub, ok := f.fields[k.Value]
+			if !ok {
+				v.fail(k, join(path, k.Value), "unknown field (known: %s)", strings.Join(keys(f.fields), ", "))
+				continue
+			}
+			if deref(val).Tag != "!!null" {
+				seen[k.Value] = true
+			}
+			v.check(val, sub, join(path, k.Value))
+		}
+		for _, r := range f.required {
+			if !seen[r] {
+				v.fail(n, join(path, r), "missing required field")
+			}
+		}
+	}
+}
+
+// scalar checks that n is a scalar with tag and reports it if not.
+func (v *validator) scalar(n *yaml.Node, tag string, f *field, path string) bool {
+	if n.Kind == yaml.ScalarNode && n.Tag == tag {
+		return true
+	}
+	v.fail(n, path, "must be %s, got %s", f.typ, describe(n))
+	return false
+}
+
+func keys(m map[string]*field) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// describe names a node's type and, for scalars, its value.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!str":
+			return fmt.Sprintf("string %q", n.Value)
+		case "!!int":
+			return "integer " + n.Value
+		case "!!float":
+			return "number " + n.Value
+		case "!!bool":
+			return "boolean " + n.Value
+		case "!!null":
+			return "null"
+		}
+		return fmt.Sprintf("%s %q", strings.TrimPrefix(n.Tag, "!!"), n.Value)
+	}
+	return "an unsupported node"
+}
+
+// toValue converts a node to what encoding/json would decode from the same
+// document with UseNumber: maps, slices, strings, bools, json.Number, nil.
+// Null fields are dropped (unset), so they are not stored.
+func toValue(n *yaml.Node) any {
+	n = deref(n)
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if val := toValue(n.Content[i+1]); val != nil {
+				m[n.Content[i].Value] = val
+			}
+		}
+		return m
+	case yaml.SequenceNode:
+		s := make([]any, 0, len(n.Content))
+		for _, e := range n.Content {
+			s = append(s, toValue(e))
+		}
+		return s
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			return nil
+		case "!!bool":
+			var b bool
+			_ = n.Decode(&b)
+			return b
+		case "!!int":
+			var i int64
+			if n.Decode(&i) == nil {
+				return json.Number(strconv.FormatInt(i, 10))
+			}
+			return n.Value
+		case "!!float":
+			var f float64
+			if n.Decode(&f) == nil {
+				return json.Number(strconv.FormatFloat(f, 'g', -1, 64))
+			}
+			return n.Value
+		}
+		return n.Value
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package manifest
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const deployment = `kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 3
+  strategy: {maxSurge: 1, maxUnavailable: 0}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {image: "nginx:1.27"}
+`
+
+func TestDecodeValid(t *testing.T) {
+	tests := []struct {
+		name, in  string
+		wantRefs  []string
+		wantLines []int
+	}{
+		{"one yaml", deployment, []string{"deployment/web"}, []int{1}},
+		{"multi document", "---\n" + deployment + "---\nkind: Pod\nmetadata: {name: p, namespace: ns1}\nspec: {image: busybox}\n---\n",
+			[]string{"deployment/web", "pod/p"}, []int{2, 13}},
+		{"json", `{"kind": "Job", "metadata": {"name": "pi"},
+	"spec": {"completions": 2, "template": {"spec": {"image": "perl", "durationSeconds": 1}}}}`,
+			[]string{"job/pi"}, []int{1}},
+		{"json list", `[{"kind": "Pod", "metadata": {"name": "a"}, "spec": {}},
+{"kind": "Pod", "metadata": {"name": "b"}, "spec": {}}]`, []string{"pod/a", "pod/b"}, []int{1, 2}},
+		{"List wrapper", "kind: List\nitems:\n- kind: Pod\n  metadata: {name: a}\n  spec: {}\n", []string{"pod/a"}, []int{3}},
+		{"status ignored but allowed", "kind: Pod\nmetadata: {name: a}\nspec: {}\nstatus: {phase: Running}\n", []string{"pod/a"}, []int{1}},
+		{"null means unset", "kind: Pod\nmetadata: {name: a, labels: null}\nspec: {image: ~}\n", []string{"pod/a"}, []int{1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Decode("in.yaml", strings.NewReader(tc.in), "")
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			var refs []string
+			var lines []int
+			for _, o := range objs {
+				refs = append(refs, o.Ref())
+				lines = append(lines, o.Source.Line)
+			}
+			if strings.Join(refs, ",") != strings.Join(tc.wantRefs, ",") {
+				t.Errorf("refs = %v, want %v", refs, tc.wantRefs)
+			}
+			for i := range lines {
+				if i < len(tc.wantLines) && lines[i] != tc.wantLines[i] {
+					t.Errorf("line of %s = %d, want %d", refs[i], lines[i], tc.wantLines[i])
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeValue(t *testing.T) {
+	objs, err := Decode("in.yaml", strings.NewReader(deployment), "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := objs[0]
+	if o.Namespace != "team-a" || o.Key() != "/registry/deployments/team-a/web" {
+		t.Errorf("namespace %q key %q", o.Namespace, o.Key())
+	}
+	got, _ := json.Marshal(o.Value)
+	want := `{"kind":"Deployment","metadata":{"labels":{"app":"web"},"name":"web","namespace":"team-a"},` +
+		`"spec":{"replicas":3,"strategy":{"maxSurge":1,"maxUnavailable":0},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"image":"nginx:1.27"}}}}`
+	if string(got) != want {
+		t.Errorf("value\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     []string // substrings of the error
+	}{
+		{"syntax", "kind: Pod\nmetadata:\n  name: a\n bad: [\n", []string{"in.yaml:3: did not find expected key"}},
+		{"unknown kind", "kind: Deploymnet\nmetadata: {name: a}\nspec: {}\n", []string{`in.yaml:1:7: kind: unknown kind "Deploymnet" (known: Deployment, Job, Pod, ReplicaSet, StatefulSet)`}},
+		{"missing kind", "metadata: {name: a}\nspec: {}\n", []string{"in.yaml:1:1: kind: missing required field"}},
+		{"missing name", "kind: Pod\nmetadata:\n  labels: {a: b}\nspec: {}\n", []string{"in.yaml:3:3: metadata.name: missing required field"}},
+		{"missing metadata", "kind: Pod\nspec: {}\n", []string{"in.yaml:1:1: metadata: missing required field"}},
+		{"missing template", "kind: ReplicaSet\nmetadata: {name: a}\nspec:\n  replicas: 1\n", []string{"in.yaml:4:3: spec.template: missing required field"}},
+		{"bad int", deploymentWith("replicas: 3", `replicas: "three"`), []string{`in.yaml:6:13: spec.replicas: must be an integer, got string "three"`}},
+		{"float", deploymentWith("replicas: 3", `replicas: 2.5`), []string{`spec.replicas: must be an integer, got number 2.5`}},
+		{"negative", deploymentWith("replicas: 3", `replicas: -1`), []string{`in.yaml:6:13: spec.replicas: must be at least 0, got -1`}},
+		{"unknown field", deploymentWith("replicas: 3", `replcias: 3`), []string{`in.yaml:6:3: spec.replcias: unknown field (known: replicas, revisionHistoryLimit, strategy, template)`}},
+		{"label not string", deploymentWith("{app: web}", "{version: 2}"), []string{`in.yaml:4:21: metadata.labels.version: must be a string, got integer 2 (quote it)`}},
+		{"image not string", deploymentWith(`image: "nginx:1.27"`, `image: [a]`), []string{`in.yaml:10:19: spec.template.spec.image: must be a string, got a list`}},
+		{"bad name", "kind: Pod\nmetadata: {name: Web_1}\nspec: {}\n", []string{`in.yaml:2:18: metadata.name: "Web_1" is not a valid name`}},
+		{"not a mapping", "- 3\n", []string{"in.yaml:1:3: an object must be a mapping, got integer 3"}},
+		{"two errors", "kind: Pod\nmetadata: {name: a}\nspec: {image: 3, exitCode: x}\n",
+			[]string{"spec.image: must be a string, got integer 3", `spec.exitCode: must be an integer, got string "x"`}},
+		{"json error line", "{\"kind\": \"Pod\",\n \"metadata\": {\"name\": \"a\"},\n \"spec\": {\"durationSeconds\": \"5\"}}", []string{`in.yaml:3:30: spec.durationSeconds: must be an integer, got string "5"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode("in.yaml", strings.NewReader(tc.in), "")
+			if err == nil {
+				t.Fatal("Decode succeeded, want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n%v\ndoes not contain\n%s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func deploymentWith(old, repl string) string {
+	return strings.Replace(deployment, old, repl, 1)
+}
+
+func TestReadFolder(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("b.yaml", "kind: Pod\nmetadata: {name: b}\nspec: {}\n")
+	write("a.json", `{"kind": "Pod", "metadata": {"name": "a"}, "spec": {}}`)
+	write("notes.txt", "not a manifest")
+	write("sub/c.yml", "kind: Pod\nmetadata: {name: c}\nspec: {}\n")
+
+	for _, tc := range []struct {
+		recursive bool
+		want      string
+	}{{false, "pod/a,pod/b"}, {true, "pod/a,pod/b,pod/c"}} {
+		objs, err := Read([]string{dir}, tc.recursive, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var refs []string
+		for _, o := range objs {
+			refs = append(refs, o.Ref())
+		}
+		if got := strings.Join(refs, ","); got != tc.want {
+			t.Errorf("recursive=%v: %s, want %s", tc.recursive, got, tc.want)
+		}
+	}
+
+	if _, err := Read([]string{filepath.Join(dir, "missing.yaml")}, false, nil, ""); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing file: %v", err)
+	}
+	write("bad.yaml", "kind: Pod\nmetadata: {name: x}\nspec: {image: 1}\n")
+	if _, err := Read([]string{dir}, false, nil, ""); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "bad.yaml")+":3:") {
+		t.Errorf("bad file in folder: %v", err)
+	}
+	if _, err := Read([]string{"-"}, false, strings.NewReader(""), ""); err == nil || !strings.Contains(err.Error(), "no objects") {
+		t.Errorf("empty stdin: %v", err)
+	}
+}

@@ -1,0 +1,99 @@
+package manifest
+
+// field describes what a manifest may hold at one place. The schema is
+// strict, as kubectl's default field validation is: an unknown field is
+// almost always a typo ("replcias") that would otherwise be stored and
+// silently ignored by the controller.
+type field struct {
+	typ      fieldType
+	fields   map[string]*field // typObject: the allowed keys
+	required []string          // typObject: keys that must be present
+	elem     *field            // typList and typStringMap: the element
+	min      *int64            // typInt: the least allowed value
+}
+
+type fieldType int
+
+const (
+	typAny fieldType = iota
+	typString
+	typInt
+	typBool
+	typObject
+	typList
+	typStringMap
+)
+
+func (t fieldType) String() string {
+	switch t {
+	case typString:
+		return "a string"
+	case typInt:
+		return "an integer"
+	case typBool:
+		return "a boolean"
+	case typObject:
+		return "a mapping"
+	case typList:
+		return "a list"
+	case typStringMap:
+		return "a mapping of strings to strings"
+	default:
+		return "any value"
+	}
+}
+
+func ptr(v int64) *int64 { return &v }
+
+var (
+	str        = &field{typ: typString}
+	anyValue   = &field{typ: typAny}
+	natural    = &field{typ: typInt, min: ptr(0)}
+	integer    = &field{typ: typInt}
+	boolean    = &field{typ: typBool}
+	stringMap  = &field{typ: typStringMap, elem: str}
+	ownerRefer = &field{typ: typObject, required: []string{"kind", "name"}, fields: map[string]*field{
+		"apiVersion": str, "kind": str, "name": str, "uid": str, "controller": boolean, "blockOwnerDeletion": boolean,
+	}}
+	metadata = &field{typ: typObject, required: []string{"name"}, fields: map[string]*field{
+		"name": str, "namespace": str, "uid": str, "generation": natural,
+		"labels": stringMap, "annotations": stringMap,
+		"ownerReferences":   {typ: typList, elem: ownerRefer},
+		"creationTimestamp": str, "resourceVersion": str,
+	}}
+	// podSpec is what a pod runs; the pod runtime simulates it.
+	podSpec = &field{typ: typObject, fields: map[string]*field{
+		"image": str, "durationSeconds": natural, "exitCode": integer,
+	}}
+	template = &field{typ: typObject, required: []string{"spec"}, fields: map[string]*field{
+		"metadata": {typ: typObject, fields: map[string]*field{"labels": stringMap, "annotations": stringMap}},
+		"spec":     podSpec,
+	}}
+)
+
+// specs holds each kind's spec schema (DESIGN.md, "Objects in etcd").
+var specs = map[string]*field{
+	"ReplicaSet": {typ: typObject, required: []string{"template"}, fields: map[string]*field{
+		"replicas": natural, "template": template,
+	}},
+	"Deployment": {typ: typObject, required: []string{"template"}, fields: map[string]*field{
+		"replicas": natural, "template": template, "revisionHistoryLimit": natural,
+		"strategy": {typ: typObject, fields: map[string]*field{"maxSurge": natural, "maxUnavailable": natural}},
+	}},
+	"Job": {typ: typObject, required: []string{"template"}, fields: map[string]*field{
+		"completions": natural, "parallelism": natural, "backoffLimit": natural, "template": template,
+	}},
+	"StatefulSet": {typ: typObject, required: []string{"template"}, fields: map[string]*field{
+		"replicas": natural, "template": template,
+	}},
+	"Pod": podSpec,
+}
+
+// objectSchema returns the schema of a whole object of kind. status is
+// accepted (so `batonctl get -o yaml | batonctl apply -f -` round-trips) but
+// apply ignores it: status has one writer, the controller.
+func objectSchema(spec *field) *field {
+	return &field{typ: typObject, required: []string{"kind", "metadata", "spec"}, fields: map[string]*field{
+		"apiVersion": str, "kind": str, "metadata": metadata, "spec": spec, "status": anyValue,
+	}}
+}

@@ -1,0 +1,249 @@
+// Package printer renders objects and queue state for people: kubectl-style
+// tables (upper-case headers, columns separated by spaces, AGE as "5m"),
+// and JSON or YAML for programs. Objects are handled as generic JSON maps so
+// batonctl shows fields it does not know about instead of dropping them.
+package printer
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Table writes rows under headers, aligned.
+type Table struct {
+	w    *tabwriter.Writer
+	cols int
+}
+
+// NewTable starts a table on w with the given headers.
+func NewTable(w io.Writer, headers ...string) *Table {
+	t := &Table{w: tabwriter.NewWriter(w, 0, 8, 3, ' ', 0), cols: len(headers)}
+	t.Row(headers...)
+	return t
+}
+
+// Row adds a row; missing cells print as empty.
+func (t *Table) Row(cells ...string) {
+	for len(cells) < t.cols {
+		cells = append(cells, "")
+	}
+	fmt.Fprintln(t.w, strings.Join(cells, "\t"))
+}
+
+// Flush writes the table out.
+func (t *Table) Flush() error { return t.w.Flush() }
+
+// Columns returns the headers of kind's table and a function that renders
+// one object as a row. now is the reference for AGE.
+func Columns(kind string, now time.Time) ([]string, func(obj map[string]any) []string) {
+	name := func(o map[string]any) string { return Str(o, "metadata", "name") }
+	age := func(o map[string]any) string { return Age(Str(o, "metadata", "creationTimestamp"), now) }
+	switch kind {
+	case "Deployment":
+		return []string{"NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"}, func(o map[string]any) []string {
+			return []string{name(o),
+				fmt.Sprintf("%d/%d", Int(o, "status", "readyReplicas"), Replicas(o)),
+				fmt.Sprint(Int(o, "status", "updatedReplicas")),
+				fmt.Sprint(Int(o, "status", "readyReplicas")), age(o)}
+		}
+	case "ReplicaSet":
+		return []string{"NAME", "DESIRED", "CURRENT", "READY", "AGE"}, func(o map[string]any) []string {
+			return []string{name(o), fmt.Sprint(Replicas(o)), fmt.Sprint(Int(o, "status", "replicas")),
+				fmt.Sprint(Int(o, "status", "readyReplicas")), age(o)}
+		}
+	case "StatefulSet":
+		return []string{"NAME", "READY", "AGE"}, func(o map[string]any) []string {
+			return []string{name(o), fmt.Sprintf("%d/%d", Int(o, "status", "readyReplicas"), Replicas(o)), age(o)}
+		}
+	case "Job":
+		return []string{"NAME", "STATUS", "COMPLETIONS", "ACTIVE", "FAILED", "AGE"}, func(o map[string]any) []string {
+			completions := int64(1)
+			if has(o, "spec", "completions") {
+				completions = Int(o, "spec", "completions")
+			}
+			return []string{name(o), JobStatus(o),
+				fmt.Sprintf("%d/%d", Int(o, "status", "succeeded"), completions),
+				fmt.Sprint(Int(o, "status", "active")), fmt.Sprint(Int(o, "status", "failed")), age(o)}
+		}
+	case "Pod":
+		return []string{"NAME", "STATUS", "IMAGE", "OWNER", "AGE"}, func(o map[string]any) []string {
+			phase := Str(o, "status", "phase")
+			if phase == "" {
+				phase = "Pending"
+			}
+			return []string{name(o), phase, orDash(Str(o, "spec", "image")), orDash(Owner(o)), age(o)}
+		}
+	}
+	return []string{"NAME", "AGE"}, func(o map[string]any) []string { return []string{name(o), age(o)} }
+}
+
+// Replicas is spec.replicas, 1 when unset (Kubernetes' default).
+func Replicas(o map[string]any) int64 {
+	if !has(o, "spec", "replicas") {
+		return 1
+	}
+	return Int(o, "spec", "replicas")
+}
+
+// JobStatus is "Complete", "Failed" (from status.conditions) or "Running".
+func JobStatus(o map[string]any) string {
+	conds, _ := get(o, "status", "conditions").([]any)
+	for _, c := range conds {
+		cm, _ := c.(map[string]any)
+		if cm != nil && fmt.Sprint(cm["status"]) == "True" {
+			if t := fmt.Sprint(cm["type"]); t == "Complete" || t == "Failed" {
+				return t
+			}
+		}
+	}
+	return "Running"
+}
+
+// Owner is "kind/name" of the object's first owner reference, or "".
+func Owner(o map[string]any) string {
+	refs, _ := get(o, "metadata", "ownerReferences").([]any)
+	if len(refs) == 0 {
+		return ""
+	}
+	r, _ := refs[0].(map[string]any)
+	if r == nil {
+		return ""
+	}
+	return strings.ToLower(fmt.Sprint(r["kind"])) + "/" + fmt.Sprint(r["name"])
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// Age renders an RFC 3339 creation time as kubectl does ("45s", "3m", "2h",
+// "4d"); "-" when unknown.
+func Age(ts string, now time.Time) string {
+	t, err := time.Parse(time.RFC3339, ts)
+	if err != nil {
+		return "-"
+	}
+	return Duration(now.Sub(t))
+}
+
+// Duration renders d briefly: "850ms", "45s", "3m10s", "2h5m", "4d".
+func Duration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < 10*time.Minute:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func get(o map[string]any, path ...string) any {
+	var cur any = o
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[p]
+	}
+	return cur
+}
+
+func has(o map[string]any, path ...string) bool { return get(o, path...) != nil }
+
+// Str returns the string at path, or "".
+func Str(o map[string]any, path ...string) string {
+	s, _ := get(o, path...).(string)
+	return s
+}
+
+// Int returns the integer at path, or 0.
+func Int(o map[string]any, path ...string) int64 {
+	switch v := get(o, path...).(type) {
+	case json.Number:
+		i, err := v.Int64()
+		if err != nil {
+			f, _ := v.Float64()
+			return int64(f)
+		}
+		return i
+	case float64:
+		return int64(v)
+	case int64:
+		return v
+	case int:
+		return int64(v)
+	}
+	return 0
+}
+
+// JSON writes v indented.
+func JSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// YAML writes v as YAML. Numbers (json.Number) are written as numbers, not
+// strings.
+func YAML(w io.Writer, v any) error {
+	var n yaml.Node
+	if err := n.Encode(yamlable(v)); err != nil {
+		return err
+	}
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(&n); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// yamlable turns json.Number into int64 or float64, which yaml.v3 prints
+// as plain numbers.
+func yamlable(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = yamlable(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = yamlable(e)
+		}
+		return out
+	case []map[string]any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = yamlable(e)
+		}
+		return out
+	case json.Number:
+		if i, err := t.Int64(); err == nil {
+			return i
+		}
+		f, _ := t.Float64()
+		return f
+	}
+	return v
+}
