@@ -158,4 +158,3 @@ func bytesString(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
-
