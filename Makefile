@@ -41,6 +41,10 @@ up: ## docker compose up: builds the images and starts the stack.
 down: ## Stops the compose stack and removes its volumes.
 	@$(COMPOSE) down -v
 
+.PHONY: test-e2e
+test-e2e: ## End-to-end test of the compose stack (skipped without Docker).
+	@scripts/e2e.sh
+
 .PHONY: clean
 clean: ## Removes built binaries and installed tools.
 	rm -rf bin .tools
