@@ -56,10 +56,11 @@ var ErrConflict = errors.New("objects: conflict")
 // reconcile is better retried later with backoff.
 const maxConflictRetries = 16
 
-// opTimeout bounds one etcd or observer call, so an unreachable etcd fails a
-// reconcile quickly (and the queue retries it with backoff) instead of
-// holding it until the reconcile's own timeout.
-const opTimeout = 5 * time.Second
+// DefaultOpTimeout bounds one etcd or observer call unless the Store is
+// told otherwise, so an unreachable etcd fails a reconcile quickly (and the
+// queue retries it with backoff) instead of holding it until the reconcile's
+// own timeout.
+const DefaultOpTimeout = 5 * time.Second
 
 // Key returns the etcd key of an object.
 func Key(resource, namespace, name string) string {
@@ -102,12 +103,22 @@ type Store struct {
 	// from etcd; cache reads wait for it (read-your-writes, and a child list
 	// never older than its owner read from etcd).
 	minRev atomic.Int64
+	// opTimeout bounds each call (DefaultOpTimeout unless set).
+	opTimeout time.Duration
 }
 
 // NewStore returns a Store that writes to etcd and reads through observer
 // (or from etcd when observer is nil).
 func NewStore(etcd *clientv3.Client, observer observerv1.ObserverServiceClient) *Store {
-	return &Store{etcd: etcd, observer: observer}
+	return &Store{etcd: etcd, observer: observer, opTimeout: DefaultOpTimeout}
+}
+
+// SetOpTimeout sets the bound of each etcd or observer call; call it before
+// the Store is used.
+func (s *Store) SetOpTimeout(d time.Duration) {
+	if d > 0 {
+		s.opTimeout = d
+	}
 }
 
 // MinRevision is the revision every cache read of this Store waits for: the
@@ -128,7 +139,7 @@ func (s *Store) Get(ctx context.Context, key string) (Raw, error) {
 	if s.observer == nil {
 		return s.GetDirect(ctx, key)
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	resp, err := s.observer.Get(ctx, &observerv1.GetRequest{Key: key, MinRevision: s.minRev.Load()})
 	if status.Code(err) == codes.NotFound {
@@ -143,7 +154,7 @@ func (s *Store) Get(ctx context.Context, key string) (Raw, error) {
 // GetDirect reads one object from etcd (linearizable). Later cache reads of
 // this Store reflect at least the revision it saw.
 func (s *Store) GetDirect(ctx context.Context, key string) (Raw, error) {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	resp, err := s.etcd.Get(ctx, key)
 	if err != nil {
@@ -163,7 +174,7 @@ func (s *Store) List(ctx context.Context, prefix string, owner OwnedBy) ([]Raw, 
 	if s.observer == nil {
 		return s.ListDirect(ctx, prefix, owner)
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	var out []Raw
 	req := &observerv1.ListRequest{
@@ -187,7 +198,7 @@ func (s *Store) List(ctx context.Context, prefix string, owner OwnedBy) ([]Raw, 
 
 // ListDirect is List from etcd; the owner filter is applied here.
 func (s *Store) ListDirect(ctx context.Context, prefix string, owner OwnedBy) ([]Raw, error) {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	resp, err := s.etcd.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
@@ -228,7 +239,7 @@ func (s *Store) Create(ctx context.Context, key string, v Metaobject) (int64, er
 	if err != nil {
 		return 0, fmt.Errorf("encode %s: %w", key, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	resp, err := s.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -254,7 +265,7 @@ func (s *Store) Update(ctx context.Context, key string, modRev int64, v any) (in
 }
 
 func (s *Store) put(ctx context.Context, key string, modRev int64, b []byte) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	resp, err := s.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
@@ -273,7 +284,7 @@ func (s *Store) put(ctx context.Context, key string, modRev int64, b []byte) (in
 // Delete removes key if its mod_revision is still modRev (any revision when
 // modRev is 0). Deleting a missing key is not an error: the goal is reached.
 func (s *Store) Delete(ctx context.Context, key string, modRev int64) error {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	var cmp clientv3.Cmp
 	if modRev > 0 {

@@ -1,0 +1,244 @@
+// Package service runs baton-worker: the reference controllers (or a chosen
+// subset) leasing from the queue, reading through the observer's cache and
+// writing to etcd, with /metrics, /healthz and /readyz over HTTP. The worker
+// serves no gRPC: it is a client of the queue, the observer and etcd. The
+// baton-worker binary and the embedded dev stack both call Run.
+package service
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
+	"github.com/batonrun/baton/services/queue/client"
+	"github.com/batonrun/baton/services/runtime/serve"
+	"github.com/batonrun/baton/services/worker/controllers"
+	"github.com/batonrun/baton/services/worker/manager"
+	"github.com/batonrun/baton/services/worker/objects"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Config is baton-worker's configuration; the flags of DESIGN.md map onto it.
+type Config struct {
+	HTTPAddr string
+	// QueueAddr is the queue's gRPC address (host:port).
+	QueueAddr string
+	// ObserverAddr is the observer's gRPC address; empty means read etcd
+	// directly.
+	ObserverAddr string
+	// EtcdEndpoints is a comma-separated list of etcd client URLs.
+	EtcdEndpoints string
+	// Controllers is "all" or a comma-separated list of controller names.
+	Controllers string
+	// Concurrency is the number of keys each controller reconciles at once.
+	Concurrency int
+	// LeaseDuration is the lease each key is held with (and extended by).
+	LeaseDuration time.Duration
+	// ReconcileTimeout bounds one reconcile.
+	ReconcileTimeout time.Duration
+	// GracePeriod bounds the wait for reconciles in flight on shutdown.
+	GracePeriod time.Duration
+	// CallTimeout bounds each etcd or observer call of a reconcile.
+	CallTimeout time.Duration
+	// Worker names this process to the queue; empty means hostname-pid.
+	Worker string
+	// OnListen, if set, learns the bound HTTP address (tests listen on :0).
+	OnListen func(httpAddr net.Addr)
+	// Wrap, if set, wraps every controller's reconciler (tests use it to
+	// observe or disturb reconciles).
+	Wrap func(controller string, r manager.Controller) manager.Controller
+}
+
+// DefaultConfig returns DESIGN.md's defaults.
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr: ":9092", QueueAddr: "127.0.0.1:7070", ObserverAddr: "127.0.0.1:7071",
+		EtcdEndpoints: "http://127.0.0.1:2379", Controllers: "all", Concurrency: 4,
+		LeaseDuration: 30 * time.Second, ReconcileTimeout: 30 * time.Second, GracePeriod: 10 * time.Second,
+		CallTimeout: objects.DefaultOpTimeout,
+	}
+}
+
+// RegisterFlags binds the configuration to fs, with c's values as defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz, /readyz")
+	fs.StringVar(&c.QueueAddr, "queue-addr", c.QueueAddr, "queue gRPC address")
+	fs.StringVar(&c.ObserverAddr, "observer-addr", c.ObserverAddr, "observer gRPC address (empty: read etcd directly)")
+	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client URLs")
+	fs.StringVar(&c.Controllers, "controllers", c.Controllers, "all, or a comma-separated list of "+strings.Join(controllers.Names, ","))
+	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "keys reconciled at once, per controller")
+	fs.DurationVar(&c.LeaseDuration, "lease-duration", c.LeaseDuration, "lease asked for each key, extended while it is reconciled")
+	fs.DurationVar(&c.ReconcileTimeout, "reconcile-timeout", c.ReconcileTimeout, "longest one reconcile may take")
+	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for reconciles in flight")
+	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "longest one etcd or observer call may take before the reconcile fails and is retried")
+	fs.StringVar(&c.Worker, "worker", c.Worker, "name shown as the lease holder (default hostname-pid)")
+}
+
+// ControllerNames resolves Controllers.
+func (c Config) ControllerNames() ([]string, error) {
+	if strings.TrimSpace(c.Controllers) == "all" {
+		return controllers.Names, nil
+	}
+	var out []string
+	for n := range strings.SplitSeq(c.Controllers, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if !slices.Contains(controllers.Names, n) {
+			return nil, fmt.Errorf("--controllers: unknown controller %q (known: all, %s)", n, strings.Join(controllers.Names, ", "))
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--controllers is empty")
+	}
+	return out, nil
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.HTTPAddr == "":
+		return errors.New("--http-addr is empty")
+	case c.QueueAddr == "":
+		return errors.New("--queue-addr is empty")
+	case len(endpoints(c.EtcdEndpoints)) == 0:
+		return errors.New("--etcd-endpoints is empty")
+	case c.Concurrency <= 0:
+		return fmt.Errorf("--concurrency must be positive, not %d", c.Concurrency)
+	case c.LeaseDuration < 100*time.Millisecond || c.LeaseDuration > 10*time.Minute:
+		return fmt.Errorf("--lease-duration must be in [100ms, 10m], not %v", c.LeaseDuration)
+	case c.ReconcileTimeout <= 0:
+		return fmt.Errorf("--reconcile-timeout must be positive, not %v", c.ReconcileTimeout)
+	case c.CallTimeout <= 0:
+		return fmt.Errorf("--call-timeout must be positive, not %v", c.CallTimeout)
+	case c.GracePeriod < 0:
+		return fmt.Errorf("--grace-period must not be negative, not %v", c.GracePeriod)
+	}
+	_, err := c.ControllerNames()
+	return err
+}
+
+func endpoints(s string) []string {
+	var out []string
+	for e := range strings.SplitSeq(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Run connects to etcd, the queue and the observer and runs the controllers
+// until ctx is cancelled; then it stops leasing, lets reconciles in flight
+// finish within the grace period and returns nil.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	names, _ := cfg.ControllerNames()
+
+	etcd, err := clientv3.New(clientv3.Config{
+		Endpoints: endpoints(cfg.EtcdEndpoints), DialTimeout: 5 * time.Second,
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer etcd.Close()
+
+	qconn, err := grpc.NewClient(cfg.QueueAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(serve.MaxMessageBytes), grpc.MaxCallSendMsgSize(serve.MaxMessageBytes)))
+	if err != nil {
+		return fmt.Errorf("dial queue %s: %w", cfg.QueueAddr, err)
+	}
+	defer qconn.Close()
+	queue := client.New(qconn)
+
+	var observer observerv1.ObserverServiceClient
+	if cfg.ObserverAddr != "" {
+		oconn, err := grpc.NewClient(cfg.ObserverAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(serve.MaxMessageBytes)))
+		if err != nil {
+			return fmt.Errorf("dial observer %s: %w", cfg.ObserverAddr, err)
+		}
+		defer oconn.Close()
+		observer = observerv1.NewObserverServiceClient(oconn)
+	}
+
+	reg := prometheus.NewRegistry()
+	store := objects.NewStore(etcd, observer)
+	store.SetOpTimeout(cfg.CallTimeout)
+	m := manager.New(queue, manager.Options{Worker: cfg.Worker, GracePeriod: cfg.GracePeriod, Logger: log, Registerer: reg})
+	for _, n := range names {
+		r, err := controllers.New(n, controllers.Deps{Store: store, Log: log.With("controller", n)})
+		if err != nil {
+			return err
+		}
+		c := manager.Controller{Name: n, Reconciler: r, Concurrency: cfg.Concurrency,
+			LeaseDuration: cfg.LeaseDuration, ReconcileTimeout: cfg.ReconcileTimeout}
+		if cfg.Wrap != nil {
+			c = cfg.Wrap(n, c)
+		}
+		if err := m.Add(c); err != nil {
+			return err
+		}
+	}
+
+	ready := func(ctx context.Context) error {
+		resp, err := healthpb.NewHealthClient(qconn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return fmt.Errorf("queue: %w", err)
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("queue: %s", resp.GetStatus())
+		}
+		if _, err := etcd.Get(ctx, "health"); err != nil {
+			return fmt.Errorf("etcd: %w", err)
+		}
+		return nil
+	}
+
+	log.Info("starting controllers", "controllers", names, "concurrency", cfg.Concurrency)
+	var wg sync.WaitGroup
+	var serveErr, runErr error
+	sctx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	wg.Go(func() {
+		serveErr = serve.Run(sctx, serve.Options{
+			Name: "baton-worker", HTTPAddr: cfg.HTTPAddr, Ready: ready, Registry: reg,
+			GracePeriod: cfg.GracePeriod, Logger: log,
+			OnListen: func(_, h net.Addr) {
+				if cfg.OnListen != nil {
+					cfg.OnListen(h)
+				}
+			},
+		})
+		if serveErr != nil {
+			stopServe()
+		}
+	})
+	runErr = m.Run(sctx)
+	stopServe()
+	wg.Wait()
+	return errors.Join(serveErr, runErr)
+}
