@@ -358,6 +358,28 @@ func (v *validator) check(n *yaml.Node, f *field, path string) {
 		if f.min != nil && i < *f.min {
 			v.fail(n, path, "must be at least %d, got %d", *f.min, i)
 		}
+	case typNumber:
+		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
+			v.fail(n, path, "must be a number, got %s", describe(n))
+			return
+		}
+		var x float64
+		if err := n.Decode(&x); err != nil {
+			v.fail(n, path, "must be a number, got %s", describe(n))
+			return
+		}
+		if f.min != nil && x < float64(*f.min) {
+			v.fail(n, path, "must be at least %d, got %s", *f.min, n.Value)
+		}
+	case typIntOrPercent:
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+			p, ok := strings.CutSuffix(n.Value, "%")
+			if pct, err := strconv.Atoi(p); !ok || err != nil || pct < 0 {
+				v.fail(n, path, "must be %s, got %s", f.typ, describe(n))
+			}
+			return
+		}
+		v.check(n, &field{typ: typInt, min: f.min}, path)
 	case typList:
 		if n.Kind != yaml.SequenceNode {
 			v.fail(n, path, "must be a list, got %s", describe(n))

@@ -36,6 +36,7 @@ func TestDecodeValid(t *testing.T) {
 {"kind": "Pod", "metadata": {"name": "b"}, "spec": {}}]`, []string{"pod/a", "pod/b"}, []int{1, 2}},
 		{"List wrapper", "kind: List\nitems:\n- kind: Pod\n  metadata: {name: a}\n  spec: {}\n", []string{"pod/a"}, []int{3}},
 		{"status ignored but allowed", "kind: Pod\nmetadata: {name: a}\nspec: {}\nstatus: {phase: Running}\n", []string{"pod/a"}, []int{1}},
+		{"percent and fractional seconds", "kind: Deployment\nmetadata: {name: a}\nspec:\n  strategy: {maxSurge: 25%, maxUnavailable: 0}\n  template: {spec: {durationSeconds: 0.5}}\n", []string{"deployment/a"}, []int{1}},
 		{"null means unset", "kind: Pod\nmetadata: {name: a, labels: null}\nspec: {image: ~}\n", []string{"pod/a"}, []int{1}},
 	}
 	for _, tc := range tests {
@@ -98,9 +99,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"image not string", deploymentWith(`image: "nginx:1.27"`, `image: [a]`), []string{`in.yaml:10:19: spec.template.spec.image: must be a string, got a list`}},
 		{"bad name", "kind: Pod\nmetadata: {name: Web_1}\nspec: {}\n", []string{`in.yaml:2:18: metadata.name: "Web_1" is not a valid name`}},
 		{"not a mapping", "- 3\n", []string{"in.yaml:1:3: an object must be a mapping, got integer 3"}},
+		{"bad percent", deploymentWith("maxSurge: 1", `maxSurge: "lots"`), []string{`spec.strategy.maxSurge: must be an integer or a percentage such as "25%", got string "lots"`}},
+		{"negative duration", "kind: Pod\nmetadata: {name: a}\nspec: {durationSeconds: -0.5}\n", []string{"spec.durationSeconds: must be at least 0, got -0.5"}},
 		{"two errors", "kind: Pod\nmetadata: {name: a}\nspec: {image: 3, exitCode: x}\n",
 			[]string{"spec.image: must be a string, got integer 3", `spec.exitCode: must be an integer, got string "x"`}},
-		{"json error line", "{\"kind\": \"Pod\",\n \"metadata\": {\"name\": \"a\"},\n \"spec\": {\"durationSeconds\": \"5\"}}", []string{`in.yaml:3:30: spec.durationSeconds: must be an integer, got string "5"`}},
+		{"json error line", "{\"kind\": \"Pod\",\n \"metadata\": {\"name\": \"a\"},\n \"spec\": {\"durationSeconds\": \"5\"}}", []string{`in.yaml:3:30: spec.durationSeconds: must be a number, got string "5"`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

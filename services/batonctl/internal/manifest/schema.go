@@ -22,6 +22,8 @@ const (
 	typObject
 	typList
 	typStringMap
+	typNumber       // an integer or a decimal
+	typIntOrPercent // 1 or "25%"
 )
 
 func (t fieldType) String() string {
@@ -38,6 +40,10 @@ func (t fieldType) String() string {
 		return "a list"
 	case typStringMap:
 		return "a mapping of strings to strings"
+	case typNumber:
+		return "a number"
+	case typIntOrPercent:
+		return `an integer or a percentage such as "25%"`
 	default:
 		return "any value"
 	}
@@ -49,6 +55,8 @@ var (
 	str        = &field{typ: typString}
 	anyValue   = &field{typ: typAny}
 	natural    = &field{typ: typInt, min: ptr(0)}
+	seconds    = &field{typ: typNumber, min: ptr(0)}
+	countOrPct = &field{typ: typIntOrPercent, min: ptr(0)}
 	integer    = &field{typ: typInt}
 	boolean    = &field{typ: typBool}
 	stringMap  = &field{typ: typStringMap, elem: str}
@@ -63,7 +71,7 @@ var (
 	}}
 	// podSpec is what a pod runs; the pod runtime simulates it.
 	podSpec = &field{typ: typObject, fields: map[string]*field{
-		"image": str, "durationSeconds": natural, "exitCode": integer,
+		"image": str, "durationSeconds": seconds, "exitCode": integer,
 	}}
 	template = &field{typ: typObject, required: []string{"spec"}, fields: map[string]*field{
 		"metadata": {typ: typObject, fields: map[string]*field{"labels": stringMap, "annotations": stringMap}},
@@ -78,7 +86,7 @@ var specs = map[string]*field{
 	}},
 	"Deployment": {typ: typObject, required: []string{"template"}, fields: map[string]*field{
 		"replicas": natural, "template": template, "revisionHistoryLimit": natural,
-		"strategy": {typ: typObject, fields: map[string]*field{"maxSurge": natural, "maxUnavailable": natural}},
+		"strategy": {typ: typObject, fields: map[string]*field{"maxSurge": countOrPct, "maxUnavailable": countOrPct}},
 	}},
 	"Job": {typ: typObject, required: []string{"template"}, fields: map[string]*field{
 		"completions": natural, "parallelism": natural, "backoffLimit": natural, "template": template,

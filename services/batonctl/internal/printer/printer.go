@@ -43,7 +43,13 @@ func (t *Table) Flush() error { return t.w.Flush() }
 // one object as a row. now is the reference for AGE.
 func Columns(kind string, now time.Time) ([]string, func(obj map[string]any) []string) {
 	name := func(o map[string]any) string { return Str(o, "metadata", "name") }
-	age := func(o map[string]any) string { return Age(Str(o, "metadata", "creationTimestamp"), now) }
+	age := func(o map[string]any) string {
+		ts := Str(o, "metadata", "creationTimestamp")
+		if ts == "" {
+			ts = Str(o, "status", "startTime") // pods made by a controller
+		}
+		return Age(ts, now)
+	}
 	switch kind {
 	case "Deployment":
 		return []string{"NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"}, func(o map[string]any) []string {
@@ -128,7 +134,7 @@ func orDash(s string) string {
 // Age renders an RFC 3339 creation time as kubectl does ("45s", "3m", "2h",
 // "4d"); "-" when unknown.
 func Age(ts string, now time.Time) string {
-	t, err := time.Parse(time.RFC3339, ts)
+	t, err := time.Parse(time.RFC3339Nano, ts)
 	if err != nil {
 		return "-"
 	}
