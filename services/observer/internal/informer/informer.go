@@ -1,0 +1,402 @@
+// Package informer keeps the cache in step with one etcd prefix and turns
+// each change into queue keys: the shared informer. There is one Informer
+// per watched prefix, whatever the number of rules on it.
+//
+// # Lifecycle
+//
+//  1. List the prefix (paged, at one revision) into the cache; every object
+//     is announced at PRIORITY_LOW (the queue collapses what it already
+//     holds, so a restarted observer costs little).
+//  2. Watch from the list's revision + 1 with WithRequireLeader and
+//     WithProgressNotify. Events update the cache and are announced at
+//     PRIORITY_NORMAL; a delete announces the object's key and its owners'
+//     keys from the last value seen. Progress notifications advance the
+//     observed revision while the prefix is idle.
+//  3. When the watch breaks (etcd restarted, connection lost, leader lost,
+//     watch cancelled), watch again from the last observed revision + 1: no
+//     gap, nothing announced twice on purpose.
+//  4. When that revision has been compacted away, list again and diff with
+//     the cache: every key created, changed (different mod revision) or
+//     deleted in between is announced at PRIORITY_NORMAL.
+package informer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/observer/internal/cache"
+	"github.com/batonrun/baton/services/observer/internal/object"
+	"github.com/batonrun/baton/services/observer/internal/rules"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Sink receives the keys a change announces; it must not block.
+type Sink interface {
+	Put(queue string, keys []string, prio queuev1.Priority, at time.Time) error
+}
+
+// Options tune an Informer; zero values take the defaults.
+type Options struct {
+	// PageSize is the number of keys per Get when listing (default 1000).
+	PageSize int64
+	// RetryMin and RetryMax bound the wait before re-watching or re-listing
+	// after an error (defaults 100 ms and 5 s).
+	RetryMin, RetryMax time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Stats are an informer's counters.
+type Stats struct {
+	Prefix           string
+	ObservedRevision int64
+	HeadRevision     int64
+	Events           uint64
+	Relists          uint64
+	WatchRestarts    uint64
+	Listed           bool // the first list is done
+}
+
+// Informer watches one prefix.
+type Informer struct {
+	cli    *clientv3.Client
+	prefix string
+	rules  []rules.Rule
+	cache  *cache.Cache
+	sink   Sink
+	opts   Options
+	log    *slog.Logger
+
+	observed atomic.Int64 // the revision the cache reflects for prefix
+	head     atomic.Int64
+	events   atomic.Uint64
+	relists  atomic.Uint64
+	restarts atomic.Uint64
+	listed   atomic.Bool
+
+	mu      sync.Mutex
+	watchCx context.Context // the watch's context, for RequestProgress; nil when not watching
+}
+
+// New returns an informer for the rules on prefix (rules on other prefixes
+// are ignored).
+func New(cli *clientv3.Client, prefix string, rs []rules.Rule, c *cache.Cache, sink Sink, opts Options) *Informer {
+	if opts.PageSize <= 0 {
+		opts.PageSize = 1000
+	}
+	if opts.RetryMin <= 0 {
+		opts.RetryMin = 100 * time.Millisecond
+	}
+	if opts.RetryMax < opts.RetryMin {
+		opts.RetryMax = max(5*time.Second, opts.RetryMin)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	in := &Informer{cli: cli, prefix: prefix, cache: c, sink: sink, opts: opts, log: opts.Logger.With("prefix", prefix)}
+	for _, r := range rs {
+		if r.Prefix == prefix {
+			in.rules = append(in.rules, r)
+		}
+	}
+	return in
+}
+
+// Prefix returns the watched prefix.
+func (in *Informer) Prefix() string { return in.prefix }
+
+// Stats returns the counters.
+func (in *Informer) Stats() Stats {
+	return Stats{
+		Prefix: in.prefix, ObservedRevision: in.observed.Load(), HeadRevision: max(in.head.Load(), in.observed.Load()),
+		Events: in.events.Load(), Relists: in.relists.Load(), WatchRestarts: in.restarts.Load(), Listed: in.listed.Load(),
+	}
+}
+
+// Listed reports whether the first list is done.
+func (in *Informer) Listed() bool { return in.listed.Load() }
+
+// Run lists and watches until ctx ends; it returns nil then. Errors from
+// etcd are retried forever with backoff: the observer's job is to keep
+// watching.
+func (in *Informer) Run(ctx context.Context) error {
+	wait := in.opts.RetryMin
+	backoff := func() bool {
+		t := time.NewTimer(time.Duration(float64(wait) * (0.5 + rand.Float64()/2)))
+		defer t.Stop()
+		wait = min(2*wait, in.opts.RetryMax)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	needList := true
+	for ctx.Err() == nil {
+		if needList {
+			prio := queuev1.Priority_PRIORITY_NORMAL
+			if !in.listed.Load() {
+				prio = queuev1.Priority_PRIORITY_LOW
+			}
+			if err := in.relist(ctx, prio); err != nil {
+				if ctx.Err() == nil {
+					in.log.Warn("list failed; retrying", "error", err)
+					backoff()
+				}
+				continue
+			}
+			needList = false
+			in.listed.Store(true)
+		}
+		err := in.watch(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		in.restarts.Add(1)
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			in.log.Info("watch revision compacted; listing again", "observed", in.observed.Load(), "error", err)
+			needList = true
+			continue
+		}
+		in.log.Warn("watch broke; resuming", "from", in.observed.Load()+1, "error", err)
+		if !backoff() {
+			break
+		}
+	}
+	return nil
+}
+
+// RequestProgress asks etcd for a progress notification on this watch, so
+// the observed revision catches up with etcd's head while the prefix is
+// idle. It does nothing when not watching.
+func (in *Informer) RequestProgress() {
+	in.mu.Lock()
+	wctx := in.watchCx
+	in.mu.Unlock()
+	if wctx == nil {
+		return
+	}
+	// etcd routes RequestProgress by the metadata of the context the watch
+	// was opened with, so it must be derived from the watch's context.
+	rctx, cancel := context.WithTimeout(wctx, time.Second)
+	defer cancel()
+	_ = in.cli.RequestProgress(rctx) // best effort: the periodic one follows
+}
+
+// Resync announces every cached object under the prefix at PRIORITY_LOW.
+func (in *Informer) Resync() {
+	now := time.Now()
+	in.cache.Range(in.prefix, func(o *cache.Object) bool {
+		in.announce(o.Key, &o.Meta, nil, queuev1.Priority_PRIORITY_LOW, now)
+		return true
+	})
+}
+
+// announce sends the keys for a change of key from old to cur (either may
+// be nil) to every rule's queue.
+func (in *Informer) announce(key string, cur, old *object.Meta, prio queuev1.Priority, at time.Time) {
+	for _, r := range in.rules {
+		var keys []string
+		if cur != nil {
+			keys = r.Keys(key, *cur)
+		}
+		if old != nil {
+			for _, k := range r.Keys(key, *old) {
+				if !contains(keys, k) {
+					keys = append(keys, k)
+				}
+			}
+		}
+		if len(keys) == 0 && r.OwnerKind == "" {
+			// A delete of a key with no value left still names the object.
+			keys = r.Keys(key, object.Meta{})
+		}
+		if err := in.sink.Put(r.Queue, keys, prio, at); err != nil {
+			in.log.Error("announce", "queue", r.Queue, "error", err)
+		}
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (in *Informer) newObject(kv *mvccpb.KeyValue) *cache.Object {
+	key := string(kv.Key)
+	m := object.Decode(kv.Value)
+	return &cache.Object{Key: key, Value: kv.Value, ModRevision: kv.ModRevision, Meta: m, Namespace: object.Namespace(m, key, in.prefix)}
+}
+
+// setObserved records that the cache reflects etcd up to rev.
+func (in *Informer) setObserved(rev int64) {
+	for {
+		cur := in.observed.Load()
+		if rev <= cur || in.observed.CompareAndSwap(cur, rev) {
+			break
+		}
+	}
+	in.cache.SetRevision(in.prefix, rev)
+}
+
+func (in *Informer) setHead(rev int64) {
+	for {
+		cur := in.head.Load()
+		if rev <= cur || in.head.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
+// relist reads the whole prefix at one revision and makes the cache equal
+// to it, announcing every difference at prio.
+func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
+	start := time.Now()
+	in.relists.Add(1)
+	end := clientv3.GetPrefixRangeEnd(in.prefix)
+	from := in.prefix
+	var rev int64
+	seen := make(map[string]struct{}, in.cache.Len())
+	var created, changed, deleted int
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(in.opts.PageSize)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := in.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return fmt.Errorf("list %s: %w", in.prefix, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		in.setHead(resp.Header.Revision)
+		now := time.Now()
+		for _, kv := range resp.Kvs {
+			key := string(kv.Key)
+			seen[key] = struct{}{}
+			if cur, ok := in.cache.Get(key); ok && cur.ModRevision == kv.ModRevision {
+				continue
+			}
+			obj := in.newObject(kv)
+			old := in.cache.Put(obj)
+			if old == nil {
+				created++
+				in.announce(key, &obj.Meta, nil, prio, now)
+			} else {
+				changed++
+				in.announce(key, &obj.Meta, &old.Meta, prio, now)
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	now := time.Now()
+	for _, o := range in.cache.Snapshot(in.prefix) {
+		if _, ok := seen[o.Key]; ok {
+			continue
+		}
+		if old := in.cache.Delete(o.Key); old != nil {
+			deleted++
+			in.announce(o.Key, nil, &old.Meta, prio, now)
+		}
+	}
+	in.setObserved(rev)
+	in.log.Info("listed", "revision", rev, "objects", len(seen), "created", created, "changed", changed, "deleted", deleted, "took", time.Since(start))
+	return nil
+}
+
+// watch follows the prefix from the observed revision + 1 until the watch
+// breaks; it returns why.
+func (in *Informer) watch(ctx context.Context) error {
+	// WithRequireLeader: a member cut off from its cluster closes the watch
+	// instead of silently serving nothing, and we resume elsewhere.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	in.mu.Lock()
+	in.watchCx = wctx
+	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		in.watchCx = nil
+		in.mu.Unlock()
+	}()
+	from := in.observed.Load() + 1
+	wch := in.cli.Watch(wctx, in.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	for resp := range wch {
+		if resp.CompactRevision != 0 {
+			return fmt.Errorf("watch from %d: %w (compacted at %d)", in.observed.Load()+1, rpctypes.ErrCompacted, resp.CompactRevision)
+		}
+		if err := resp.Err(); err != nil {
+			return fmt.Errorf("watch: %w", err)
+		}
+		if resp.Header.Revision > 0 {
+			in.setHead(resp.Header.Revision)
+		}
+		if resp.IsProgressNotify() {
+			// Every event up to the header's revision has been sent.
+			in.setObserved(resp.Header.Revision)
+			continue
+		}
+		in.apply(resp.Events)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.New("watch channel closed")
+}
+
+// apply puts a batch of events into the cache and announces them. The
+// observed revision moves to the last event's revision: a watch response's
+// header revision can run ahead of the events it carries (etcd sends a long
+// catch-up in batches), so it is not used here.
+func (in *Informer) apply(evs []*clientv3.Event) {
+	now := time.Now()
+	observed := in.observed.Load()
+	last := observed
+	for _, ev := range evs {
+		rev := ev.Kv.ModRevision
+		if rev <= observed {
+			continue // already seen, e.g. replayed after a reconnect
+		}
+		in.events.Add(1)
+		key := string(ev.Kv.Key)
+		switch ev.Type {
+		case clientv3.EventTypePut:
+			obj := in.newObject(ev.Kv)
+			old := in.cache.Put(obj)
+			var oldMeta *object.Meta
+			if old != nil {
+				oldMeta = &old.Meta
+			}
+			in.announce(key, &obj.Meta, oldMeta, queuev1.Priority_PRIORITY_NORMAL, now)
+		case clientv3.EventTypeDelete:
+			old := in.cache.Delete(key)
+			var oldMeta *object.Meta
+			if old != nil {
+				oldMeta = &old.Meta
+			}
+			in.announce(key, nil, oldMeta, queuev1.Priority_PRIORITY_NORMAL, now)
+		}
+		last = max(last, rev)
+	}
+	if last > observed {
+		in.setObserved(last)
+	}
+}

@@ -1,0 +1,320 @@
+// Package outbox hands keys from the observer to the queue without ever
+// making observation wait. Each queue has an outbox: a set of keys, each with
+// the highest priority it was announced at and when it was first observed, so
+// its size is bounded by distinct keys, not by events. A drainer per queue
+// sends the set in batched Adds; when the queue is slow or down the set
+// grows, Adds are retried with capped backoff, and Put still returns at once.
+//
+// A key announced again while an Add carrying it is in flight stays in the
+// set and is sent again: the queue may have handed the earlier announcement
+// to a worker that read the object before the newer change.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/queue/client"
+)
+
+// Adder is the part of the queue client the outbox needs.
+type Adder interface {
+	Add(ctx context.Context, queue string, keys []string, o client.AddOptions) (client.AddResult, error)
+}
+
+// Options tune the drainers; zero values take the defaults.
+type Options struct {
+	// MaxBatch is the most keys per Add (default client.MaxBatch).
+	MaxBatch int
+	// CallTimeout bounds one Add (default 10 s).
+	CallTimeout time.Duration
+	// RetryMin and RetryMax bound the wait after a failed Add (defaults
+	// 50 ms and 5 s; it doubles per consecutive failure, with jitter).
+	RetryMin, RetryMax time.Duration
+	// FlushTimeout bounds the last delivery attempt when Run's context ends
+	// (default 3 s). What is left is not lost for good: a restarted
+	// observer lists everything again.
+	FlushTimeout time.Duration
+	// Source is sent as AddRequest.source.
+	Source string
+	// Latency, if set, observes the time from a key's observation to the
+	// Add that delivered it, per queue.
+	Latency func(queue string, d time.Duration)
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.MaxBatch <= 0 || o.MaxBatch > client.MaxBatch {
+		o.MaxBatch = client.MaxBatch
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 10 * time.Second
+	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = 50 * time.Millisecond
+	}
+	if o.RetryMax < o.RetryMin {
+		o.RetryMax = max(5*time.Second, o.RetryMin)
+	}
+	if o.FlushTimeout <= 0 {
+		o.FlushTimeout = 3 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// rank orders priorities: LOW < NORMAL (and unspecified) < HIGH.
+func rank(p queuev1.Priority) int {
+	switch p {
+	case queuev1.Priority_PRIORITY_LOW:
+		return 0
+	case queuev1.Priority_PRIORITY_HIGH:
+		return 2
+	default:
+		return 1
+	}
+}
+
+type entry struct {
+	prio  queuev1.Priority
+	seq   uint64    // bumped by every Put of the key
+	since time.Time // first observation not yet delivered
+}
+
+// Box is one queue's outbox.
+type Box struct {
+	queue string
+	add   Adder
+	opts  Options
+
+	mu      sync.Mutex
+	items   map[string]*entry
+	seq     uint64
+	lastErr string
+
+	wake      chan struct{}
+	delivered atomic.Uint64
+	failures  atomic.Uint64
+}
+
+// Set holds the outbox of every queue.
+type Set struct {
+	boxes map[string]*Box
+	names []string
+}
+
+// NewSet makes an outbox for each queue, delivering through add.
+func NewSet(queues []string, add Adder, opts Options) *Set {
+	opts.defaults()
+	s := &Set{boxes: map[string]*Box{}}
+	for _, q := range queues {
+		s.boxes[q] = &Box{queue: q, add: add, opts: opts, items: map[string]*entry{}, wake: make(chan struct{}, 1)}
+		s.names = append(s.names, q)
+	}
+	slices.Sort(s.names)
+	return s
+}
+
+// ErrUnknownQueue is returned by Put for a queue the set was not made for.
+var ErrUnknownQueue = errors.New("outbox: unknown queue")
+
+// Put adds keys to queue's outbox, observed at `at`. It never blocks on
+// delivery.
+func (s *Set) Put(queue string, keys []string, prio queuev1.Priority, at time.Time) error {
+	b := s.boxes[queue]
+	if b == nil {
+		return ErrUnknownQueue
+	}
+	b.put(keys, prio, at)
+	return nil
+}
+
+// Box returns queue's outbox (nil if none).
+func (s *Set) Box(queue string) *Box { return s.boxes[queue] }
+
+// Queues returns the queue names, sorted.
+func (s *Set) Queues() []string { return s.names }
+
+// Len returns the keys waiting in every outbox.
+func (s *Set) Len() int {
+	n := 0
+	for _, b := range s.boxes {
+		n += b.Len()
+	}
+	return n
+}
+
+// Run drains every outbox until ctx ends, then makes one bounded attempt to
+// deliver what is left.
+func (s *Set) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, b := range s.boxes {
+		wg.Go(func() { b.run(ctx) })
+	}
+	wg.Wait()
+}
+
+func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time) {
+	if len(keys) == 0 {
+		return
+	}
+	b.mu.Lock()
+	for _, k := range keys {
+		b.seq++
+		e := b.items[k]
+		if e == nil {
+			b.items[k] = &entry{prio: prio, seq: b.seq, since: at}
+			continue
+		}
+		e.seq = b.seq
+		if rank(prio) > rank(e.prio) {
+			e.prio = prio
+		}
+	}
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Len returns the distinct keys waiting, those in flight included.
+func (b *Box) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.items)
+}
+
+// LastError is the error of the last Add if it failed, else "".
+func (b *Box) LastError() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastErr
+}
+
+// Delivered counts keys delivered; Failures counts failed Adds.
+func (b *Box) Delivered() uint64 { return b.delivered.Load() }
+
+// Failures counts failed Add calls.
+func (b *Box) Failures() uint64 { return b.failures.Load() }
+
+type sent struct {
+	key   string
+	seq   uint64
+	since time.Time
+}
+
+// take returns up to n keys grouped by priority.
+func (b *Box) take(n int) map[queuev1.Priority][]sent {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[queuev1.Priority][]sent{}
+	i := 0
+	for k, e := range b.items {
+		if i == n {
+			break
+		}
+		out[e.prio] = append(out[e.prio], sent{key: k, seq: e.seq, since: e.since})
+		i++
+	}
+	return out
+}
+
+// done removes delivered keys not announced again since they were taken.
+func (b *Box) done(batch []sent, now time.Time) {
+	b.mu.Lock()
+	b.lastErr = ""
+	for _, s := range batch {
+		if e := b.items[s.key]; e != nil && e.seq == s.seq {
+			delete(b.items, s.key)
+		}
+	}
+	b.mu.Unlock()
+	b.delivered.Add(uint64(len(batch)))
+	if b.opts.Latency != nil {
+		for _, s := range batch {
+			b.opts.Latency(b.queue, now.Sub(s.since))
+		}
+	}
+}
+
+func (b *Box) fail(err error) {
+	b.failures.Add(1)
+	b.mu.Lock()
+	b.lastErr = err.Error()
+	b.mu.Unlock()
+}
+
+func (b *Box) run(ctx context.Context) {
+	log := b.opts.Logger.With("queue", b.queue)
+	wait := b.opts.RetryMin
+	for {
+		if b.Len() == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-b.wake:
+			}
+		}
+		if ctx.Err() != nil {
+			b.flush(log)
+			return
+		}
+		if err := b.deliver(ctx); err != nil {
+			b.fail(err)
+			log.Warn("add failed; keys stay in the outbox", "error", err, "outbox", b.Len(), "retry_in", wait)
+			t := time.NewTimer(time.Duration(float64(wait) * (0.5 + rand.Float64()/2)))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				b.flush(log)
+				return
+			case <-t.C:
+			}
+			wait = min(2*wait, b.opts.RetryMax)
+			continue
+		}
+		wait = b.opts.RetryMin
+	}
+}
+
+// deliver sends one batch, one Add per priority.
+func (b *Box) deliver(ctx context.Context) error {
+	for prio, batch := range b.take(b.opts.MaxBatch) {
+		keys := make([]string, len(batch))
+		for i, s := range batch {
+			keys[i] = s.key
+		}
+		cctx, cancel := context.WithTimeout(ctx, b.opts.CallTimeout)
+		_, err := b.add.Add(cctx, b.queue, keys, client.AddOptions{Priority: prio, Source: b.opts.Source})
+		cancel()
+		if err != nil {
+			return err
+		}
+		b.done(batch, time.Now())
+	}
+	return nil
+}
+
+func (b *Box) flush(log *slog.Logger) {
+	if b.Len() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.FlushTimeout)
+	defer cancel()
+	for b.Len() > 0 && ctx.Err() == nil {
+		if err := b.deliver(ctx); err != nil {
+			log.Warn("outbox not flushed at shutdown; a restarted observer lists everything again", "error", err, "left", b.Len())
+			return
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/queue/client"
+)
+
+// fakeQueue records Adds and fails them while down.
+type fakeQueue struct {
+	mu      sync.Mutex
+	down    bool
+	calls   int
+	got     map[string]queuev1.Priority // key → highest priority seen
+	block   chan struct{}               // if set, Add waits on it
+	entered chan struct{}               // if set, Add signals here before waiting
+}
+
+func (f *fakeQueue) Add(ctx context.Context, queue string, keys []string, o client.AddOptions) (client.AddResult, error) {
+	if f.block != nil {
+		if f.entered != nil {
+			f.entered <- struct{}{}
+		}
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return client.AddResult{}, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.down {
+		return client.AddResult{}, errors.New("queue down")
+	}
+	for _, k := range keys {
+		if p, ok := f.got[k]; !ok || rank(o.Priority) > rank(p) {
+			f.got[k] = o.Priority
+		}
+	}
+	return client.AddResult{Queued: len(keys)}, nil
+}
+
+func (f *fakeQueue) setDown(d bool) { f.mu.Lock(); f.down = d; f.mu.Unlock() }
+
+func (f *fakeQueue) received() map[string]queuev1.Priority {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]queuev1.Priority{}
+	for k, v := range f.got {
+		out[k] = v
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCoalescesWhileQueueDown(t *testing.T) {
+	q := &fakeQueue{got: map[string]queuev1.Priority{}, down: true}
+	s := NewSet([]string{"pods"}, q, Options{RetryMin: time.Millisecond, RetryMax: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+
+	start := time.Now()
+	for i := range 10000 {
+		prio := queuev1.Priority_PRIORITY_LOW
+		if i%7 == 0 {
+			prio = queuev1.Priority_PRIORITY_NORMAL
+		}
+		if err := s.Put("pods", []string{fmt.Sprintf("ns/k%d", i%100)}, prio, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if n := s.Len(); n > 100 {
+			t.Fatalf("outbox holds %d keys, want at most 100", n)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("10,000 Puts took %v with the queue down: Put must not wait on delivery", d)
+	}
+	waitFor(t, "a failed Add", func() bool { return s.Box("pods").LastError() != "" })
+	q.setDown(false)
+	waitFor(t, "the outbox to drain", func() bool { return s.Len() == 0 })
+	got := q.received()
+	if len(got) != 100 {
+		t.Fatalf("queue received %d keys, want 100", len(got))
+	}
+	for k, p := range got {
+		if p != queuev1.Priority_PRIORITY_NORMAL {
+			t.Errorf("key %s delivered at %v, want NORMAL (the highest announced)", k, p)
+		}
+	}
+	if s.Box("pods").LastError() != "" {
+		t.Error("LastError kept after a successful Add")
+	}
+	cancel()
+	<-done
+	if err := s.Put("nope", []string{"x"}, 0, time.Now()); !errors.Is(err, ErrUnknownQueue) {
+		t.Errorf("Put to an unknown queue = %v, want ErrUnknownQueue", err)
+	}
+}
+
+// A key announced again while an Add carrying it is in flight must be sent
+// again: the first Add may have been leased and worked before the change.
+func TestReannouncedDuringFlightIsSentAgain(t *testing.T) {
+	q := &fakeQueue{got: map[string]queuev1.Priority{}, block: make(chan struct{}), entered: make(chan struct{}, 10)}
+	s := NewSet([]string{"pods"}, q, Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+
+	_ = s.Put("pods", []string{"ns/a"}, queuev1.Priority_PRIORITY_NORMAL, time.Now())
+	<-q.entered // the drainer is inside Add with ns/a: announce it again
+	_ = s.Put("pods", []string{"ns/a"}, queuev1.Priority_PRIORITY_NORMAL, time.Now())
+	q.block <- struct{}{} // first Add completes
+	if got := s.Len(); got != 1 {
+		t.Fatalf("after the first Add, outbox holds %d keys, want 1 (ns/a again)", got)
+	}
+	select {
+	case <-q.entered: // the key is sent again
+	case <-time.After(10 * time.Second):
+		t.Fatal("ns/a, announced during the first Add, was not sent again")
+	}
+	q.block <- struct{}{}
+	waitFor(t, "the outbox to drain", func() bool { return s.Len() == 0 })
+	q.mu.Lock()
+	calls := q.calls
+	q.mu.Unlock()
+	if calls != 2 {
+		t.Errorf("%d Adds, want 2", calls)
+	}
+	close(q.block)
+	cancel()
+	<-done
+}
+
+func TestFlushOnStop(t *testing.T) {
+	q := &fakeQueue{got: map[string]queuev1.Priority{}}
+	s := NewSet([]string{"a", "b"}, q, Options{})
+	_ = s.Put("a", []string{"x"}, 0, time.Now())
+	_ = s.Put("b", []string{"y"}, 0, time.Now())
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // stopped before it ran: the flush still delivers
+	s.Run(ctx)
+	if got := q.received(); len(got) != 2 {
+		t.Errorf("flushed %v, want x and y", got)
+	}
+}

@@ -1,0 +1,283 @@
+// Package rules says which etcd prefixes feed which queues. A rule sends
+// every change under Prefix to Queue, keyed either by the changed object's
+// own namespace/name or, when OwnerKind is set, by the namespace/name of each
+// of its owners of that kind (metadata.ownerReferences).
+//
+// The built-in rules serve the reference controllers; a YAML file replaces
+// them:
+//
+//	rules:
+//	  - queue: replicasets
+//	    prefix: /registry/replicasets/
+//	  - queue: replicasets
+//	    prefix: /registry/pods/
+//	    ownerKind: ReplicaSet
+//
+// Parse refuses a bad file with the line of the problem and the reason.
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/batonrun/baton/services/observer/internal/object"
+	"gopkg.in/yaml.v3"
+)
+
+// Rule sends changes under Prefix to Queue.
+type Rule struct {
+	// Queue receives the keys; a DNS label, as the queue requires.
+	Queue string
+	// Prefix is the watched etcd prefix; it starts and ends with "/".
+	Prefix string
+	// OwnerKind, if set, keys the change by each owner of this kind instead
+	// of by the object itself.
+	OwnerKind string
+	// Line is where the rule is written in its file (0 for built-in rules).
+	Line int
+}
+
+// Builtin returns the rules of the reference controllers.
+func Builtin() []Rule {
+	return []Rule{
+		{Queue: "replicasets", Prefix: "/registry/replicasets/"},
+		{Queue: "replicasets", Prefix: "/registry/pods/", OwnerKind: "ReplicaSet"},
+		{Queue: "deployments", Prefix: "/registry/deployments/"},
+		{Queue: "deployments", Prefix: "/registry/replicasets/", OwnerKind: "Deployment"},
+		{Queue: "jobs", Prefix: "/registry/jobs/"},
+		{Queue: "jobs", Prefix: "/registry/pods/", OwnerKind: "Job"},
+		{Queue: "statefulsets", Prefix: "/registry/statefulsets/"},
+		{Queue: "statefulsets", Prefix: "/registry/pods/", OwnerKind: "StatefulSet"},
+		{Queue: "pods", Prefix: "/registry/pods/"},
+	}
+}
+
+// KnownKinds are the kinds of the reference controllers' objects. An owner
+// kind outside this list is allowed (a user's own controller may own
+// objects) but Parse warns about it: it is more often a typo.
+var KnownKinds = []string{"Deployment", "Job", "Pod", "ReplicaSet", "StatefulSet"}
+
+// Keys returns the queue keys a change of the object at etcdKey announces
+// under r: the object's own key, or its owners' of r.OwnerKind.
+func (r Rule) Keys(etcdKey string, m object.Meta) []string {
+	if r.OwnerKind == "" {
+		if k, ok := object.QueueKey(etcdKey, r.Prefix); ok {
+			return []string{k}
+		}
+		return nil
+	}
+	var out []string
+	ns := ""
+	for _, o := range m.Owners {
+		if o.Kind != r.OwnerKind {
+			continue
+		}
+		if ns == "" {
+			ns = object.Namespace(m, etcdKey, r.Prefix)
+		}
+		k := o.Name
+		if ns != "" {
+			k = ns + "/" + o.Name
+		}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Prefixes returns the distinct prefixes of rs, sorted: one watch each.
+func Prefixes(rs []Rule) []string {
+	var out []string
+	for _, r := range rs {
+		if !slices.Contains(out, r.Prefix) {
+			out = append(out, r.Prefix)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Queues returns the distinct queues of rs, sorted.
+func Queues(rs []Rule) []string {
+	var out []string
+	for _, r := range rs {
+		if !slices.Contains(out, r.Queue) {
+			out = append(out, r.Queue)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+var (
+	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	kindName = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
+)
+
+// Error is a problem in a rules file, at a line (0 when it concerns the
+// whole file).
+type Error struct {
+	File   string
+	Line   int
+	Reason string
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason)
+	}
+	return fmt.Sprintf("%s: %s", e.File, e.Reason)
+}
+
+// Parse reads a rules file (name is used in errors). It returns the rules
+// and warnings (owner kinds outside KnownKinds), or the first problem as an
+// *Error.
+func Parse(name string, data []byte) ([]Rule, []string, error) {
+	fail := func(line int, format string, args ...any) ([]Rule, []string, error) {
+		return nil, nil, &Error{File: name, Line: line, Reason: fmt.Sprintf(format, args...)}
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		// yaml.v3 says "yaml: line N: reason"; keep the line, in our form.
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		var line int
+		if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
+			_, reason, _ := strings.Cut(msg, ": ")
+			return fail(line, "%s", reason)
+		}
+		return fail(0, "%s", msg)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return fail(0, "empty file: want a mapping with a rules list")
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return fail(root.Line, "want a mapping with a rules list, not %s", kindString(root))
+	}
+	var list *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if k.Value != "rules" {
+			return fail(k.Line, "unknown field %q (want rules)", k.Value)
+		}
+		list = v
+	}
+	if list == nil {
+		return fail(root.Line, "no rules list")
+	}
+	if list.Kind != yaml.SequenceNode {
+		return fail(list.Line, "rules must be a list, not %s", kindString(list))
+	}
+	if len(list.Content) == 0 {
+		return fail(list.Line, "rules is empty: an observer without rules has nothing to do")
+	}
+	var (
+		out      []Rule
+		warnings []string
+	)
+	for _, item := range list.Content {
+		if item.Kind != yaml.MappingNode {
+			return fail(item.Line, "a rule must be a mapping with queue, prefix and optional ownerKind, not %s", kindString(item))
+		}
+		r := Rule{Line: item.Line}
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(item.Content); i += 2 {
+			k, v := item.Content[i], item.Content[i+1]
+			if seen[k.Value] {
+				return fail(k.Line, "field %q given twice", k.Value)
+			}
+			seen[k.Value] = true
+			if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+				return fail(v.Line, "%s must be a string", k.Value)
+			}
+			switch k.Value {
+			case "queue":
+				if !dnsLabel.MatchString(v.Value) {
+					return fail(v.Line, "queue %q is not a DNS label (lower-case letters, digits and '-', at most 63)", v.Value)
+				}
+				r.Queue = v.Value
+			case "prefix":
+				switch {
+				case !strings.HasPrefix(v.Value, "/"):
+					return fail(v.Line, "prefix %q must start with /", v.Value)
+				case !strings.HasSuffix(v.Value, "/") || v.Value == "/":
+					// Without the trailing slash /registry/pod would also
+					// match /registry/pods/…; "/" would watch all of etcd.
+					return fail(v.Line, "prefix %q must be a directory below / ending with /", v.Value)
+				}
+				r.Prefix = v.Value
+			case "ownerKind":
+				if !kindName.MatchString(v.Value) {
+					return fail(v.Line, "ownerKind %q is not a kind name (CamelCase, e.g. ReplicaSet)", v.Value)
+				}
+				r.OwnerKind = v.Value
+				if !slices.Contains(KnownKinds, v.Value) {
+					warnings = append(warnings, fmt.Sprintf("%s:%d: ownerKind %q is not one of %s; keys come only from owners of exactly that kind",
+						name, v.Line, v.Value, strings.Join(KnownKinds, ", ")))
+				}
+			default:
+				return fail(k.Line, "unknown field %q (want queue, prefix or ownerKind)", k.Value)
+			}
+		}
+		if r.Queue == "" {
+			return fail(item.Line, "rule has no queue")
+		}
+		if r.Prefix == "" {
+			return fail(item.Line, "rule has no prefix")
+		}
+		for _, o := range out {
+			if o.Queue == r.Queue && o.Prefix == r.Prefix && o.OwnerKind == r.OwnerKind {
+				return fail(r.Line, "duplicate rule (same as line %d)", o.Line)
+			}
+			// One watch per prefix keeps one cache entry per key; nested
+			// prefixes would watch and cache the same keys twice.
+			if o.Prefix != r.Prefix && (strings.HasPrefix(o.Prefix, r.Prefix) || strings.HasPrefix(r.Prefix, o.Prefix)) {
+				return fail(r.Line, "prefix %s overlaps prefix %s of line %d; use the same prefix for both", r.Prefix, o.Prefix, o.Line)
+			}
+		}
+		out = append(out, r)
+	}
+	return out, warnings, nil
+}
+
+// Validate checks rules built in code (the same checks as Parse, without
+// lines).
+func Validate(rs []Rule) error {
+	if len(rs) == 0 {
+		return errors.New("no rules")
+	}
+	for i, r := range rs {
+		switch {
+		case !dnsLabel.MatchString(r.Queue):
+			return fmt.Errorf("rule %d: queue %q is not a DNS label", i, r.Queue)
+		case !strings.HasPrefix(r.Prefix, "/") || !strings.HasSuffix(r.Prefix, "/") || r.Prefix == "/":
+			return fmt.Errorf("rule %d: prefix %q must be a directory below / ending with /", i, r.Prefix)
+		case r.OwnerKind != "" && !kindName.MatchString(r.OwnerKind):
+			return fmt.Errorf("rule %d: ownerKind %q is not a kind name", i, r.OwnerKind)
+		}
+		for _, o := range rs[:i] {
+			if o.Prefix != r.Prefix && (strings.HasPrefix(o.Prefix, r.Prefix) || strings.HasPrefix(r.Prefix, o.Prefix)) {
+				return fmt.Errorf("rule %d: prefix %s overlaps prefix %s", i, r.Prefix, o.Prefix)
+			}
+		}
+	}
+	return nil
+}
+
+func kindString(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.AliasNode:
+		return "an alias"
+	default:
+		return fmt.Sprintf("the value %q", n.Value)
+	}
+}

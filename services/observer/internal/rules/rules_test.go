@@ -1,0 +1,132 @@
+package rules
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/batonrun/baton/services/observer/internal/object"
+)
+
+func TestParseValid(t *testing.T) {
+	src := `# the reference rules, in part
+rules:
+  - queue: replicasets
+    prefix: /registry/replicasets/
+  - queue: replicasets
+    prefix: /registry/pods/
+    ownerKind: ReplicaSet
+`
+	got, warnings, err := Parse("rules.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Rule{
+		{Queue: "replicasets", Prefix: "/registry/replicasets/", Line: 3},
+		{Queue: "replicasets", Prefix: "/registry/pods/", OwnerKind: "ReplicaSet", Line: 5},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse = %+v, want %+v", got, want)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings %v, want none", warnings)
+	}
+}
+
+func TestParseUnknownOwnerKind(t *testing.T) {
+	src := "rules:\n  - queue: cronjobs\n    prefix: /registry/jobs/\n    ownerKind: CronJob\n"
+	got, warnings, err := Parse("r.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].OwnerKind != "CronJob" {
+		t.Fatalf("rules %+v, want the CronJob rule", got)
+	}
+	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "r.yaml:4: ownerKind \"CronJob\"") {
+		t.Errorf("warnings %q, want one about CronJob at line 4", warnings)
+	}
+	// The rule keys by owners of exactly that kind.
+	m := object.Meta{Namespace: "ns", Owners: []object.OwnerRef{{Kind: "CronJob", Name: "nightly"}, {Kind: "Job", Name: "j"}}}
+	if keys := got[0].Keys("/registry/jobs/ns/nightly-1", m); !reflect.DeepEqual(keys, []string{"ns/nightly"}) {
+		t.Errorf("Keys = %v, want [ns/nightly]", keys)
+	}
+}
+
+func TestParseInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		line      int
+		reason    string
+	}{
+		{"syntax", "rules:\n  - queue: a\n    prefix: [\n", 3, "did not find expected node content"},
+		{"empty file", "", 0, "empty file"},
+		{"not a mapping", "- a\n", 1, "want a mapping"},
+		{"unknown top field", "rules: []\nextra: 1\n", 2, `unknown field "extra"`},
+		{"rules not a list", "rules: x\n", 1, "rules must be a list"},
+		{"rules empty", "rules: []\n", 1, "rules is empty"},
+		{"rule not a mapping", "rules:\n  - x\n", 2, "a rule must be a mapping"},
+		{"unknown rule field", "rules:\n  - queue: a\n    prefix: /p/\n    owner: X\n", 4, `unknown field "owner"`},
+		{"field twice", "rules:\n  - queue: a\n    queue: b\n", 3, `field "queue" given twice`},
+		{"queue not a label", "rules:\n  - queue: Pods\n    prefix: /p/\n", 2, `queue "Pods" is not a DNS label`},
+		{"queue not a string", "rules:\n  - queue: [a]\n    prefix: /p/\n", 2, "queue must be a string"},
+		{"no queue", "rules:\n  - prefix: /p/\n", 2, "rule has no queue"},
+		{"no prefix", "rules:\n  - queue: a\n", 2, "rule has no prefix"},
+		{"relative prefix", "rules:\n  - queue: a\n    prefix: registry/\n", 3, "must start with /"},
+		{"prefix without slash", "rules:\n  - queue: a\n    prefix: /registry/pods\n", 3, "ending with /"},
+		{"root prefix", "rules:\n  - queue: a\n    prefix: /\n", 3, "ending with /"},
+		{"owner kind lower case", "rules:\n  - queue: a\n    prefix: /p/\n    ownerKind: replicaset\n", 4, "is not a kind name"},
+		{"duplicate", "rules:\n  - queue: a\n    prefix: /p/\n  - queue: a\n    prefix: /p/\n", 4, "duplicate rule (same as line 2)"},
+		{"overlap", "rules:\n  - queue: a\n    prefix: /p/\n  - queue: b\n    prefix: /p/q/\n", 4, "overlaps prefix /p/ of line 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := Parse("f.yaml", []byte(tc.src))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Parse error = %v, want *Error", err)
+			}
+			if e.Line != tc.line || !strings.Contains(e.Reason, tc.reason) {
+				t.Errorf("error %q (line %d), want line %d containing %q", e.Error(), e.Line, tc.line, tc.reason)
+			}
+			if e.File != "f.yaml" {
+				t.Errorf("file %q, want f.yaml", e.File)
+			}
+		})
+	}
+}
+
+func TestBuiltin(t *testing.T) {
+	rs := Builtin()
+	if err := Validate(rs); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Prefixes(rs), []string{"/registry/deployments/", "/registry/jobs/", "/registry/pods/", "/registry/replicasets/", "/registry/statefulsets/"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Prefixes = %v, want %v", got, want)
+	}
+	pod := object.Meta{Kind: "Pod", Namespace: "default", Name: "web-abcde",
+		Owners: []object.OwnerRef{{Kind: "ReplicaSet", Name: "web", UID: "u"}}}
+	got := map[string][]string{}
+	for _, r := range rs {
+		if r.Prefix == "/registry/pods/" {
+			got[r.Queue] = append(got[r.Queue], r.Keys("/registry/pods/default/web-abcde", pod)...)
+		}
+	}
+	want := map[string][]string{"replicasets": {"default/web"}, "jobs": nil, "statefulsets": nil, "pods": {"default/web-abcde"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("pod keys = %v, want %v", got, want)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, rs := range [][]Rule{
+		nil,
+		{{Queue: "A", Prefix: "/p/"}},
+		{{Queue: "a", Prefix: "p"}},
+		{{Queue: "a", Prefix: "/p/", OwnerKind: "x"}},
+		{{Queue: "a", Prefix: "/p/"}, {Queue: "a", Prefix: "/p/q/"}},
+	} {
+		if err := Validate(rs); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", rs)
+		}
+	}
+}

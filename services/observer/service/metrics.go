@@ -1,0 +1,75 @@
+package service
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics exposes the observer's counters under baton_observer_. Counters
+// kept by the informers and outboxes are read at scrape time, so the hot
+// path pays for atomics only.
+type metrics struct {
+	o       *observer
+	latency *prometheus.HistogramVec
+
+	events, relists, restarts, observed, head, lag *prometheus.Desc
+	outbox, delivered, failures, objects           *prometheus.Desc
+}
+
+func newMetrics(o *observer) *metrics {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("baton_observer_"+name, help, labels, nil)
+	}
+	return &metrics{
+		o: o,
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "baton_observer_add_latency_seconds",
+			Help: "Time from observing a change to the queue accepting the Add that announced it.",
+			// 100 µs to ~100 s: from an idle loopback queue to a long outage.
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 11),
+		}, []string{"queue"}),
+		events:    d("events_total", "Watch events received.", "prefix"),
+		relists:   d("relists_total", "Full lists of a prefix (at start and after compaction).", "prefix"),
+		restarts:  d("watch_restarts_total", "Watches opened again after a break.", "prefix"),
+		observed:  d("observed_revision", "The etcd revision the cache reflects for a prefix.", "prefix"),
+		head:      d("head_revision", "etcd's head revision as last seen by a prefix's watch.", "prefix"),
+		lag:       d("lag_revisions", "head_revision - observed_revision.", "prefix"),
+		outbox:    d("outbox_size", "Distinct keys waiting to be added to a queue.", "queue"),
+		delivered: d("delivered_keys_total", "Keys the queue accepted from the outbox.", "queue"),
+		failures:  d("add_failures_total", "Add calls to the queue that failed (and were retried).", "queue"),
+		objects:   d("cache_objects", "Objects in the cache."),
+	}
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if err := reg.Register(m.latency); err != nil {
+		return err
+	}
+	return reg.Register(m)
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.objects} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, in := range m.o.informers {
+		s := in.Stats()
+		ch <- prometheus.MustNewConstMetric(m.events, prometheus.CounterValue, float64(s.Events), s.Prefix)
+		ch <- prometheus.MustNewConstMetric(m.relists, prometheus.CounterValue, float64(s.Relists), s.Prefix)
+		ch <- prometheus.MustNewConstMetric(m.restarts, prometheus.CounterValue, float64(s.WatchRestarts), s.Prefix)
+		ch <- prometheus.MustNewConstMetric(m.observed, prometheus.GaugeValue, float64(s.ObservedRevision), s.Prefix)
+		ch <- prometheus.MustNewConstMetric(m.head, prometheus.GaugeValue, float64(s.HeadRevision), s.Prefix)
+		ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, float64(s.HeadRevision-s.ObservedRevision), s.Prefix)
+	}
+	for _, q := range m.o.outbox.Queues() {
+		b := m.o.outbox.Box(q)
+		ch <- prometheus.MustNewConstMetric(m.outbox, prometheus.GaugeValue, float64(b.Len()), q)
+		ch <- prometheus.MustNewConstMetric(m.delivered, prometheus.CounterValue, float64(b.Delivered()), q)
+		ch <- prometheus.MustNewConstMetric(m.failures, prometheus.CounterValue, float64(b.Failures()), q)
+	}
+	ch <- prometheus.MustNewConstMetric(m.objects, prometheus.GaugeValue, float64(m.o.cache.Len()))
+}

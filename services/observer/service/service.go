@@ -1,0 +1,208 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
+	"github.com/batonrun/baton/services/observer/internal/rules"
+	"github.com/batonrun/baton/services/observer/internal/server"
+	"github.com/batonrun/baton/services/queue/client"
+	"github.com/batonrun/baton/services/runtime/serve"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// Config is baton-observer's configuration; the flags of DESIGN.md map onto
+// it.
+type Config struct {
+	GRPCAddr      string
+	HTTPAddr      string
+	EtcdEndpoints []string
+	QueueAddr     string
+	// RulesFile is a YAML rules file; empty means the built-in rules.
+	RulesFile string
+	// Resync, if positive, re-announces every cached object at
+	// PRIORITY_LOW this often.
+	Resync time.Duration
+	// GracePeriod bounds the drain on SIGTERM.
+	GracePeriod time.Duration
+	// ProgressInterval is how often the observer asks etcd for watch
+	// progress notifications, which advance the observed revision of idle
+	// prefixes (etcd's own periodic ones come only every 10 minutes by
+	// default).
+	ProgressInterval time.Duration
+	// Rules, if set, are used instead of RulesFile and the built-in rules
+	// (for embedding; there is no flag).
+	Rules []rules.Rule
+	// OnListen, if set, learns the bound addresses (tests listen on :0).
+	OnListen func(grpcAddr, httpAddr net.Addr)
+}
+
+// DefaultConfig returns DESIGN.md's defaults.
+func DefaultConfig() Config {
+	return Config{
+		GRPCAddr: ":7071", HTTPAddr: ":9091",
+		EtcdEndpoints: []string{"http://127.0.0.1:2379"}, QueueAddr: "127.0.0.1:7070",
+		GracePeriod: 10 * time.Second, ProgressInterval: time.Second,
+	}
+}
+
+// RegisterFlags binds the configuration to fs, with c's values as defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (ObserverService)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz, /readyz")
+	fs.Func("etcd-endpoints", "comma-separated etcd client URLs (default "+strings.Join(c.EtcdEndpoints, ",")+")", func(s string) error {
+		c.EtcdEndpoints = splitList(s)
+		return nil
+	})
+	fs.StringVar(&c.QueueAddr, "queue-addr", c.QueueAddr, "baton-queue gRPC address")
+	fs.StringVar(&c.RulesFile, "rules", c.RulesFile, "YAML rules file (default: the built-in rules of the reference controllers)")
+	fs.DurationVar(&c.Resync, "resync", c.Resync, "re-announce every object at low priority this often (0 = off)")
+	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.GRPCAddr == "":
+		return errors.New("--grpc-addr is empty")
+	case c.HTTPAddr == "":
+		return errors.New("--http-addr is empty")
+	case len(c.EtcdEndpoints) == 0:
+		return errors.New("--etcd-endpoints is empty")
+	case c.QueueAddr == "":
+		return errors.New("--queue-addr is empty")
+	case c.Resync < 0:
+		return fmt.Errorf("--resync must be 0 or more, not %v", c.Resync)
+	case c.GracePeriod < 0:
+		return fmt.Errorf("--grace-period must be 0 or more, not %v", c.GracePeriod)
+	case c.ProgressInterval <= 0:
+		return fmt.Errorf("ProgressInterval must be positive, not %v", c.ProgressInterval)
+	}
+	return nil
+}
+
+// LoadRules returns the rules Run would use: cfg.Rules, else the file, else
+// the built-in rules; and warnings about the file.
+func LoadRules(cfg Config) ([]rules.Rule, []string, error) {
+	switch {
+	case len(cfg.Rules) > 0:
+		if err := rules.Validate(cfg.Rules); err != nil {
+			return nil, nil, fmt.Errorf("rules: %w", err)
+		}
+		return cfg.Rules, nil, nil
+	case cfg.RulesFile != "":
+		data, err := os.ReadFile(cfg.RulesFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--rules: %w", err)
+		}
+		rs, warnings, err := rules.Parse(cfg.RulesFile, data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--rules: %w", err)
+		}
+		return rs, warnings, nil
+	default:
+		return rules.Builtin(), nil, nil
+	}
+}
+
+// Run watches etcd and serves until ctx is cancelled, then flushes the
+// outboxes (bounded) and returns nil. It returns an error at once for a bad
+// configuration or rules file, or if a listener cannot be opened.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	rs, warnings, err := LoadRules(cfg)
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		log.Warn("rules", "warning", w)
+	}
+
+	etcd, err := clientv3.New(clientv3.Config{
+		Endpoints:            cfg.EtcdEndpoints,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		PermitWithoutStream:  true,
+		// clientv3 logs every reconnect at length; the informers log what
+		// matters (watch breaks, relists) themselves.
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer etcd.Close()
+	queue, err := client.Dial(cfg.QueueAddr, client.WithBackoff(client.Backoff{Attempts: 1}))
+	if err != nil {
+		return err
+	}
+	defer queue.Close()
+
+	o := newObserver(etcd, queue, rs, log)
+	reg := prometheus.NewRegistry()
+	if err := o.metrics.register(reg); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	log.Info("observer starting", "etcd", cfg.EtcdEndpoints, "queue", cfg.QueueAddr, "prefixes", rules.Prefixes(rs), "queues", rules.Queues(rs))
+
+	var wg sync.WaitGroup
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	for _, in := range o.informers {
+		wg.Go(func() { _ = in.Run(workCtx) })
+	}
+	outboxDone := make(chan struct{})
+	go func() {
+		defer close(outboxDone)
+		o.outbox.Run(workCtx)
+	}()
+	wg.Go(func() { o.tick(workCtx, cfg.ProgressInterval, cfg.Resync) })
+
+	err = serve.Run(ctx, serve.Options{
+		Name: "baton-observer", GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr,
+		Register: func(s *grpc.Server) []string {
+			observerv1.RegisterObserverServiceServer(s, server.New(o.cache, o))
+			return []string{observerv1.ObserverService_ServiceDesc.ServiceName}
+		},
+		Ready:       o.ready,
+		Registry:    reg,
+		GracePeriod: cfg.GracePeriod,
+		Logger:      log,
+		OnListen:    cfg.OnListen,
+	})
+	// Watches stop only after the gRPC server has drained, so reads in
+	// flight (waiting on min_revision) can still be answered; then the
+	// outboxes get their last, bounded delivery.
+	stopWork()
+	wg.Wait()
+	<-outboxDone
+	log.Info("observer stopped", "outbox_left", o.outbox.Len())
+	return err
+}
