@@ -1,6 +1,7 @@
 // Package service runs baton-queue: it recovers the queues from the data
 // directory and serves baton.queue.v1.QueueService, grpc.health.v1 and
-// reflection over gRPC, and /metrics, /healthz and /readyz over HTTP. The
+// reflection over gRPC, and the dashboard (/), /metrics, /healthz and
+// /readyz over HTTP. The
 // baton-queue binary and the embedded dev stack both call Run.
 package service
 
@@ -11,11 +12,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
+	"github.com/batonrun/baton/services/queue/internal/dashboard"
 	"github.com/batonrun/baton/services/queue/internal/server"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
@@ -37,8 +38,6 @@ type Config struct {
 	GracePeriod time.Duration
 	// OnListen, if set, learns the bound addresses (tests listen on :0).
 	OnListen func(grpcAddr, httpAddr net.Addr)
-	// Handle adds HTTP handlers beside /metrics, /healthz and /readyz.
-	Handle func(mux *http.ServeMux, b *broker.Broker)
 }
 
 // DefaultConfig returns DESIGN.md's defaults.
@@ -106,6 +105,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
+	dash := dashboard.New(b)
+	go dash.Run(ctx)
+
 	// A store that stopped after a write failure cannot be trusted: end the
 	// process so its supervisor restarts it and recovery reads the disk.
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -137,11 +139,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		GracePeriod: cfg.GracePeriod,
 		Logger:      log,
 		OnListen:    cfg.OnListen,
-		Handle: func(mux *http.ServeMux) {
-			if cfg.Handle != nil {
-				cfg.Handle(mux, b)
-			}
-		},
+		Handle:      dash.Handle,
 	})
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause

@@ -317,8 +317,19 @@ func (b *Broker) Forget(ctx context.Context, queue string, keys []string) (int, 
 	return n, nil
 }
 
+// known reports whether a queue has a shard, so reads of names nobody uses
+// create nothing.
+func (b *Broker) known(queue string) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.queues[queue] != nil
+}
+
 // Inspect returns one key's state.
 func (b *Broker) Inspect(queue, key string) workqueue.View {
+	if !b.known(queue) {
+		return workqueue.View{Key: key, State: workqueue.Absent}
+	}
 	sh := b.lock(queue)
 	defer b.unlock(sh, sh.q.PendingCount())
 	return sh.q.Inspect(key)
@@ -326,6 +337,9 @@ func (b *Broker) Inspect(queue, key string) workqueue.View {
 
 // List returns a page of items in key order after `after`.
 func (b *Broker) List(queue string, state workqueue.State, after string, limit int) ([]workqueue.View, bool) {
+	if !b.known(queue) {
+		return nil, false
+	}
 	sh := b.lock(queue)
 	defer b.unlock(sh, sh.q.PendingCount())
 	return sh.q.List(state, after, limit)

@@ -11,7 +11,7 @@ import (
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 )
 
-func open(t *testing.T, dir string, compact int64) *Broker {
+func open(t testing.TB, dir string, compact int64) *Broker {
 	t.Helper()
 	cfg := Config{Queue: workqueue.DefaultConfig(), CompactBytes: compact}
 	b, err := Open(cfg, store.Options{Dir: dir, SegmentBytes: 4096}, nil, nil)

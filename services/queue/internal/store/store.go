@@ -95,6 +95,9 @@ type Batch struct {
 	buf  []byte // frame header space, then records
 	done chan struct{}
 	err  error
+	// early is set by the writer when ackBeforeSync answered the batch
+	// before its fdatasync: its err and done must not be touched again.
+	early bool
 }
 
 // Wait blocks until the batch is durable (nil) or failed. If ctx ends first
@@ -516,9 +519,11 @@ func (s *Store) writer() {
 			}
 			s.mu.Lock()
 			s.inflight = nil
-			b.err = err
+			if !b.early {
+				b.err = err
+			}
 			s.mu.Unlock()
-			if !s.opts.ackBeforeSync || err != nil {
+			if !b.early {
 				close(b.done)
 			}
 		}
@@ -559,6 +564,7 @@ func (s *Store) commit(b *Batch) error {
 		return s.stop(fmt.Errorf("write log: %w", err))
 	}
 	if s.opts.ackBeforeSync {
+		b.early = true
 		close(b.done)
 	}
 	if err := s.seg.Sync(); err != nil {
