@@ -1,0 +1,468 @@
+package store
+
+import (
+	"bytes"
+	"io/fs"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+)
+
+// faultDisk is an in-memory disk that remembers, apart from what the running
+// system sees, what would survive a power loss: for every file the bytes up
+// to its last Sync, and for every directory the entries as of its last
+// SyncDir. crash throws the rest away, the way a machine that loses power
+// does. It also injects the failures the store must survive: fsync errors,
+// a full disk, and a crash at an arbitrary file-system operation.
+//
+// A crash starts a new generation: the FS handles (mounts) and open files of
+// the old one fail every call with EIO, so a store abandoned at the crash can
+// neither see nor change what the next Open recovers.
+type faultDisk struct {
+	mu      sync.Mutex
+	gen     int
+	dirs    map[string]bool
+	live    map[string]*inode // what the running system sees
+	durable map[string]*inode // directory entries that survive a crash
+	pending []dirOp           // entry changes not yet made durable by SyncDir
+	open    map[*faultFile]bool
+
+	// Faults.
+	capacity    int64 // total bytes the disk holds; < 0 means unlimited
+	syncFailAt  int64 // the sync call (counted by syncs) that starts failing; 0 = never
+	crashAt     int64 // the operation (counted by ops) that crashes first; 0 = never
+	tornCrash   bool  // a crash at crashAt keeps a random part of what was not synced
+	rng         *rand.Rand
+	beforeWrite func(name string)
+
+	// Counters.
+	syncs  int64 // File.Sync and SyncDir calls
+	writes int64 // File.Write calls
+	ops    int64 // every call
+}
+
+type inode struct {
+	data   []byte // as the running system reads it
+	synced []byte // as a crash leaves it
+}
+
+type dirOp struct {
+	kind     byte // 'c'reate, 'r'ename, 'd'elete
+	name, to string
+	ino      *inode
+}
+
+func newFaultDisk(seed uint64) *faultDisk {
+	return &faultDisk{
+		gen:      1,
+		dirs:     map[string]bool{"/": true},
+		live:     map[string]*inode{},
+		durable:  map[string]*inode{},
+		open:     map[*faultFile]bool{},
+		capacity: -1,
+		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	}
+}
+
+// mount returns an FS for the current generation.
+func (d *faultDisk) mount() *faultFS {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return &faultFS{d: d, gen: d.gen}
+}
+
+// crash loses everything that was not made durable and ends the generation.
+func (d *faultDisk) crash() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.crashLocked(false)
+}
+
+// crashTorn is crash, except that a random prefix of the unsynced entry
+// changes and of each file's unsynced appended bytes survives (sometimes as
+// zeros, as when a file's size reached the disk but its data did not): the
+// states a real disk may be left in, not only the tidiest one.
+func (d *faultDisk) crashTorn() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.crashLocked(true)
+}
+
+func (d *faultDisk) crashLocked(torn bool) {
+	if torn && len(d.pending) > 0 {
+		for _, op := range d.pending[:d.rng.IntN(len(d.pending)+1)] {
+			op.apply(d.durable)
+		}
+	}
+	d.pending = nil
+	d.live = map[string]*inode{}
+	for name, ino := range d.durable {
+		keep := ino.synced
+		if torn && len(ino.data) > len(ino.synced) && bytes.HasPrefix(ino.data, ino.synced) {
+			extra := bytes.Clone(ino.data[len(ino.synced) : len(ino.synced)+d.rng.IntN(len(ino.data)-len(ino.synced)+1)])
+			if d.rng.IntN(4) == 0 {
+				clear(extra)
+			}
+			keep = append(bytes.Clone(ino.synced), extra...)
+		}
+		ino.data = bytes.Clone(keep)
+		ino.synced = bytes.Clone(keep)
+		d.live[name] = ino
+	}
+	d.open = map[*faultFile]bool{}
+	d.crashAt = 0
+	d.gen++
+}
+
+func (op dirOp) apply(m map[string]*inode) {
+	switch op.kind {
+	case 'c':
+		m[op.name] = op.ino
+	case 'r':
+		delete(m, op.name)
+		m[op.to] = op.ino
+	case 'd':
+		delete(m, op.name)
+	}
+}
+
+// crashAfter makes the n-th file-system operation from now crash the disk
+// (and fail) instead of running; torn picks crashTorn.
+func (d *faultDisk) crashAfter(n int64, torn bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.crashAt = d.ops + n
+	d.tornCrash = torn
+}
+
+// failSyncFrom makes the n-th sync from now (File.Sync or SyncDir) and every
+// later one fail with EIO.
+func (d *faultDisk) failSyncFrom(n int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.syncFailAt = d.syncs + n
+}
+
+// setFree limits the disk to what it holds now plus n bytes; n < 0 lifts the
+// limit.
+func (d *faultDisk) setFree(n int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n < 0 {
+		d.capacity = -1
+		return
+	}
+	d.capacity = d.usedLocked() + n
+}
+
+func (d *faultDisk) usedLocked() int64 {
+	seen := map[*inode]bool{}
+	var n int64
+	add := func(ino *inode) {
+		if !seen[ino] {
+			seen[ino] = true
+			n += int64(len(ino.data))
+		}
+	}
+	for _, ino := range d.live {
+		add(ino)
+	}
+	for f := range d.open {
+		add(f.ino)
+	}
+	return n
+}
+
+func (d *faultDisk) counts() (syncs, writes int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.syncs, d.writes
+}
+
+// contents returns what the running system reads in name, or nil.
+func (d *faultDisk) contents(name string) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ino, ok := d.live[name]; ok {
+		return bytes.Clone(ino.data)
+	}
+	return nil
+}
+
+// names returns the live names in dir, sorted.
+func (d *faultDisk) names(dir string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for name := range d.live {
+		if filepath.Dir(name) == dir {
+			out = append(out, filepath.Base(name))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// enter starts one operation of generation gen: it counts it, crashes the
+// disk when the operation is the one crashAfter named, and fails it if its
+// generation is over. It returns with d.mu held when err is nil.
+func (d *faultDisk) enter(op, name string, gen int) error {
+	d.mu.Lock()
+	d.ops++
+	if d.crashAt != 0 && d.ops >= d.crashAt {
+		d.crashLocked(d.tornCrash)
+	}
+	if gen != d.gen {
+		d.mu.Unlock()
+		return &fs.PathError{Op: op, Path: name, Err: syscall.EIO}
+	}
+	return nil
+}
+
+// faultFS is one generation's view of a faultDisk.
+type faultFS struct {
+	d   *faultDisk
+	gen int
+}
+
+var _ FS = (*faultFS)(nil)
+
+func perr(op, name string, err error) error { return &fs.PathError{Op: op, Path: name, Err: err} }
+
+func (m *faultFS) Create(name string) (File, error) {
+	d := m.d
+	if err := d.enter("create", name, m.gen); err != nil {
+		return nil, err
+	}
+	defer d.mu.Unlock()
+	if !d.dirs[filepath.Dir(name)] {
+		return nil, perr("create", name, syscall.ENOENT)
+	}
+	if _, ok := d.live[name]; ok {
+		return nil, perr("create", name, syscall.EEXIST)
+	}
+	ino := &inode{}
+	d.live[name] = ino
+	d.pending = append(d.pending, dirOp{kind: 'c', name: name, ino: ino})
+	f := &faultFile{d: d, gen: m.gen, name: name, ino: ino}
+	d.open[f] = true
+	return f, nil
+}
+
+func (m *faultFS) OpenAppend(name string) (File, error) {
+	d := m.d
+	if err := d.enter("open", name, m.gen); err != nil {
+		return nil, err
+	}
+	defer d.mu.Unlock()
+	ino, ok := d.live[name]
+	if !ok {
+		return nil, perr("open", name, syscall.ENOENT)
+	}
+	f := &faultFile{d: d, gen: m.gen, name: name, ino: ino}
+	d.open[f] = true
+	return f, nil
+}
+
+func (m *faultFS) ReadFile(name string) ([]byte, error) {
+	d := m.d
+	if err := d.enter("read", name, m.gen); err != nil {
+		return nil, err
+	}
+	defer d.mu.Unlock()
+	ino, ok := d.live[name]
+	if !ok {
+		return nil, perr("read", name, syscall.ENOENT)
+	}
+	return bytes.Clone(ino.data), nil
+}
+
+func (m *faultFS) Truncate(name string, size int64) error {
+	d := m.d
+	if err := d.enter("truncate", name, m.gen); err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	ino, ok := d.live[name]
+	if !ok {
+		return perr("truncate", name, syscall.ENOENT)
+	}
+	if size > int64(len(ino.data)) {
+		return perr("truncate", name, syscall.EINVAL)
+	}
+	// Truncate is durable (the OS version syncs the file).
+	ino.data = ino.data[:size:size]
+	ino.synced = bytes.Clone(ino.data)
+	return nil
+}
+
+func (m *faultFS) Rename(oldname, newname string) error {
+	d := m.d
+	if err := d.enter("rename", oldname, m.gen); err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	ino, ok := d.live[oldname]
+	if !ok {
+		return perr("rename", oldname, syscall.ENOENT)
+	}
+	delete(d.live, oldname)
+	d.live[newname] = ino
+	d.pending = append(d.pending, dirOp{kind: 'r', name: oldname, to: newname, ino: ino})
+	return nil
+}
+
+func (m *faultFS) Remove(name string) error {
+	d := m.d
+	if err := d.enter("remove", name, m.gen); err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	if _, ok := d.live[name]; !ok {
+		return perr("remove", name, syscall.ENOENT)
+	}
+	delete(d.live, name)
+	d.pending = append(d.pending, dirOp{kind: 'd', name: name})
+	return nil
+}
+
+func (m *faultFS) List(dir string) ([]string, error) {
+	d := m.d
+	dir = filepath.Clean(dir)
+	if err := d.enter("list", dir, m.gen); err != nil {
+		return nil, err
+	}
+	defer d.mu.Unlock()
+	if !d.dirs[dir] {
+		return nil, perr("list", dir, syscall.ENOENT)
+	}
+	var out []string
+	for name := range d.live {
+		if filepath.Dir(name) == dir {
+			out = append(out, filepath.Base(name))
+		}
+	}
+	return out, nil
+}
+
+// MkdirAll creates directories durably at once: the store's data directory
+// is made before any file in it, and the tests crash only inside it.
+func (m *faultFS) MkdirAll(dir string) error {
+	d := m.d
+	dir = filepath.Clean(dir)
+	if err := d.enter("mkdir", dir, m.gen); err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	for p := dir; !d.dirs[p]; p = filepath.Dir(p) {
+		d.dirs[p] = true
+	}
+	return nil
+}
+
+func (m *faultFS) SyncDir(dir string) error {
+	d := m.d
+	dir = filepath.Clean(dir)
+	if err := d.enter("syncdir", dir, m.gen); err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	d.syncs++
+	if d.syncFailAt != 0 && d.syncs >= d.syncFailAt {
+		return perr("syncdir", dir, syscall.EIO)
+	}
+	rest := d.pending[:0]
+	for _, op := range d.pending {
+		if filepath.Dir(op.name) == dir {
+			op.apply(d.durable)
+		} else {
+			rest = append(rest, op)
+		}
+	}
+	d.pending = rest
+	return nil
+}
+
+// faultFile is an open file of one generation. Every write appends.
+type faultFile struct {
+	d      *faultDisk
+	gen    int
+	name   string
+	ino    *inode
+	closed bool
+}
+
+func (f *faultFile) enter(op string) error {
+	if err := f.d.enter(op, f.name, f.gen); err != nil {
+		return err
+	}
+	if f.closed {
+		f.d.mu.Unlock()
+		return perr(op, f.name, fs.ErrClosed)
+	}
+	return nil
+}
+
+func (f *faultFile) Write(p []byte) (int, error) {
+	f.d.mu.Lock()
+	hook := f.d.beforeWrite
+	f.d.mu.Unlock()
+	if hook != nil {
+		hook(f.name)
+	}
+	if err := f.enter("write"); err != nil {
+		return 0, err
+	}
+	d := f.d
+	defer d.mu.Unlock()
+	d.writes++
+	n := len(p)
+	if d.capacity >= 0 {
+		n = int(min(int64(n), max(0, d.capacity-d.usedLocked())))
+	}
+	f.ino.data = append(f.ino.data, p[:n]...)
+	if n < len(p) {
+		return n, perr("write", f.name, syscall.ENOSPC)
+	}
+	return n, nil
+}
+
+func (f *faultFile) Sync() error {
+	if err := f.enter("sync"); err != nil {
+		return err
+	}
+	d := f.d
+	defer d.mu.Unlock()
+	d.syncs++
+	if d.syncFailAt != 0 && d.syncs >= d.syncFailAt {
+		// What the kernel does with the dirty pages is unknown; keep them
+		// unsynced, so a crash loses them.
+		return perr("sync", f.name, syscall.EIO)
+	}
+	f.ino.synced = bytes.Clone(f.ino.data)
+	return nil
+}
+
+func (f *faultFile) Truncate(size int64) error {
+	if err := f.enter("truncate"); err != nil {
+		return err
+	}
+	defer f.d.mu.Unlock()
+	if size > int64(len(f.ino.data)) {
+		return perr("truncate", f.name, syscall.EINVAL)
+	}
+	f.ino.data = f.ino.data[:size:size]
+	return nil
+}
+
+func (f *faultFile) Close() error {
+	if err := f.enter("close"); err != nil {
+		return err
+	}
+	defer f.d.mu.Unlock()
+	f.closed = true
+	delete(f.d.open, f)
+	return nil
+}
