@@ -12,4 +12,12 @@ gover=$(awk '/^go /{print $2; exit}' proto/go.mod)
   echo "use ("
   modules | sed 's|^|\t./|'
   echo ")"
+  echo
+  # etcd's dependencies (go-grpc-middleware v1.3.0, whose go.mod predates
+  # module graph pruning) drag in the monolithic google.golang.org/genproto of
+  # 2020, which still holds googleapis/rpc/status; in workspace mode that makes
+  # grpc's import of it ambiguous with the split-out genproto/googleapis/rpc
+  # module. A monolithic genproto from after the split no longer has the
+  # package. Modules built alone (GOWORK=off) do not hit this.
+  echo "replace google.golang.org/genproto => google.golang.org/genproto v0.0.0-20260817212433-ac3dfec99bb1"
 } >go.work
