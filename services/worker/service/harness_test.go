@@ -61,7 +61,9 @@ func runBackground(t *testing.T, name string, f func(ctx context.Context) error)
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
+			t0 := time.Now()
 			cancel()
+			defer func() { t.Logf("%s stopped in %v", name, time.Since(t0)) }()
 			select {
 			case <-done:
 			case <-time.After(30 * time.Second):

@@ -27,6 +27,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -160,6 +161,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	etcd, err := clientv3.New(clientv3.Config{
 		Endpoints: endpoints(cfg.EtcdEndpoints), DialTimeout: 5 * time.Second,
 		Logger: zap.NewNop(),
+		// gRPC's default reconnect backoff grows to 2 minutes; a worker
+		// should be back within seconds of etcd.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		})},
 	})
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
