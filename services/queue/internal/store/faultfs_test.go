@@ -30,12 +30,13 @@ type faultDisk struct {
 	open    map[*faultFile]bool
 
 	// Faults.
-	capacity    int64 // total bytes the disk holds; < 0 means unlimited
-	syncFailAt  int64 // the sync call (counted by syncs) that starts failing; 0 = never
-	crashAt     int64 // the operation (counted by ops) that crashes first; 0 = never
-	tornCrash   bool  // a crash at crashAt keeps a random part of what was not synced
-	rng         *rand.Rand
-	beforeWrite func(name string)
+	capacity     int64 // total bytes the disk holds; < 0 means unlimited
+	syncFailAt   int64 // the sync call (counted by syncs) that starts failing; 0 = never
+	syncFailOnce bool  // only the syncFailAt-th call fails
+	crashAt      int64 // the operation (counted by ops) that crashes first; 0 = never
+	tornCrash    bool  // a crash at crashAt keeps a random part of what was not synced
+	rng          *rand.Rand
+	beforeWrite  func(name string)
 
 	// Counters.
 	syncs  int64 // File.Sync and SyncDir calls
@@ -138,11 +139,34 @@ func (d *faultDisk) crashAfter(n int64, torn bool) {
 }
 
 // failSyncFrom makes the n-th sync from now (File.Sync or SyncDir) and every
-// later one fail with EIO.
-func (d *faultDisk) failSyncFrom(n int64) {
+// later one fail with EIO; once, only the n-th. n == 0 ends the failures.
+func (d *faultDisk) failSyncFrom(n int64, once bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.syncFailAt = d.syncs + n
+	d.syncFailAt, d.syncFailOnce = 0, once
+	if n > 0 {
+		d.syncFailAt = d.syncs + n
+	}
+}
+
+// syncFails counts one sync and tells whether it must fail; d.mu is held.
+func (d *faultDisk) syncFails() bool {
+	d.syncs++
+	if d.syncFailAt == 0 || d.syncs < d.syncFailAt {
+		return false
+	}
+	if d.syncFailOnce {
+		d.syncFailAt = 0
+	}
+	return true
+}
+
+// onWrite sets a function that runs before every File.Write, outside the
+// disk's lock, so a test can hold the store's writer inside a write.
+func (d *faultDisk) onWrite(hook func(name string)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.beforeWrite = hook
 }
 
 // setFree limits the disk to what it holds now plus n bytes; n < 0 lifts the
@@ -369,8 +393,7 @@ func (m *faultFS) SyncDir(dir string) error {
 		return err
 	}
 	defer d.mu.Unlock()
-	d.syncs++
-	if d.syncFailAt != 0 && d.syncs >= d.syncFailAt {
+	if d.syncFails() {
 		return perr("syncdir", dir, syscall.EIO)
 	}
 	rest := d.pending[:0]
@@ -435,8 +458,7 @@ func (f *faultFile) Sync() error {
 	}
 	d := f.d
 	defer d.mu.Unlock()
-	d.syncs++
-	if d.syncFailAt != 0 && d.syncs >= d.syncFailAt {
+	if d.syncFails() {
 		// What the kernel does with the dirty pages is unknown; keep them
 		// unsynced, so a crash loses them.
 		return perr("sync", f.name, syscall.EIO)

@@ -443,11 +443,11 @@ func (s *Store) newSegment(seq uint64) error {
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("sync segment: %w", err)
+		return s.stop(fmt.Errorf("sync segment: %w", err))
 	}
 	if err := s.fs.SyncDir(s.opts.Dir); err != nil {
 		f.Close()
-		return fmt.Errorf("sync data dir: %w", err)
+		return s.stop(fmt.Errorf("sync data dir: %w", err))
 	}
 	if s.seg != nil {
 		s.seg.Close()
@@ -510,6 +510,12 @@ func (s *Store) writer() {
 		rotates := s.rotates
 		s.rotates = nil
 		failed := s.fatal
+		if failed == nil && s.degraded && b != nil {
+			// Collected while the frame before it ran out of space: memory
+			// may hold changes only that frame had (an empty Append waits
+			// on this batch), so it must fail too, even if it would fit.
+			failed = ErrNoSpace
+		}
 		s.mu.Unlock()
 
 		if b != nil {
@@ -534,6 +540,12 @@ func (s *Store) writer() {
 			s.mu.Unlock()
 			if r.err == nil {
 				r.err = s.newSegment(s.segSeq + 1)
+				if r.err != nil && !errors.Is(r.err, ErrStopped) && !errors.Is(r.err, syscall.ENOSPC) {
+					// Fail-stop, as for a frame (doc.go). Going on would
+					// also leave a segment of unknown content behind, on
+					// which every later rotation, so every snapshot, fails.
+					r.err = s.stop(r.err)
+				}
 			}
 			r.seq = s.segSeq
 			for _, c := range rotates {
