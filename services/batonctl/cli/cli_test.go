@@ -161,6 +161,9 @@ func TestObjects(t *testing.T) {
 			t.Errorf("get all lacks %s:\n%s", want, all)
 		}
 	}
+	if got := e.run(t, "", "get", "deploy,rs").stdout; !hasRow(got, "deployment/web") || !hasRow(got, "replicaset/other") || strings.Contains(got, "pod") {
+		t.Errorf("get deploy,rs:\n%s", got)
+	}
 	if got := e.run(t, "", "get", "rs", "-A").stdout; !hasRow(got, "NAMESPACE", "NAME") || !hasRow(got, "default", "web-5d9f8") {
 		t.Errorf("get -A:\n%s", got)
 	}

@@ -133,18 +133,21 @@ func cmdGet(ctx context.Context, a *app, args []string) error {
 	default:
 		return usagef("unknown output format %q (json, yaml or name)", g.output)
 	}
+	// "all" or a comma-separated list ("deploy,rs"), as kubectl.
 	var types []resource.Type
-	if strings.ToLower(pos[0]) == "all" {
-		if len(pos) == 2 {
-			return usagef("get all takes no name")
+	for _, word := range strings.Split(pos[0], ",") {
+		if strings.ToLower(word) == "all" {
+			types = append(types, resource.All()...)
+			continue
 		}
-		types = resource.All()
-	} else {
-		t, err := resource.Lookup(pos[0])
+		t, err := resource.Lookup(word)
 		if err != nil {
 			return usageError{err.Error()}
 		}
-		types = []resource.Type{t}
+		types = append(types, t)
+	}
+	if len(types) > 1 && len(pos) == 2 {
+		return usagef("a name needs exactly one resource, not %q", pos[0])
 	}
 	cli, err := a.etcd(ctx)
 	if err != nil {
