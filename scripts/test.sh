@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # Runs every module's tests under the race detector. Fuzz targets run their
-# seed corpora as ordinary tests. Extra arguments go to go test.
+# seed corpora as ordinary tests. Files the tests keep (screenshots) land in
+# test-output/<module>/_artifacts. Extra arguments go to go test.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 "$ROOT/scripts/build.sh" >/dev/null   # crash tests drive the real binaries in bin/
+
+# The dashboard test drives a real browser: Debian's chromium.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  log "installing chromium for the dashboard test"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
 for m in $(modules); do
   log "go test -race: $m"
-  (cd "$m" && go test -race -count=1 -timeout 20m "$@" ./...)
+  out="$ROOT/test-output/$m"
+  mkdir -p "$out"
+  (cd "$m" && go test -race -count=1 -timeout 20m -artifacts -outputdir "$out" "$@" ./...)
 done

@@ -95,9 +95,7 @@ async function refresh() {
   }
 }
 
-document.getElementById("inspect").addEventListener("submit", async (ev) => {
-  ev.preventDefault();
-  const q = document.getElementById("iq").value, k = document.getElementById("ik").value;
+async function inspect(q, k) {
   const dl = document.getElementById("item");
   const r = await fetch(`api/inspect?queue=${encodeURIComponent(q)}&key=${encodeURIComponent(k)}`, { cache: "no-store" });
   if (!r.ok) {
@@ -118,7 +116,25 @@ document.getElementById("inspect").addEventListener("submit", async (ev) => {
     Object.assign(document.createElement("dt"), { textContent: k }),
     Object.assign(document.createElement("dd"), { textContent: String(v), className: k === "state" ? it.state : "" }),
   ]));
+  history.replaceState(null, "", `#queue=${encodeURIComponent(q)}&key=${encodeURIComponent(k)}`);
+}
+
+document.getElementById("inspect").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  inspect(document.getElementById("iq").value, document.getElementById("ik").value);
 });
 
-refresh();
-setInterval(refresh, 1000);
+// A link to #queue=Q&key=K opens the inspector on that key.
+async function start() {
+  await refresh();
+  const h = new URLSearchParams(location.hash.slice(1));
+  if (h.get("queue") && h.get("key")) {
+    const sel = document.getElementById("iq");
+    if (![...sel.options].some((o) => o.value === h.get("queue"))) sel.add(new Option(h.get("queue"), h.get("queue")));
+    sel.value = h.get("queue");
+    document.getElementById("ik").value = h.get("key");
+    inspect(h.get("queue"), h.get("key"));
+  }
+  setInterval(refresh, 1000);
+}
+start();
