@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/batonrun/baton/services/queue/internal/record"
 )
 
 // BenchmarkHeapPerPendingKey reports the heap bytes one pending key costs,
@@ -29,5 +31,28 @@ func BenchmarkHeapPerPendingKey(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/key")
 		runtime.KeepAlive(q)
+	}
+}
+
+// BenchmarkAdd measures the state machine alone: distinct-key Adds with the
+// record encoding a durable queue pays for.
+func BenchmarkAdd(b *testing.B) {
+	keys := make([]string, 1<<20)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("ns/k%07d", i)
+	}
+	cfg := DefaultConfig()
+	var buf []byte
+	q := New("q", &cfg, &seqTokens{}, func(r *record.Record) { buf = record.Append(buf[:0], r) })
+	i := 0
+	for b.Loop() {
+		if i == len(keys) {
+			b.StopTimer()
+			q = New("q", &cfg, &seqTokens{}, func(r *record.Record) { buf = record.Append(buf[:0], r) })
+			i = 0
+			b.StartTimer()
+		}
+		q.Add(keys[i], 0, Normal, int64(i))
+		i++
 	}
 }
