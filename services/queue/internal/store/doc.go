@@ -42,13 +42,15 @@
 // Open loads the newest snapshot, then replays every segment from the
 // snapshot's seq on, in order. Records state a key's whole stored state, so
 // replay order is all that matters. A frame that fails its length or CRC
-// check at the very end of the last segment is a write torn by a crash: it
-// was never fsynced, so no caller was answered for it, and the segment is
-// truncated before it. Any other damage (a bad frame with data after it, a
-// bad frame in an earlier segment or a snapshot, a missing segment, an
-// undecodable record) is corruption: Open fails with an error that names the
-// file and byte offset, and the queue refuses to start rather than silently
-// drop keys.
+// check at the very end of the last segment (no valid frame anywhere after
+// it) is a write torn by a crash: it was never fsynced, so no caller was
+// answered for it, and the segment is truncated before it. Any other damage
+// (a bad frame with data after it, such as a middle frame whose damaged
+// length seems to run past the end; a bad frame in an earlier segment or a
+// snapshot; a missing segment, counting from 1, or from the snapshot's seq;
+// an undecodable record) is corruption: Open fails with an error that names
+// the file and byte offset, and the queue refuses to start rather than
+// silently drop keys.
 //
 // # Snapshots while serving
 //

@@ -488,3 +488,30 @@ func (f *faultFile) Close() error {
 	delete(f.d.open, f)
 	return nil
 }
+
+// files returns the contents of every live file in dir, by name.
+func (d *faultDisk) files(dir string) map[string][]byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string][]byte{}
+	for name, ino := range d.live {
+		if filepath.Dir(name) == dir {
+			out[filepath.Base(name)] = bytes.Clone(ino.data)
+		}
+	}
+	return out
+}
+
+// newFaultDiskWith returns a disk holding files in dir, all durable.
+func newFaultDiskWith(dir string, files map[string][]byte) *faultDisk {
+	d := newFaultDisk(1)
+	for p := dir; !d.dirs[p]; p = filepath.Dir(p) {
+		d.dirs[p] = true
+	}
+	for name, data := range files {
+		ino := &inode{data: bytes.Clone(data), synced: bytes.Clone(data)}
+		d.live[filepath.Join(dir, name)] = ino
+		d.durable[filepath.Join(dir, name)] = ino
+	}
+	return d
+}

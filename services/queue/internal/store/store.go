@@ -277,12 +277,12 @@ func (s *Store) recover(apply func(*record.Record)) error {
 		replay = append(replay, seq)
 	}
 	for i, seq := range replay {
+		// Without a snapshot the log starts at segment 1: segments are
+		// only removed once a snapshot covering them is durable, so a
+		// later first segment means a lost segment or snapshot.
 		want := from
-		switch {
-		case i > 0:
+		if i > 0 {
 			want = replay[i-1] + 1
-		case len(snaps) == 0:
-			want = seq
 		}
 		if seq != want {
 			return fmt.Errorf("%w: segment %s is missing", ErrCorrupt, s.path(segName(want)))
@@ -371,7 +371,7 @@ func (s *Store) replaySegment(name string, last bool, apply func(*record.Record)
 	for off < len(b) {
 		payload, n, err := readFrame(b, off)
 		if err != nil {
-			torn := last && (allZero(b[off:]) || claimedEnd(b, off) >= len(b))
+			torn := last && (allZero(b[off:]) || claimedEnd(b, off) >= len(b)) && !frameAfter(b, off)
 			if !torn {
 				return 0, fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, p, off, err)
 			}
@@ -426,6 +426,20 @@ func claimedEnd(b []byte, off int) int {
 		return len(b)
 	}
 	return off + frameHeader + int(binary.BigEndian.Uint32(b[off:]))
+}
+
+// frameAfter reports whether a valid frame starts anywhere after off. A torn
+// write is one frame at the very end (each frame is synced before the next
+// is written), so a good frame behind a bad one means the bad one was
+// damaged in place, e.g. a flipped length bit that makes it seem to run past
+// the end, and the frames after it were acknowledged.
+func frameAfter(b []byte, off int) bool {
+	for p := off + 1; p+frameHeader < len(b); p++ {
+		if _, _, err := readFrame(b, p); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 func allZero(b []byte) bool { return len(bytes.TrimLeft(b, "\x00")) == 0 }
