@@ -1,0 +1,124 @@
+// Command batonbench is `make bench`: it starts the real baton-queue binary
+// on loopback with a temporary data directory and measures durable Adds,
+// collapsed Adds, the Add→Lease→Ack cycle, single-Add latency, restart time
+// with a million unfinished keys and heap per pending key; in the same run it
+// measures the references the targets are ratios of (one fdatasync, an empty
+// gRPC call, gRPC carrying 1000-key messages, client-go's workqueue heap per
+// key). It prints one table with every target's PASS or MISS, writes the
+// records as JSON to BENCH_OUT (or -out) and, with -doc, regenerates
+// docs/benchmarks.md.
+//
+//	batonbench -bin bin/baton-queue [-quick] [-out file.json] [-doc docs/benchmarks.md]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/batonrun/baton/bench/internal/report"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// config is the run's shape; -quick shrinks every figure for a smoke run.
+type config struct {
+	bin, dir, out, doc string
+	quick              bool
+	dur                time.Duration // each timed workload
+	bigKeys            int           // restart and heap
+	cycleKeys          int
+	batchKeys          int // durable batch-1000 Adds, per caller count
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var c config
+	fs := flag.NewFlagSet("batonbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.bin, "bin", "bin/baton-queue", "the baton-queue binary to measure")
+	fs.StringVar(&c.dir, "dir", "", "directory for the queue's data (default: the system temp dir); put it on the disk you mean to measure")
+	fs.StringVar(&c.out, "out", os.Getenv("BENCH_OUT"), "write the records as JSON to this file (default $BENCH_OUT)")
+	fs.StringVar(&c.doc, "doc", "", "regenerate this Markdown report, e.g. docs/benchmarks.md")
+	fs.BoolVar(&c.quick, "quick", false, "smoke run: short workloads, 100,000 keys instead of 1,000,000")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	c.dur, c.bigKeys, c.cycleKeys, c.batchKeys = 3*time.Second, 1_000_000, 1_000_000, 2_000_000
+	if c.quick {
+		c.dur, c.bigKeys, c.cycleKeys, c.batchKeys = 500*time.Millisecond, 100_000, 100_000, 200_000
+	}
+	bin, err := filepath.Abs(c.bin)
+	if err == nil {
+		_, err = os.Stat(bin)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "batonbench: %v (run `make build` first, or pass -bin)\n", err)
+		return 2
+	}
+	c.bin = bin
+	if c.dir == "" {
+		c.dir = os.TempDir()
+	}
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		fmt.Fprintln(stderr, "batonbench:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp(c.dir, "batonbench-")
+	if err != nil {
+		fmt.Fprintln(stderr, "batonbench:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	c.dir = dir
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	started := time.Now()
+	b := &bench{cfg: c, log: stderr}
+	if err := b.all(ctx); err != nil {
+		fmt.Fprintln(stderr, "batonbench:", err)
+		return 1
+	}
+	targets := b.targets()
+	took := time.Since(started)
+
+	fmt.Fprintln(stdout)
+	_ = report.WriteTable(stdout, b.set.Records)
+	fmt.Fprintln(stdout)
+	_ = report.WriteTargets(stdout, targets)
+	fmt.Fprintf(stdout, "\n(%s run in %v)\n", map[bool]string{true: "quick", false: "full"}[c.quick], took.Round(time.Second))
+
+	if c.out != "" {
+		js, err := report.JSON(b.set.Records, targets)
+		if err == nil {
+			err = os.WriteFile(c.out, js, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "batonbench: write JSON:", err)
+			return 1
+		}
+		fmt.Fprintln(stderr, "batonbench: wrote", c.out)
+	}
+	if c.doc != "" {
+		var doc strings.Builder
+		if err := writeDoc(&doc, docData{Machine: describeMachine(), Quick: c.quick, Took: took, Records: b.set.Records, Targets: targets, Started: started}); err != nil {
+			fmt.Fprintln(stderr, "batonbench: render doc:", err)
+			return 1
+		}
+		if err := os.WriteFile(c.doc, []byte(doc.String()), 0o644); err != nil {
+			fmt.Fprintln(stderr, "batonbench: write doc:", err)
+			return 1
+		}
+		fmt.Fprintln(stderr, "batonbench: wrote", c.doc)
+	}
+	return 0
+}

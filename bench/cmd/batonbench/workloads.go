@@ -1,0 +1,397 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batonrun/baton/bench/internal/baton"
+	"github.com/batonrun/baton/bench/internal/heap"
+	"github.com/batonrun/baton/bench/internal/load"
+	"github.com/batonrun/baton/bench/internal/refs"
+	"github.com/batonrun/baton/bench/internal/report"
+	"github.com/batonrun/baton/services/queue/client"
+)
+
+// Contenders and workload names: the JSON records and the targets use the
+// same strings.
+const (
+	ref      = "reference"
+	batonQ   = "baton"
+	clientGo = "client-go"
+
+	wFsync        = "append 64 B + fdatasync"
+	wEcho1        = "gRPC empty unary call, 1 caller"
+	wEcho64       = "gRPC empty unary call, 64 callers"
+	wCarry1       = "gRPC carrying 1000-key Adds, 1 caller"
+	wCarry8       = "gRPC carrying 1000-key Adds, 8 callers"
+	wAdd1x1       = "durable Add, distinct keys, batch 1, 1 caller"
+	wAdd1x64      = "durable Add, distinct keys, batch 1, 64 callers"
+	wAdd1000x1    = "durable Add, distinct keys, batch 1000, 1 caller"
+	wAdd1000x6    = "durable Add, distinct keys, batch 1000, 64 callers"
+	wCollapse1    = "collapsed Add, batch 1000, 1 caller"
+	wCollapse8    = "collapsed Add, batch 1000, 8 callers"
+	wCycle        = "Add→Lease→Ack cycle, batches of 1000 (2 adders, 4 workers)"
+	wHeap         = "heap per pending key (11-byte keys)"
+	wRestartEmpty = "restart of an empty queue (SIGKILL, exec → SERVING)"
+
+	mRate = "rate"
+	mP50  = "p50"
+	mP99  = "p99"
+)
+
+func wRestart(n int) string {
+	return fmt.Sprintf("restart with %s unfinished keys (SIGKILL, exec → SERVING)", report.Format(float64(n), "keys"))
+}
+
+type bench struct {
+	cfg config
+	log io.Writer
+	set report.Set
+}
+
+func (b *bench) step(name string) func() {
+	fmt.Fprintf(b.log, "batonbench: %s ...", name)
+	start := time.Now()
+	return func() { fmt.Fprintf(b.log, " %v\n", time.Since(start).Round(time.Millisecond)) }
+}
+
+// all runs every workload; references first, so a busy disk or CPU shows in
+// both halves of a ratio as far as possible.
+func (b *bench) all(ctx context.Context) error {
+	for _, f := range []func(context.Context) error{
+		b.references, b.durableAdds, b.collapsedAdds, b.cycle, b.restartAndHeap, b.clientGoHeap,
+	} {
+		if err := f(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) references(ctx context.Context) error {
+	done := b.step(wFsync)
+	r, err := refs.Fsync(ctx, b.cfg.dir, b.cfg.dur)
+	if err != nil {
+		return fmt.Errorf("%s: %w", wFsync, err)
+	}
+	done()
+	b.set.Add(ref, wFsync, mRate, r.ItemRate(), "ops/s")
+	b.set.Add(ref, wFsync, mP50, r.Percentile(50), "ms")
+	b.set.Add(ref, wFsync, mP99, r.Percentile(99), "ms")
+
+	for _, e := range []struct {
+		name    string
+		callers int
+	}{{wEcho1, 1}, {wEcho64, 64}} {
+		done := b.step(e.name)
+		r, err := refs.Echo(ctx, e.callers, b.cfg.dur)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.name, err)
+		}
+		done()
+		b.set.Add(ref, e.name, mRate, r.CallRate(), "calls/s")
+		b.set.Add(ref, e.name, mP50, r.Percentile(50), "ms")
+	}
+	for _, e := range []struct {
+		name    string
+		callers int
+	}{{wCarry1, 1}, {wCarry8, 8}} {
+		done := b.step(e.name)
+		r, err := refs.Carry(ctx, e.callers, 1000, b.cfg.dur)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.name, err)
+		}
+		done()
+		b.set.Add(ref, e.name, mRate, r.ItemRate(), "keys/s")
+	}
+	return nil
+}
+
+// withServer runs f against a fresh baton-queue with an empty data
+// directory, so no workload inherits another's keys or log.
+func (b *bench) withServer(ctx context.Context, f func(*baton.Server) error) error {
+	s, err := baton.Start(ctx, b.cfg.bin, b.cfg.dir)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return f(s)
+}
+
+func (b *bench) durableAdds(ctx context.Context) error {
+	for _, w := range []struct {
+		name           string
+		batch, callers int
+	}{{wAdd1x1, 1, 1}, {wAdd1x64, 1, 64}, {wAdd1000x1, 1000, 1}, {wAdd1000x6, 1000, 64}} {
+		err := b.withServer(ctx, func(s *baton.Server) error {
+			done := b.step(w.name)
+			spec := load.Spec{Callers: w.callers, Duration: b.cfg.dur, Latency: true}
+			if w.batch > 1 {
+				// Bounded by keys too, so the heap stays modest on a fast disk.
+				spec.Items = int64(b.cfg.batchKeys)
+			}
+			next := make([]int, w.callers)
+			r, err := load.Run(ctx, spec, func(ctx context.Context, c int) (int, error) {
+				keys := refs.Keys(fmt.Sprintf("c%02d", c), next[c], w.batch)
+				next[c] += w.batch
+				res, err := s.Client.Add(ctx, "bench", keys, client.AddOptions{})
+				if err == nil && res.Queued != w.batch {
+					err = fmt.Errorf("%d of %d distinct keys queued", res.Queued, w.batch)
+				}
+				return res.Queued, err
+			})
+			if err != nil {
+				return fmt.Errorf("%s: %w", w.name, err)
+			}
+			done()
+			b.set.Add(batonQ, w.name, mRate, r.ItemRate(), "keys/s")
+			b.set.Add(batonQ, w.name, mP50, r.Percentile(50), "ms")
+			b.set.Add(batonQ, w.name, mP99, r.Percentile(99), "ms")
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) collapsedAdds(ctx context.Context) error {
+	return b.withServer(ctx, func(s *baton.Server) error {
+		keys := refs.Keys("col", 0, 1000)
+		if _, err := s.Client.Add(ctx, "bench", keys, client.AddOptions{}); err != nil {
+			return err
+		}
+		for _, w := range []struct {
+			name    string
+			callers int
+		}{{wCollapse1, 1}, {wCollapse8, 8}} {
+			done := b.step(w.name)
+			r, err := load.Run(ctx, load.Spec{Callers: w.callers, Duration: b.cfg.dur}, func(ctx context.Context, _ int) (int, error) {
+				res, err := s.Client.Add(ctx, "bench", keys, client.AddOptions{})
+				if err == nil && res.Collapsed != len(keys) {
+					err = fmt.Errorf("%d of %d pending keys collapsed", res.Collapsed, len(keys))
+				}
+				return res.Collapsed, err
+			})
+			if err != nil {
+				return fmt.Errorf("%s: %w", w.name, err)
+			}
+			done()
+			b.set.Add(batonQ, w.name, mRate, r.ItemRate(), "keys/s")
+		}
+		return nil
+	})
+}
+
+// cycle pushes cycleKeys distinct keys through Add, Lease and Ack with
+// adders and workers running concurrently, and times until the last ack.
+func (b *bench) cycle(ctx context.Context) error {
+	const batch, adders, workers = 1000, 2, 4
+	return b.withServer(ctx, func(s *baton.Server) error {
+		done := b.step(wCycle)
+		total := int64(b.cfg.cycleKeys)
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		var (
+			added, acked atomic.Int64
+			wg           sync.WaitGroup
+		)
+		start := time.Now()
+		for range adders {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					end := added.Add(batch)
+					if end > total {
+						return
+					}
+					if _, err := s.Client.Add(ctx, "cycle", refs.Keys("cyc", int(end-batch), batch), client.AddOptions{}); err != nil {
+						cancel(fmt.Errorf("add: %w", err))
+						return
+					}
+				}
+			})
+		}
+		for w := range workers {
+			wg.Go(func() {
+				acks := make([]client.Ack, 0, batch)
+				for ctx.Err() == nil && acked.Load() < total {
+					leases, err := s.Client.Lease(ctx, "cycle", client.LeaseOptions{Worker: fmt.Sprintf("w%d", w), MaxItems: batch, Wait: 50 * time.Millisecond, Duration: time.Minute})
+					if err != nil {
+						cancel(fmt.Errorf("lease: %w", err))
+						return
+					}
+					if len(leases) == 0 {
+						continue
+					}
+					acks = acks[:0]
+					for _, l := range leases {
+						acks = append(acks, client.Ack{Key: l.Key, Token: l.Token, Outcome: client.Success()})
+					}
+					res, err := s.Client.Ack(ctx, "cycle", acks)
+					if err != nil {
+						cancel(fmt.Errorf("ack: %w", err))
+						return
+					}
+					ok := 0
+					for _, r := range res {
+						if r.Status == client.OK {
+							ok++
+						}
+					}
+					if ok != len(res) {
+						cancel(fmt.Errorf("%d of %d acks of live leases refused", len(res)-ok, len(res)))
+						return
+					}
+					acked.Add(int64(ok))
+				}
+			})
+		}
+		wg.Wait()
+		el := time.Since(start)
+		if err := context.Cause(ctx); err != nil {
+			return fmt.Errorf("%s: %w", wCycle, err)
+		}
+		if acked.Load() != total {
+			return fmt.Errorf("%s: %d of %d keys acked", wCycle, acked.Load(), total)
+		}
+		done()
+		b.set.Add(batonQ, wCycle, mRate, float64(total)/el.Seconds(), "keys/s")
+		return nil
+	})
+}
+
+// restartAndHeap fills a queue with bigKeys pending keys, measures the live
+// heap they take, then SIGKILLs the process and times its restart.
+func (b *bench) restartAndHeap(ctx context.Context) error {
+	return b.withServer(ctx, func(s *baton.Server) error {
+		n := b.cfg.bigKeys
+		// Garbage for the server's collector: the same 10,000 keys announced
+		// again and again (collapsed after the first call, so the stored
+		// state does not change between the two heap readings).
+		ballast := refs.Keys("gcb", 0, 10000)
+		churn := func(ctx context.Context) error {
+			_, err := s.Client.Add(ctx, "ballast", ballast, client.AddOptions{})
+			return err
+		}
+		// The same restart with nothing stored: what process start and the
+		// client's reconnection cost, apart from recovery.
+		done := b.step(wRestartEmpty)
+		took, err := s.Restart(ctx)
+		if err != nil {
+			return fmt.Errorf("restart: %w", err)
+		}
+		done()
+		b.set.Add(batonQ, wRestartEmpty, "time", took.Seconds(), "s")
+
+		done = b.step("heap of an empty queue")
+		base, err := s.LiveHeap(ctx, churn)
+		if err != nil {
+			return err
+		}
+		done()
+		done = b.step(fmt.Sprintf("fill %d keys", n))
+		var next atomic.Int64
+		const batch = 10000
+		if _, err := load.Run(ctx, load.Spec{Callers: 4, Items: int64(n)}, func(ctx context.Context, _ int) (int, error) {
+			first := int(next.Add(batch)) - batch
+			if first >= n {
+				return 0, nil
+			}
+			k := min(batch, n-first)
+			res, err := s.Client.Add(ctx, "bench", refs.Keys("big", first, k), client.AddOptions{})
+			return res.Queued, err
+		}); err != nil {
+			return fmt.Errorf("fill: %w", err)
+		}
+		done()
+		done = b.step("heap with the keys pending")
+		full, err := s.LiveHeap(ctx, churn)
+		if err != nil {
+			return err
+		}
+		done()
+		b.set.Add(batonQ, wHeap, "live heap", (full.Live-base.Live)/float64(n), "B/key")
+		b.set.Add(batonQ, wHeap, "RSS", (full.RSS-base.RSS)/float64(n), "B/key")
+
+		done = b.step(wRestart(n))
+		took, err = s.Restart(ctx)
+		if err != nil {
+			return fmt.Errorf("restart: %w", err)
+		}
+		st, err := s.Client.Stats(ctx, "bench")
+		if err != nil {
+			return err
+		}
+		if got := st[0].GetPending(); got != uint64(n) {
+			return fmt.Errorf("restart: %d keys pending, want %d", got, n)
+		}
+		done()
+		b.set.Add(batonQ, wRestart(n), "time", took.Seconds(), "s")
+		return nil
+	})
+}
+
+func (b *bench) clientGoHeap(context.Context) error {
+	done := b.step("client-go " + wHeap)
+	per, err := heap.ClientGoPerKey(b.cfg.bigKeys)
+	if err != nil {
+		return err
+	}
+	done()
+	b.set.Add(clientGo, wHeap, "live heap", per, "B/key")
+	return nil
+}
+
+// targets judges issue 2's targets as ratios of this run's figures.
+func (b *bench) targets() []report.Target {
+	get := func(c, w, m string) (float64, bool) { return b.set.Get(c, w, m) }
+	var ts []report.Target
+	add := func(t report.Target, ok ...bool) {
+		for _, o := range ok {
+			if !o {
+				t.Missing = true
+			}
+		}
+		ts = append(ts, t)
+	}
+
+	add1, ok1 := get(batonQ, wAdd1x64, mRate)
+	echo64, ok2 := get(ref, wEcho64, mRate)
+	add(report.Target{Name: "durable Add, batch 1, 64 callers", Measured: add1, Limit: 0.5 * echo64, Unit: "keys/s", AtLeast: true,
+		Basis: "50% of the empty echo, 64 callers"}, ok1, ok2)
+
+	b1, ok1 := get(batonQ, wAdd1000x1, mRate)
+	b64, ok2 := get(batonQ, wAdd1000x6, mRate)
+	add(report.Target{Name: "durable Add, batch 1000 (best of 1 and 64 callers)", Measured: max(b1, b64), Limit: 1_000_000, Unit: "keys/s", AtLeast: true,
+		Basis: "absolute"}, ok1 || ok2)
+
+	col, ok1 := get(batonQ, wCollapse8, mRate)
+	carry, ok2 := get(ref, wCarry8, mRate)
+	add(report.Target{Name: "collapsed Add, batch 1000, 8 callers", Measured: col, Limit: 0.25 * carry, Unit: "keys/s", AtLeast: true,
+		Basis: "25% of gRPC carrying 1000-key messages, 8 callers"}, ok1, ok2)
+
+	cyc, ok1 := get(batonQ, wCycle, mRate)
+	add(report.Target{Name: "Add→Lease→Ack cycle in batches", Measured: cyc, Limit: 300_000, Unit: "keys/s", AtLeast: true,
+		Basis: "absolute"}, ok1)
+
+	p50, ok1 := get(batonQ, wAdd1x1, mP50)
+	fs50, ok2 := get(ref, wFsync, mP50)
+	echo50, ok3 := get(ref, wEcho1, mP50)
+	add(report.Target{Name: "single Add p50", Measured: p50, Limit: 2 * (fs50 + echo50), Unit: "ms",
+		Basis: "2 × (fdatasync p50 + echo p50)"}, ok1, ok2, ok3)
+
+	rs, ok1 := get(batonQ, wRestart(b.cfg.bigKeys), "time")
+	add(report.Target{Name: fmt.Sprintf("restart with %s unfinished keys", report.Format(float64(b.cfg.bigKeys), "keys")), Measured: rs, Limit: 2, Unit: "s",
+		Basis: "absolute"}, ok1)
+
+	hb, ok1 := get(batonQ, wHeap, "live heap")
+	hc, ok2 := get(clientGo, wHeap, "live heap")
+	add(report.Target{Name: "heap per pending key", Measured: hb, Limit: 1.5 * hc, Unit: "B/key",
+		Basis: "1.5 × client-go's workqueue"}, ok1, ok2)
+	return ts
+}

@@ -1,0 +1,256 @@
+// Package baton runs a real baton-queue binary as a child process on
+// loopback ports with its own data directory, for the benchmarks: start,
+// SIGKILL and restart it, wait until it serves, and read its /metrics.
+package baton
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/client"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Server is one baton-queue process and a client connected to it.
+type Server struct {
+	Bin, DataDir       string
+	GRPCAddr, HTTPAddr string
+	Conn               *grpc.ClientConn
+	Client             *client.Client
+
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error
+	logPath string
+	runs    int
+}
+
+// Start launches bin with a fresh data directory under dir and waits until
+// it serves.
+func Start(ctx context.Context, bin, dir string) (*Server, error) {
+	data, err := os.MkdirTemp(dir, "queue-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Bin: bin, DataDir: data}
+	if s.GRPCAddr, err = freePort(); err != nil {
+		return nil, err
+	}
+	if s.HTTPAddr, err = freePort(); err != nil {
+		return nil, err
+	}
+	// A short reconnect backoff: grpc's default grows to two minutes, and
+	// the restart benchmark times how soon the queue serves again.
+	s.Conn, err = grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20), grpc.MaxCallRecvMsgSize(64<<20)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 5 * time.Millisecond, Multiplier: 1.5, Jitter: 0.1, MaxDelay: 50 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
+	if err != nil {
+		return nil, err
+	}
+	s.Client = client.New(s.Conn, client.WithBackoff(client.Backoff{Attempts: 1}))
+	if err := s.launch(); err != nil {
+		s.Conn.Close()
+		return nil, err
+	}
+	if _, err := s.WaitServing(ctx, time.Now()); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func (s *Server) launch() error {
+	s.runs++
+	s.logPath = s.logFile(s.runs) // beside the data directory, not in it
+	logf, err := os.Create(s.logPath)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.Bin, "--grpc-addr", s.GRPCAddr, "--http-addr", s.HTTPAddr, "--data-dir", s.DataDir, "--log-level", "warn")
+	// The heap figures assume the default GC target.
+	cmd.Env = append(os.Environ(), "GOGC=100")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", s.Bin, err)
+	}
+	s.cmd, s.exited = cmd, make(chan struct{})
+	go func() {
+		s.waitErr = cmd.Wait()
+		logf.Close()
+		close(s.exited)
+	}()
+	return nil
+}
+
+// WaitServing polls grpc.health.v1 until the queue answers SERVING and
+// returns the time since from.
+func (s *Server) WaitServing(ctx context.Context, from time.Time) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	hc := healthpb.NewHealthClient(s.Conn)
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		r, err := hc.Check(cctx, &healthpb.HealthCheckRequest{Service: "baton.queue.v1.QueueService"}, grpc.WaitForReady(true))
+		ccancel()
+		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return time.Since(from), nil
+		}
+		select {
+		case <-s.exited:
+			return 0, fmt.Errorf("baton-queue exited while starting (%v); see %s", s.waitErr, s.logPath)
+		default:
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("baton-queue not serving: %v %v (log %s)", r, err, s.logPath)
+		}
+	}
+}
+
+// Restart SIGKILLs the process, starts it again on the same data and ports,
+// and returns how long the new process took from exec to serving.
+func (s *Server) Restart(ctx context.Context) (time.Duration, error) {
+	if err := s.kill(); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := s.launch(); err != nil {
+		return 0, err
+	}
+	return s.WaitServing(ctx, start)
+}
+
+func (s *Server) kill() error {
+	if s.cmd == nil {
+		return nil
+	}
+	select {
+	case <-s.exited:
+		return nil
+	default:
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	<-s.exited
+	return nil
+}
+
+// Close kills the process and removes its data.
+func (s *Server) Close() {
+	_ = s.kill()
+	if s.Conn != nil {
+		s.Conn.Close()
+	}
+	os.RemoveAll(s.DataDir)
+	for i := 1; i <= s.runs; i++ {
+		os.Remove(s.logFile(i))
+	}
+}
+
+func (s *Server) logFile(run int) string { return fmt.Sprintf("%s-run%d.log", s.DataDir, run) }
+
+// Metrics scrapes /metrics into a map from series (name with labels, as
+// printed) to value.
+func (s *Server) Metrics(ctx context.Context) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.HTTPAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return ParseMetrics(bufio.NewScanner(resp.Body))
+}
+
+// ParseMetrics reads the Prometheus text format's samples.
+func ParseMetrics(sc *bufio.Scanner) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// Heap is the server's memory after a settled garbage collection.
+type Heap struct {
+	Live float64 // bytes the last completed GC found reachable
+	RSS  float64 // resident set size
+}
+
+// LiveHeap estimates the live heap without a profiler: it makes the server
+// collect twice after the caller's state is in place (churn makes garbage
+// in the server, e.g. collapsed Adds), then derives the live heap from the
+// GC's next goal, which is live × (1 + GOGC/100) plus a small term for
+// stacks and globals; differences of two readings cancel that term.
+func (s *Server) LiveHeap(ctx context.Context, churn func(context.Context) error) (Heap, error) {
+	m, err := s.Metrics(ctx)
+	if err != nil {
+		return Heap{}, err
+	}
+	const gcCount = "go_gc_duration_seconds_count"
+	first, ok := m[gcCount]
+	if !ok {
+		return Heap{}, errors.New("/metrics has no " + gcCount)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for m[gcCount] < first+2 {
+		if time.Now().After(deadline) {
+			return Heap{}, errors.New("the server did not collect garbage within a minute of churn")
+		}
+		if err := churn(ctx); err != nil {
+			return Heap{}, err
+		}
+		if m, err = s.Metrics(ctx); err != nil {
+			return Heap{}, err
+		}
+	}
+	gogc := 100.0
+	if v, ok := m["go_gc_gogc_percent"]; ok && v > 0 {
+		gogc = v
+	}
+	return Heap{Live: m["go_memstats_next_gc_bytes"] / (1 + gogc/100), RSS: m["process_resident_memory_bytes"]}, nil
+}

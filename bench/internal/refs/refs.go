@@ -1,0 +1,118 @@
+// Package refs measures the physical figures Baton's targets are ratios of,
+// in the same run and on the same machine as the queue: one small durable
+// append (append + fdatasync), an empty gRPC unary call (grpc.health.v1 Check
+// against a bare grpc.Server), and gRPC merely carrying 1000-key messages (a
+// QueueService whose Add does nothing).
+package refs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/batonrun/baton/bench/internal/load"
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Fsync appends 64 bytes and makes them durable, one op at a time, for d,
+// in a file under dir (put it on the queue's disk).
+func Fsync(ctx context.Context, dir string, d time.Duration) (load.Result, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "fsync.bench"), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o600)
+	if err != nil {
+		return load.Result{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	rec := make([]byte, 64)
+	return load.Run(ctx, load.Spec{Callers: 1, Duration: d, Latency: true}, func(context.Context, int) (int, error) {
+		if _, err := f.Write(rec); err != nil {
+			return 0, err
+		}
+		return 1, datasync(f)
+	})
+}
+
+// serve starts a gRPC server on loopback and returns a connection to it.
+func serve(register func(*grpc.Server)) (*grpc.ClientConn, func(), error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	s := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
+	register(s)
+	go func() { _ = s.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20), grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		s.Stop()
+		return nil, nil, err
+	}
+	return conn, func() { conn.Close(); s.Stop() }, nil
+}
+
+// Echo measures empty unary calls (a health Check of a bare server) from
+// callers goroutines for d.
+func Echo(ctx context.Context, callers int, d time.Duration) (load.Result, error) {
+	conn, stop, err := serve(func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) })
+	if err != nil {
+		return load.Result{}, err
+	}
+	defer stop()
+	hc := healthpb.NewHealthClient(conn)
+	req := &healthpb.HealthCheckRequest{}
+	if _, err := hc.Check(ctx, req, grpc.WaitForReady(true)); err != nil { // connect outside the clock
+		return load.Result{}, fmt.Errorf("echo: %w", err)
+	}
+	return load.Run(ctx, load.Spec{Callers: callers, Duration: d, Latency: true}, func(ctx context.Context, _ int) (int, error) {
+		_, err := hc.Check(ctx, req)
+		return 1, err
+	})
+}
+
+type carrier struct {
+	queuev1.UnimplementedQueueServiceServer
+}
+
+func (carrier) Add(_ context.Context, r *queuev1.AddRequest) (*queuev1.AddResponse, error) {
+	return &queuev1.AddResponse{Queued: uint32(len(r.GetKeys()))}, nil
+}
+
+// Carry measures how many keys per second gRPC carries in Add requests of
+// batch keys from callers goroutines for d, to a server that only counts
+// them: the most any queue can take over one connection.
+func Carry(ctx context.Context, callers, batch int, d time.Duration) (load.Result, error) {
+	conn, stop, err := serve(func(s *grpc.Server) { queuev1.RegisterQueueServiceServer(s, carrier{}) })
+	if err != nil {
+		return load.Result{}, err
+	}
+	defer stop()
+	qc := queuev1.NewQueueServiceClient(conn)
+	reqs := make([]*queuev1.AddRequest, callers)
+	for c := range reqs {
+		reqs[c] = &queuev1.AddRequest{Queue: "carry", Keys: Keys(fmt.Sprintf("c%02d", c), 0, batch)}
+	}
+	if _, err := qc.Add(ctx, reqs[0], grpc.WaitForReady(true)); err != nil {
+		return load.Result{}, fmt.Errorf("carry: %w", err)
+	}
+	return load.Run(ctx, load.Spec{Callers: callers, Duration: d}, func(ctx context.Context, c int) (int, error) {
+		resp, err := qc.Add(ctx, reqs[c])
+		return int(resp.GetQueued()), err
+	})
+}
+
+// Keys returns n keys of 11 bytes ("<p>/<7 digits>" for a 3-byte prefix
+// p) numbered from first, the size client-go's figures are quoted for.
+func Keys(prefix string, first, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s/%07d", prefix, first+i)
+	}
+	return out
+}
