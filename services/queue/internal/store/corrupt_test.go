@@ -440,6 +440,8 @@ func TestOpenReportsMissingFiles(t *testing.T) {
 			remove: func(l *logLayout) string { return l.snap }, missing: segName(1)},
 		{name: "first segment after the snapshot", segFrames: []int{2, 2, 2}, snapAt: 1,
 			remove: func(l *logLayout) string { return l.segs[1] }, missing: segName(2)},
+		{name: "only segment after the snapshot", segFrames: []int{2, 2}, snapAt: 1,
+			remove: func(l *logLayout) string { return l.segs[1] }, missing: segName(2)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -64,8 +64,10 @@
 // An fsync (or write) error other than a full disk stops the store for good
 // (fail-stop): after a failed fsync the kernel may have dropped the dirty
 // pages, so retrying could report data as safe that is not. A full disk
-// (ENOSPC) fails the callers of that frame with ErrNoSpace, truncates the
-// partial frame away and puts the store in a degraded state in which every
-// Append fails with ErrNoSpace, because memory may now hold changes the disk
-// lacks. The owner heals it with a snapshot once space is back (Heal).
+// (ENOSPC) fails the callers of that frame, and of the batch collected while
+// it was written, with ErrNoSpace, truncates the partial frame away (and
+// fsyncs the cut: the segment stops being the last one when Heal rotates)
+// and puts the store in a degraded state in which every Append fails with
+// ErrNoSpace, because memory may now hold changes the disk lacks. The owner
+// heals it with a snapshot once space is back (Heal).
 package store

@@ -35,8 +35,11 @@ type faultDisk struct {
 	syncFailOnce bool  // only the syncFailAt-th call fails
 	crashAt      int64 // the operation (counted by ops) that crashes first; 0 = never
 	tornCrash    bool  // a crash at crashAt keeps a random part of what was not synced
-	rng          *rand.Rand
-	beforeWrite  func(name string)
+	// writeBack makes the bytes of a write cut short by a full disk durable
+	// at once, as the kernel's writeback may before anyone truncates them.
+	writeBack   bool
+	rng         *rand.Rand
+	beforeWrite func(name string)
 
 	// Counters.
 	syncs  int64 // File.Sync and SyncDir calls
@@ -447,6 +450,9 @@ func (f *faultFile) Write(p []byte) (int, error) {
 	}
 	f.ino.data = append(f.ino.data, p[:n]...)
 	if n < len(p) {
+		if d.writeBack {
+			f.ino.synced = bytes.Clone(f.ino.data)
+		}
 		return n, perr("write", f.name, syscall.ENOSPC)
 	}
 	return n, nil

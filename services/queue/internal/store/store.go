@@ -298,6 +298,11 @@ func (s *Store) recover(apply func(*record.Record)) error {
 		}
 	}
 	if len(replay) == 0 {
+		if len(snaps) > 0 {
+			// The snapshot's segment was durable before the snapshot was
+			// written, and may have held frames after it.
+			return fmt.Errorf("%w: segment %s is missing", ErrCorrupt, s.path(segName(from)))
+		}
 		return s.newSegment(from)
 	}
 	f, err := s.fs.OpenAppend(s.path(segName(s.segSeq)))
@@ -580,6 +585,12 @@ func (s *Store) commit(b *Batch) error {
 			// that fails, the tail is unknown and we must stop.
 			if terr := s.seg.Truncate(s.segSize); terr != nil {
 				return s.stop(fmt.Errorf("truncate after a full disk: %w", terr))
+			}
+			// Make the cut durable: part of the frame may be on disk
+			// already, and once Heal rotates, this segment is no longer
+			// the last one, where a torn tail is tolerated.
+			if serr := s.seg.Sync(); serr != nil {
+				return s.stop(fmt.Errorf("fdatasync log after a full disk: %w", serr))
 			}
 			s.mu.Lock()
 			s.degraded = true
