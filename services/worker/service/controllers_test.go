@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/worker/objects"
 )
@@ -311,9 +312,26 @@ func TestThreeRapidChangesOneReconcile(t *testing.T) {
 	for _, v := range []string{"1", "2", "3"} {
 		s.apply("replicasets", "web", rs(v))
 	}
-	waitFor(t, converge, "three announcements of web", func() bool {
-		return s.inspect("replicasets", "default/web").GetAnnouncements() >= 3
+	// Wait until the observer has seen the third change and handed every
+	// key to the queue (its outbox may coalesce the three announcements
+	// into one Add already; the queue collapses whatever arrives).
+	head, err := s.cli.Get(t.Context(), "/registry/replicasets/default/web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, converge, "the observer to announce the third change", func() bool {
+		st, err := s.observer.Status(t.Context(), &observerv1.StatusRequest{})
+		if err != nil || st.GetOutboxSize() != 0 {
+			return false
+		}
+		for _, p := range st.GetPrefixes() {
+			if p.GetPrefix() == "/registry/replicasets/" && p.GetObservedRevision() < head.Kvs[0].ModRevision {
+				return false
+			}
+		}
+		return s.inspect("replicasets", "default/web").GetState() == queuev1.ItemState_ITEM_STATE_PENDING
 	})
+	t.Logf("announcements of web while the worker was busy: %d", s.inspect("replicasets", "default/web").GetAnnouncements())
 	close(release)
 	waitFor(t, converge, "web reconciled and forgotten", func() bool {
 		return rec.count("replicasets", "default/web") > before &&

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/etcdembed"
 	"github.com/batonrun/baton/services/queue/client"
@@ -22,6 +23,8 @@ import (
 	"github.com/batonrun/baton/services/worker/service"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // stack is a real embedded etcd, the real queue server and the real observer
@@ -33,6 +36,7 @@ type stack struct {
 	queueAddr    string
 	observerAddr string
 	queue        *client.Client
+	observer     observerv1.ObserverServiceClient
 }
 
 // waitFor polls cond every 10 ms until it holds, failing the test after d.
@@ -103,6 +107,12 @@ func startStack(t *testing.T) *stack {
 	t.Cleanup(func() { s.queue.Close() })
 
 	s.observerAddr = startObserver(t, s)
+	oconn, err := grpc.NewClient(s.observerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { oconn.Close() })
+	s.observer = observerv1.NewObserverServiceClient(oconn)
 	return s
 }
 
