@@ -21,7 +21,9 @@ cd "$ROOT"
 PROJECT=baton-e2e
 TIMEOUT=${BATON_E2E_TIMEOUT:-1200}
 STEP_TIMEOUT=${BATON_E2E_STEP_TIMEOUT:-240} # each wait for health or convergence
-LOAD=${BATON_E2E_LOAD:-60}                  # ReplicaSets applied before the queue is killed
+LOAD=${BATON_E2E_LOAD:-100}                 # ReplicaSets applied before the queue is killed
+EXAMPLES=${BATON_E2E_EXAMPLES:-examples}    # the manifests applied first
+BUILD=${BATON_E2E_BUILD:-1}                 # 0: use the baton/*:dev images and bin/ as they are
 
 compose() {
   if docker compose version >/dev/null 2>&1; then
@@ -179,45 +181,68 @@ EOF
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-log "building the images"
-"$ROOT/scripts/images.sh"
+if [ "$BUILD" != 0 ]; then
+  log "building the images"
+  "$ROOT/scripts/images.sh"
+fi
 [ -x bin/batonctl ] || fail "bin/batonctl was not built"
-[ -d examples ] || fail "examples/ is missing"
+[ -x bin/etcdctl ] || fail "bin/etcdctl was not built (scripts/images.sh etcd builds it)"
+[ -e "$EXAMPLES" ] || fail "$EXAMPLES is missing"
 
 log "docker-compose up (project $PROJECT)"
 compose down -v --remove-orphans >/dev/null 2>&1 || true # leftovers of a killed run
 compose up -d
 wait_for "the stack is healthy" stack_healthy 1
 
-ETCD=http://$(compose port etcd 2379)
-export BATON_BATONCTL_ETCD_ENDPOINTS=$ETCD
-export BATON_BATONCTL_QUEUE_ADDR=$(compose port queue 7070)
-export BATON_BATONCTL_OBSERVER_ADDR=$(compose port observer 7071)
-log "published: etcd $ETCD, queue $BATON_BATONCTL_QUEUE_ADDR, observer $BATON_BATONCTL_OBSERVER_ADDR"
-batonctl status
+# discover points batonctl and etcdctl at the published ports, which are
+# free ports picked by Docker and change when a container restarts.
+discover() {
+  ETCD=http://$(compose port etcd 2379)
+  export BATON_BATONCTL_ETCD_ENDPOINTS=$ETCD
+  export BATON_BATONCTL_QUEUE_ADDR=$(compose port queue 7070)
+  export BATON_BATONCTL_OBSERVER_ADDR=$(compose port observer 7071)
+  QUEUE_HTTP=$(compose port queue 9090)
+  OBSERVER_HTTP=$(compose port observer 9091)
+  log "published: etcd $ETCD, queue $BATON_BATONCTL_QUEUE_ADDR, observer $BATON_BATONCTL_OBSERVER_ADDR"
+}
+# status: batonctl's view of every service's health (workers publish no port).
+status() {
+  batonctl status --queue-http-addr "$QUEUE_HTTP" --observer-http-addr "$OBSERVER_HTTP" --worker-http-addr ""
+}
+discover
+wait_for "batonctl status reports every service healthy" status
+status
 
-log "apply examples/"
-batonctl apply -f examples/
-wait_for "examples/ converge" converged
+log "apply $EXAMPLES"
+batonctl apply -f "$EXAMPLES"
+wait_for "$EXAMPLES converges" converged
 batonctl get all -A
 
-log "load: $LOAD ReplicaSets of 3, then SIGKILL the queue while they are worked on"
+log "load: $LOAD ReplicaSets of 3, and SIGKILL the queue while they are worked on"
 load_manifest 3 >"$tmp/load.yaml"
-batonctl apply -f "$tmp/load.yaml"
-# Kill once the workers are at it: some load pods exist, not all of them.
-in_flight() { local n; n=$(count /registry/pods/e2e/); echo "$n load pods"; [ "$n" -gt 0 ]; }
-wait_for "workers start on the load" in_flight
-pods_at_kill=$(count /registry/pods/e2e/)
+batonctl apply -f "$tmp/load.yaml" >"$tmp/apply.log" 2>&1 &
+apply_pid=$!
+# Kill as soon as the workers are at it: the first load pod exists while the
+# apply is still writing the rest.
+deadline=$((SECONDS + STEP_TIMEOUT))
+until [ "$(count /registry/pods/e2e/)" -gt 0 ]; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "no load pod within ${STEP_TIMEOUT}s: $(cat "$tmp/apply.log")"
+  sleep 0.2
+done
 queue_id=$(compose ps -q queue)
 started=$(docker inspect -f '{{.State.StartedAt}}' "$queue_id")
 docker kill -s KILL "$queue_id" >/dev/null
+pods_at_kill=$(count /registry/pods/e2e/)
 log "SIGKILLed the queue with $pods_at_kill of $((LOAD * 3)) load pods created"
 [ "$pods_at_kill" -lt $((LOAD * 3)) ] || log "warning: the load had finished before the kill (raise BATON_E2E_LOAD)"
+wait "$apply_pid" || fail "batonctl apply of the load failed: $(tail -n 5 "$tmp/apply.log")"
 # The restart policy may already have restarted it; start is a no-op then.
 killed() { local s; s=$(docker inspect -f '{{.State.Running}} {{.State.StartedAt}}' "$queue_id"); echo "$s"; [ "$s" != "true $started" ]; }
 wait_for "the queue is down" killed
 compose start queue >/dev/null
 wait_for "the queue is healthy again" stack_healthy 1
+log "the restarted queue: $(compose logs --no-color queue | grep -i recover | tail -n 1)"
+discover
 wait_for "the load converges after the crash: no key lost" converged
 [ "$(count /registry/pods/e2e/)" -eq $((LOAD * 3)) ] || fail "want $((LOAD * 3)) load pods, have $(count /registry/pods/e2e/)"
 
@@ -238,7 +263,9 @@ sleep 10 # the partition itself: the observer misses these changes live
 docker network connect --alias observer "$network" "$observer_id"
 log "observer reconnected to $network"
 wait_for "the stack is healthy after the partition" stack_healthy 3
+discover
 wait_for "the changes made during the partition converge" converged
+wait_for "batonctl status reports every service healthy" status
 [ "$(count /registry/pods/e2e/)" -eq $((LOAD * 4)) ] || fail "want $((LOAD * 4)) load pods, have $(count /registry/pods/e2e/)"
 
 log "delete the load: its pods go with it"

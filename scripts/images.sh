@@ -51,9 +51,14 @@ for img in "${images[@]}"; do
     ln "bin/$b" "$ctx/$b" 2>/dev/null || cp "bin/$b" "$ctx/$b"
   done
   log "docker build baton/$img:$TAG"
-  docker build --quiet --tag "baton/$img:$TAG" \
+  # Quiet unless it fails (the legacy builder warns on every build).
+  if ! out=$(docker build --tag "baton/$img:$TAG" \
     --label "org.opencontainers.image.source=https://github.com/batonrun/baton" \
     --label "org.opencontainers.image.revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
-    "$ctx" >/dev/null
+    "$ctx" 2>&1); then
+    printf '%s\n' "$out" >&2
+    echo "images.sh: docker build baton/$img:$TAG failed" >&2
+    exit 1
+  fi
 done
 docker images --filter "reference=baton/*:$TAG" --format '{{.Repository}}:{{.Tag}}  {{.Size}}' >&2
