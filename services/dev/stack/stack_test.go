@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,8 +25,23 @@ type running struct {
 }
 
 // startStack starts the stack as `make run` does, on free ports, with its
-// data in dir.
+// data in dir. A free port picked for etcd can be taken by another process
+// before etcd binds it, so a failed start is tried again.
 func startStack(t *testing.T, dir string) *running {
+	t.Helper()
+	var err error
+	for range 3 {
+		var r *running
+		if r, err = tryStartStack(t, dir); err == nil {
+			return r
+		}
+		t.Logf("start: %v; retrying", err)
+	}
+	t.Fatalf("stack did not start: %v", err)
+	return nil
+}
+
+func tryStartStack(t *testing.T, dir string) (*running, error) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.FreePorts()
@@ -54,15 +70,20 @@ func startStack(t *testing.T, dir string) *running {
 			t.Error("stack did not stop within 60s")
 		}
 	}
-	t.Cleanup(r.stop)
 	select {
 	case r.ep = <-ready:
+		t.Cleanup(r.stop)
+		return r, nil
 	case err := <-done:
-		t.Fatalf("stack did not start: %v", err)
+		cancel()
+		if err == nil {
+			err = errors.New("stopped before it was ready")
+		}
+		return nil, err
 	case <-time.After(90 * time.Second):
-		t.Fatal("stack not ready after 90s")
+		r.stop()
+		return nil, errors.New("not ready after 90s")
 	}
-	return r
 }
 
 // ctl runs batonctl in-process against the stack.
