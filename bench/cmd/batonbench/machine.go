@@ -15,6 +15,7 @@ type machine struct {
 	Memory string
 	Go     string
 	Kernel string
+	Load   string // load average when the run started: how busy the machine was
 }
 
 func describeMachine() machine {
@@ -30,6 +31,11 @@ func describeMachine() machine {
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = runtime.GOOS + " " + strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			m.Load = strings.Join(f[:3], " ")
+		}
 	}
 	return m
 }

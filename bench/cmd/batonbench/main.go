@@ -80,6 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer os.RemoveAll(dir)
 	c.dir = dir
 
+	mach := describeMachine() // before the run loads the machine itself
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	started := time.Now()
@@ -110,7 +111,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.doc != "" {
 		var doc strings.Builder
-		if err := writeDoc(&doc, docData{Machine: describeMachine(), Quick: c.quick, Took: took, Records: b.set.Records, Targets: targets, Started: started}); err != nil {
+		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Took: took, Records: b.set.Records, Targets: targets, Started: started}); err != nil {
 			fmt.Fprintln(stderr, "batonbench: render doc:", err)
 			return 1
 		}

@@ -59,11 +59,22 @@ func (b *bench) step(name string) func() {
 	return func() { fmt.Fprintf(b.log, " %v\n", time.Since(start).Round(time.Millisecond)) }
 }
 
-// all runs every workload; references first, so a busy disk or CPU shows in
-// both halves of a ratio as far as possible.
+// all runs every workload. Each reference runs right before the baton
+// workload it is compared with, so that load from other users of the machine
+// (which comes and goes) weighs on both halves of a ratio alike.
 func (b *bench) all(ctx context.Context) error {
 	for _, f := range []func(context.Context) error{
-		b.references, b.durableAdds, b.collapsedAdds, b.cycle, b.restartAndHeap, b.clientGoHeap,
+		b.fsyncRef,
+		func(ctx context.Context) error { return b.echoRef(ctx, wEcho1, 1) },
+		func(ctx context.Context) error { return b.durableAdd(ctx, wAdd1x1, 1, 1) },
+		func(ctx context.Context) error { return b.echoRef(ctx, wEcho64, 64) },
+		func(ctx context.Context) error { return b.durableAdd(ctx, wAdd1x64, 1, 64) },
+		func(ctx context.Context) error { return b.durableAdd(ctx, wAdd1000x1, 1000, 1) },
+		func(ctx context.Context) error { return b.durableAdd(ctx, wAdd1000x6, 1000, 64) },
+		b.collapsedAdds,
+		b.cycle,
+		b.restartAndHeap,
+		b.clientGoHeap,
 	} {
 		if err := f(ctx); err != nil {
 			return err
@@ -72,7 +83,7 @@ func (b *bench) all(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) references(ctx context.Context) error {
+func (b *bench) fsyncRef(ctx context.Context) error {
 	done := b.step(wFsync)
 	r, err := refs.Fsync(ctx, b.cfg.dir, b.cfg.dur)
 	if err != nil {
@@ -82,32 +93,29 @@ func (b *bench) references(ctx context.Context) error {
 	b.set.Add(ref, wFsync, mRate, r.ItemRate(), "ops/s")
 	b.set.Add(ref, wFsync, mP50, r.Percentile(50), "ms")
 	b.set.Add(ref, wFsync, mP99, r.Percentile(99), "ms")
+	return nil
+}
 
-	for _, e := range []struct {
-		name    string
-		callers int
-	}{{wEcho1, 1}, {wEcho64, 64}} {
-		done := b.step(e.name)
-		r, err := refs.Echo(ctx, e.callers, b.cfg.dur)
-		if err != nil {
-			return fmt.Errorf("%s: %w", e.name, err)
-		}
-		done()
-		b.set.Add(ref, e.name, mRate, r.CallRate(), "calls/s")
-		b.set.Add(ref, e.name, mP50, r.Percentile(50), "ms")
+func (b *bench) echoRef(ctx context.Context, name string, callers int) error {
+	done := b.step(name)
+	r, err := refs.Echo(ctx, callers, b.cfg.dur)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	for _, e := range []struct {
-		name    string
-		callers int
-	}{{wCarry1, 1}, {wCarry8, 8}} {
-		done := b.step(e.name)
-		r, err := refs.Carry(ctx, e.callers, 1000, b.cfg.dur)
-		if err != nil {
-			return fmt.Errorf("%s: %w", e.name, err)
-		}
-		done()
-		b.set.Add(ref, e.name, mRate, r.ItemRate(), "keys/s")
+	done()
+	b.set.Add(ref, name, mRate, r.CallRate(), "calls/s")
+	b.set.Add(ref, name, mP50, r.Percentile(50), "ms")
+	return nil
+}
+
+func (b *bench) carryRef(ctx context.Context, name string, callers int) error {
+	done := b.step(name)
+	r, err := refs.Carry(ctx, callers, 1000, b.cfg.dur)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
+	done()
+	b.set.Add(ref, name, mRate, r.ItemRate(), "keys/s")
 	return nil
 }
 
@@ -122,42 +130,33 @@ func (b *bench) withServer(ctx context.Context, f func(*baton.Server) error) err
 	return f(s)
 }
 
-func (b *bench) durableAdds(ctx context.Context) error {
-	for _, w := range []struct {
-		name           string
-		batch, callers int
-	}{{wAdd1x1, 1, 1}, {wAdd1x64, 1, 64}, {wAdd1000x1, 1000, 1}, {wAdd1000x6, 1000, 64}} {
-		err := b.withServer(ctx, func(s *baton.Server) error {
-			done := b.step(w.name)
-			spec := load.Spec{Callers: w.callers, Duration: b.cfg.dur, Latency: true}
-			if w.batch > 1 {
-				// Bounded by keys too, so the heap stays modest on a fast disk.
-				spec.Items = int64(b.cfg.batchKeys)
+func (b *bench) durableAdd(ctx context.Context, name string, batch, callers int) error {
+	return b.withServer(ctx, func(s *baton.Server) error {
+		done := b.step(name)
+		spec := load.Spec{Callers: callers, Duration: b.cfg.dur, Latency: true}
+		if batch > 1 {
+			// Bounded by keys too, so the heap stays modest on a fast disk.
+			spec.Items = int64(b.cfg.batchKeys)
+		}
+		next := make([]int, callers)
+		r, err := load.Run(ctx, spec, func(ctx context.Context, c int) (int, error) {
+			keys := refs.Keys(fmt.Sprintf("c%02d", c), next[c], batch)
+			next[c] += batch
+			res, err := s.Client.Add(ctx, "bench", keys, client.AddOptions{})
+			if err == nil && res.Queued != batch {
+				err = fmt.Errorf("%d of %d distinct keys queued", res.Queued, batch)
 			}
-			next := make([]int, w.callers)
-			r, err := load.Run(ctx, spec, func(ctx context.Context, c int) (int, error) {
-				keys := refs.Keys(fmt.Sprintf("c%02d", c), next[c], w.batch)
-				next[c] += w.batch
-				res, err := s.Client.Add(ctx, "bench", keys, client.AddOptions{})
-				if err == nil && res.Queued != w.batch {
-					err = fmt.Errorf("%d of %d distinct keys queued", res.Queued, w.batch)
-				}
-				return res.Queued, err
-			})
-			if err != nil {
-				return fmt.Errorf("%s: %w", w.name, err)
-			}
-			done()
-			b.set.Add(batonQ, w.name, mRate, r.ItemRate(), "keys/s")
-			b.set.Add(batonQ, w.name, mP50, r.Percentile(50), "ms")
-			b.set.Add(batonQ, w.name, mP99, r.Percentile(99), "ms")
-			return nil
+			return res.Queued, err
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", name, err)
 		}
-	}
-	return nil
+		done()
+		b.set.Add(batonQ, name, mRate, r.ItemRate(), "keys/s")
+		b.set.Add(batonQ, name, mP50, r.Percentile(50), "ms")
+		b.set.Add(batonQ, name, mP99, r.Percentile(99), "ms")
+		return nil
+	})
 }
 
 func (b *bench) collapsedAdds(ctx context.Context) error {
@@ -167,9 +166,12 @@ func (b *bench) collapsedAdds(ctx context.Context) error {
 			return err
 		}
 		for _, w := range []struct {
-			name    string
-			callers int
-		}{{wCollapse1, 1}, {wCollapse8, 8}} {
+			name, ref string
+			callers   int
+		}{{wCollapse1, wCarry1, 1}, {wCollapse8, wCarry8, 8}} {
+			if err := b.carryRef(ctx, w.ref, w.callers); err != nil {
+				return err
+			}
 			done := b.step(w.name)
 			r, err := load.Run(ctx, load.Spec{Callers: w.callers, Duration: b.cfg.dur}, func(ctx context.Context, _ int) (int, error) {
 				res, err := s.Client.Add(ctx, "bench", keys, client.AddOptions{})
