@@ -13,6 +13,7 @@ import (
 type docData struct {
 	Machine machine
 	Quick   bool
+	Rounds  int
 	Started time.Time
 	Took    time.Duration
 	Records []report.Record
@@ -86,6 +87,11 @@ The queue's data directory is under ` + "`bench/out/`" + `, on the repository's 
 {{else}}Every target is met in this run.
 {{end}}
 ## Figures
+
+The reference/baton pairs ran in {{.D.Rounds}} round(s), each reference right
+before the workload it is compared with; every figure is the best of its
+rounds (highest rate, lowest latency). The cycle, restart and heap figures
+ran once.
 
 {{.Figures}}
 ## What each number means

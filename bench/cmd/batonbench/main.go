@@ -34,6 +34,7 @@ func main() {
 type config struct {
 	bin, dir, out, doc string
 	quick              bool
+	rounds             int           // of the paired workloads; the best figure of each is kept
 	dur                time.Duration // each timed workload
 	bigKeys            int           // restart and heap
 	cycleKeys          int
@@ -48,13 +49,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.dir, "dir", "", "directory for the queue's data (default: the system temp dir); put it on the disk you mean to measure")
 	fs.StringVar(&c.out, "out", os.Getenv("BENCH_OUT"), "write the records as JSON to this file (default $BENCH_OUT)")
 	fs.StringVar(&c.doc, "doc", "", "regenerate this Markdown report, e.g. docs/benchmarks.md")
-	fs.BoolVar(&c.quick, "quick", false, "smoke run: short workloads, 100,000 keys instead of 1,000,000")
+	fs.BoolVar(&c.quick, "quick", false, "smoke run: short workloads, 100,000 keys instead of 1,000,000, one round")
+	fs.IntVar(&c.rounds, "rounds", 0, "rounds of the paired reference/baton workloads, keeping each figure's best (default 2, 1 with -quick)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	c.dur, c.bigKeys, c.cycleKeys, c.batchKeys = 3*time.Second, 1_000_000, 1_000_000, 2_000_000
 	if c.quick {
 		c.dur, c.bigKeys, c.cycleKeys, c.batchKeys = 500*time.Millisecond, 100_000, 100_000, 200_000
+	}
+	if c.rounds <= 0 {
+		c.rounds = 2
+		if c.quick {
+			c.rounds = 1
+		}
 	}
 	bin, err := filepath.Abs(c.bin)
 	if err == nil {
@@ -111,7 +119,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.doc != "" {
 		var doc strings.Builder
-		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Took: took, Records: b.set.Records, Targets: targets, Started: started}); err != nil {
+		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Took: took, Records: b.set.Records, Targets: targets, Started: started}); err != nil {
 			fmt.Fprintln(stderr, "batonbench: render doc:", err)
 			return 1
 		}

@@ -53,6 +53,12 @@ type bench struct {
 	set report.Set
 }
 
+// record keeps the best value of a figure measured in several rounds: the
+// highest rate, the lowest latency, time or size.
+func (b *bench) record(contender, workload, metric string, v float64, unit string) {
+	b.set.Keep(contender, workload, metric, v, unit, metric == mRate)
+}
+
 func (b *bench) step(name string) func() {
 	fmt.Fprintf(b.log, "batonbench: %s ...", name)
 	start := time.Now()
@@ -62,8 +68,11 @@ func (b *bench) step(name string) func() {
 // all runs every workload. Each reference runs right before the baton
 // workload it is compared with, so that load from other users of the machine
 // (which comes and goes) weighs on both halves of a ratio alike.
+//
+// The paired workloads run in rounds (-rounds) and keep their best figures;
+// the long ones (cycle, restart, heap) run once.
 func (b *bench) all(ctx context.Context) error {
-	for _, f := range []func(context.Context) error{
+	paired := []func(context.Context) error{
 		b.fsyncRef,
 		func(ctx context.Context) error { return b.echoRef(ctx, wEcho1, 1) },
 		func(ctx context.Context) error { return b.durableAdd(ctx, wAdd1x1, 1, 1) },
@@ -72,10 +81,16 @@ func (b *bench) all(ctx context.Context) error {
 		func(ctx context.Context) error { return b.durableAdd(ctx, wAdd1000x1, 1000, 1) },
 		func(ctx context.Context) error { return b.durableAdd(ctx, wAdd1000x6, 1000, 64) },
 		b.collapsedAdds,
-		b.cycle,
-		b.restartAndHeap,
-		b.clientGoHeap,
-	} {
+	}
+	for round := 1; round <= b.cfg.rounds; round++ {
+		fmt.Fprintf(b.log, "batonbench: round %d of %d\n", round, b.cfg.rounds)
+		for _, f := range paired {
+			if err := f(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	for _, f := range []func(context.Context) error{b.cycle, b.restartAndHeap, b.clientGoHeap} {
 		if err := f(ctx); err != nil {
 			return err
 		}
@@ -90,9 +105,9 @@ func (b *bench) fsyncRef(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", wFsync, err)
 	}
 	done()
-	b.set.Add(ref, wFsync, mRate, r.ItemRate(), "ops/s")
-	b.set.Add(ref, wFsync, mP50, r.Percentile(50), "ms")
-	b.set.Add(ref, wFsync, mP99, r.Percentile(99), "ms")
+	b.record(ref, wFsync, mRate, r.ItemRate(), "ops/s")
+	b.record(ref, wFsync, mP50, r.Percentile(50), "ms")
+	b.record(ref, wFsync, mP99, r.Percentile(99), "ms")
 	return nil
 }
 
@@ -103,8 +118,8 @@ func (b *bench) echoRef(ctx context.Context, name string, callers int) error {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	done()
-	b.set.Add(ref, name, mRate, r.CallRate(), "calls/s")
-	b.set.Add(ref, name, mP50, r.Percentile(50), "ms")
+	b.record(ref, name, mRate, r.CallRate(), "calls/s")
+	b.record(ref, name, mP50, r.Percentile(50), "ms")
 	return nil
 }
 
@@ -115,7 +130,7 @@ func (b *bench) carryRef(ctx context.Context, name string, callers int) error {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	done()
-	b.set.Add(ref, name, mRate, r.ItemRate(), "keys/s")
+	b.record(ref, name, mRate, r.ItemRate(), "keys/s")
 	return nil
 }
 
@@ -152,9 +167,9 @@ func (b *bench) durableAdd(ctx context.Context, name string, batch, callers int)
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		done()
-		b.set.Add(batonQ, name, mRate, r.ItemRate(), "keys/s")
-		b.set.Add(batonQ, name, mP50, r.Percentile(50), "ms")
-		b.set.Add(batonQ, name, mP99, r.Percentile(99), "ms")
+		b.record(batonQ, name, mRate, r.ItemRate(), "keys/s")
+		b.record(batonQ, name, mP50, r.Percentile(50), "ms")
+		b.record(batonQ, name, mP99, r.Percentile(99), "ms")
 		return nil
 	})
 }
@@ -184,7 +199,7 @@ func (b *bench) collapsedAdds(ctx context.Context) error {
 				return fmt.Errorf("%s: %w", w.name, err)
 			}
 			done()
-			b.set.Add(batonQ, w.name, mRate, r.ItemRate(), "keys/s")
+			b.record(batonQ, w.name, mRate, r.ItemRate(), "keys/s")
 		}
 		return nil
 	})
@@ -262,7 +277,7 @@ func (b *bench) cycle(ctx context.Context) error {
 			return fmt.Errorf("%s: %d of %d keys acked", wCycle, acked.Load(), total)
 		}
 		done()
-		b.set.Add(batonQ, wCycle, mRate, float64(total)/el.Seconds(), "keys/s")
+		b.record(batonQ, wCycle, mRate, float64(total)/el.Seconds(), "keys/s")
 		return nil
 	})
 }
@@ -288,7 +303,7 @@ func (b *bench) restartAndHeap(ctx context.Context) error {
 			return fmt.Errorf("restart: %w", err)
 		}
 		done()
-		b.set.Add(batonQ, wRestartEmpty, "time", took.Seconds(), "s")
+		b.record(batonQ, wRestartEmpty, "time", took.Seconds(), "s")
 
 		done = b.step("heap of an empty queue")
 		base, err := s.LiveHeap(ctx, churn)
@@ -317,8 +332,8 @@ func (b *bench) restartAndHeap(ctx context.Context) error {
 			return err
 		}
 		done()
-		b.set.Add(batonQ, wHeap, "live heap", (full.Live-base.Live)/float64(n), "B/key")
-		b.set.Add(batonQ, wHeap, "RSS", (full.RSS-base.RSS)/float64(n), "B/key")
+		b.record(batonQ, wHeap, "live heap", (full.Live-base.Live)/float64(n), "B/key")
+		b.record(batonQ, wHeap, "RSS", (full.RSS-base.RSS)/float64(n), "B/key")
 
 		done = b.step(wRestart(n))
 		took, err = s.Restart(ctx)
@@ -333,7 +348,7 @@ func (b *bench) restartAndHeap(ctx context.Context) error {
 			return fmt.Errorf("restart: %d keys pending, want %d", got, n)
 		}
 		done()
-		b.set.Add(batonQ, wRestart(n), "time", took.Seconds(), "s")
+		b.record(batonQ, wRestart(n), "time", took.Seconds(), "s")
 		return nil
 	})
 }
@@ -345,7 +360,7 @@ func (b *bench) clientGoHeap(context.Context) error {
 		return err
 	}
 	done()
-	b.set.Add(clientGo, wHeap, "live heap", per, "B/key")
+	b.record(clientGo, wHeap, "live heap", per, "B/key")
 	return nil
 }
 

@@ -32,6 +32,22 @@ func (s *Set) Add(contender, workload, metric string, value float64, unit string
 	s.Records = append(s.Records, Record{Contender: contender, Workload: workload, Metric: metric, Value: value, Unit: unit})
 }
 
+// Keep records a figure of a repeated measurement, keeping the best value
+// seen: the highest if higher is better, else the lowest. On a shared,
+// noisy machine the best of a few rounds is the one least disturbed.
+func (s *Set) Keep(contender, workload, metric string, value float64, unit string, higher bool) {
+	for i := range s.Records {
+		r := &s.Records[i]
+		if r.Contender == contender && r.Workload == workload && r.Metric == metric {
+			if (higher && value > r.Value) || (!higher && value < r.Value) {
+				r.Value = value
+			}
+			return
+		}
+	}
+	s.Add(contender, workload, metric, value, unit)
+}
+
 // Get returns a figure, if it was measured.
 func (s *Set) Get(contender, workload, metric string) (float64, bool) {
 	for i := len(s.Records) - 1; i >= 0; i-- {

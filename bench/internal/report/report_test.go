@@ -83,6 +83,23 @@ func TestSetAndJSON(t *testing.T) {
 		t.Errorf("target pass record: %v", last)
 	}
 
+	s.Keep("baton", "cycle", "rate", 10, "keys/s", true)
+	s.Keep("baton", "cycle", "rate", 30, "keys/s", true)
+	s.Keep("baton", "cycle", "rate", 20, "keys/s", true)
+	s.Keep("baton", "cycle", "p50", 2, "ms", false)
+	s.Keep("baton", "cycle", "p50", 1, "ms", false)
+	s.Keep("baton", "cycle", "p50", 3, "ms", false)
+	if v, _ := s.Get("baton", "cycle", "rate"); v != 30 {
+		t.Errorf("best rate %v, want 30", v)
+	}
+	if v, _ := s.Get("baton", "cycle", "p50"); v != 1 {
+		t.Errorf("best p50 %v, want 1", v)
+	}
+	if n := len(s.Records); n != 5 {
+		t.Errorf("%d records after Keep, want 5", n)
+	}
+	s.Records = s.Records[:3]
+
 	var tb strings.Builder
 	if err := WriteTable(&tb, s.Records); err != nil {
 		t.Fatal(err)
