@@ -230,10 +230,14 @@ func (s *Store) ListDirect(ctx context.Context, prefix string, owner OwnedBy) ([
 type Metaobject interface{ Meta() *ObjectMeta }
 
 // Create stores v at key if the key does not exist (ErrConflict if it does)
-// and returns the new mod_revision. It sets metadata.uid if it is empty.
+// and returns the new mod_revision. It sets metadata.uid and
+// metadata.creationTimestamp if they are empty.
 func (s *Store) Create(ctx context.Context, key string, v Metaobject) (int64, error) {
 	if m := v.Meta(); m.UID == "" {
 		m.UID = NewUID()
+	}
+	if m := v.Meta(); m.CreationTimestamp == "" {
+		m.CreationTimestamp = time.Now().UTC().Format(time.RFC3339)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

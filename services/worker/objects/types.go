@@ -52,6 +52,9 @@ type ObjectMeta struct {
 	Labels          map[string]string `json:"labels,omitempty"`
 	Annotations     map[string]string `json:"annotations,omitempty"`
 	OwnerReferences []OwnerReference  `json:"ownerReferences,omitempty"`
+	// CreationTimestamp is RFC 3339 UTC, set by Create (batonctl shows it
+	// as AGE).
+	CreationTimestamp string `json:"creationTimestamp,omitempty"`
 }
 
 // OwnedBy reports whether m names an owner of kind and name (and uid, if
