@@ -1,0 +1,208 @@
+package objects
+
+import (
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonrun/baton/services/etcdembed"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func newStore(t *testing.T) (*Store, *clientv3.Client) {
+	t.Helper()
+	srv := etcdembed.StartForTest(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return NewStore(cli, nil), cli
+}
+
+func TestCreateUpdateDeleteAreCompareAndSwap(t *testing.T) {
+	st, cli := newStore(t)
+	ctx := t.Context()
+	key := Key("pods", "default", "p")
+	pod := &Pod{Kind: KindPod, Metadata: ObjectMeta{Name: "p", Namespace: "default"}}
+	rev, err := st.Create(ctx, key, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Metadata.UID == "" || pod.Metadata.CreationTimestamp == "" {
+		t.Errorf("Create did not set uid/creationTimestamp: %+v", pod.Metadata)
+	}
+	if _, err := st.Create(ctx, key, pod); !errors.Is(err, ErrConflict) {
+		t.Errorf("second Create: %v, want ErrConflict", err)
+	}
+	if st.MinRevision() != rev {
+		t.Errorf("MinRevision = %d, want the write's %d", st.MinRevision(), rev)
+	}
+	// Someone else writes: an Update from the old revision is refused.
+	if _, err := cli.Put(ctx, key, `{"kind":"Pod","metadata":{"name":"p","namespace":"default"}}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Update(ctx, key, rev, pod); !errors.Is(err, ErrConflict) {
+		t.Errorf("stale Update: %v, want ErrConflict", err)
+	}
+	if err := st.Delete(ctx, key, rev); !errors.Is(err, ErrConflict) {
+		t.Errorf("stale Delete: %v, want ErrConflict", err)
+	}
+	if err := st.Delete(ctx, key, 0); err != nil {
+		t.Errorf("Delete: %v", err)
+	}
+	if err := st.Delete(ctx, key, 0); err != nil {
+		t.Errorf("Delete of a missing key: %v, want nil", err)
+	}
+	if _, err := st.Get(ctx, key); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after delete: %v, want ErrNotFound", err)
+	}
+}
+
+// Modify retries on conflict: concurrent increments all land.
+func TestModifyRetriesConflicts(t *testing.T) {
+	st, cli := newStore(t)
+	ctx := t.Context()
+	key := Key("replicasets", "default", "rs")
+	if _, err := cli.Put(ctx, key, `{"kind":"ReplicaSet","extra":{"kept":true},"metadata":{"name":"rs","namespace":"default"},"spec":{"replicas":0,"template":{"metadata":{},"spec":{}}}}`); err != nil {
+		t.Fatal(err)
+	}
+	const writers = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for range writers {
+		wg.Go(func() {
+			errs <- Modify(ctx, st, key, func(rs *ReplicaSet) (bool, error) {
+				n := Or(rs.Spec.Replicas, 0) + 1
+				rs.Spec.Replicas = &n
+				return true, nil
+			})
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Modify: %v", err)
+		}
+	}
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Extra map[string]bool `json:"extra"`
+		Spec  ReplicaSetSpec  `json:"spec"`
+	}
+	json.Unmarshal(resp.Kvs[0].Value, &got)
+	if Or(got.Spec.Replicas, 0) != writers || !got.Extra["kept"] {
+		t.Errorf("after %d concurrent increments: %s", writers, resp.Kvs[0].Value)
+	}
+}
+
+func TestUpdateStatus(t *testing.T) {
+	st, cli := newStore(t)
+	ctx := t.Context()
+	key := Key("jobs", "default", "j")
+	if _, err := cli.Put(ctx, key, `{"kind":"Job","metadata":{"name":"j","namespace":"default","uid":"u1","generation":2},"spec":{"completions":3,"future":"field"}}`); err != nil {
+		t.Fatal(err)
+	}
+	want := JobStatus{Active: 1, ObservedGeneration: 2}
+	if err := st.UpdateStatus(ctx, key, "u1", want); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ := cli.Get(ctx, key)
+	rev := resp.Kvs[0].ModRevision
+	var got map[string]any
+	json.Unmarshal(resp.Kvs[0].Value, &got)
+	if got["spec"].(map[string]any)["future"] != "field" || got["status"].(map[string]any)["active"] != 1.0 {
+		t.Errorf("after UpdateStatus: %s", resp.Kvs[0].Value)
+	}
+	// Equal status: no write (a write would wake the controller again).
+	if err := st.UpdateStatus(ctx, key, "u1", want); err != nil {
+		t.Fatal(err)
+	}
+	// Another uid: the object was replaced, nothing is written.
+	if err := st.UpdateStatus(ctx, key, "u0", JobStatus{Active: 9}); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ = cli.Get(ctx, key)
+	if resp.Kvs[0].ModRevision != rev {
+		t.Errorf("UpdateStatus wrote although nothing changed: %s", resp.Kvs[0].Value)
+	}
+}
+
+func TestListDirectFiltersOwners(t *testing.T) {
+	st, cli := newStore(t)
+	ctx := t.Context()
+	put := func(name, owner string) {
+		v := `{"kind":"Pod","metadata":{"name":"` + name + `","namespace":"default","ownerReferences":[{"kind":"ReplicaSet","name":"` + owner + `","uid":"u-` + owner + `"}]}}`
+		if _, err := cli.Put(ctx, Key("pods", "default", name), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a-1", "a")
+	put("a-2", "a")
+	put("b-1", "b")
+	tests := []struct {
+		owner OwnedBy
+		want  int
+	}{
+		{OwnedBy{}, 3},
+		{OwnedBy{Namespace: "default", Kind: KindReplicaSet, Name: "a"}, 2},
+		{OwnedBy{Namespace: "default", Kind: KindReplicaSet, Name: "a", UID: "other"}, 0},
+		{OwnedBy{Namespace: "other", Kind: KindReplicaSet, Name: "a"}, 0},
+		{OwnedBy{Namespace: "default", Kind: KindJob, Name: "a"}, 0},
+	}
+	for _, tt := range tests {
+		got, err := List[Pod](ctx, st, Prefix("pods", "default"), tt.owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != tt.want {
+			t.Errorf("List(%+v) = %d items, want %d", tt.owner, len(got), tt.want)
+		}
+	}
+}
+
+func TestIntOrPercent(t *testing.T) {
+	tests := []struct {
+		json    string
+		total   int
+		roundUp bool
+		want    int
+	}{
+		{`1`, 10, true, 1},
+		{`"2"`, 10, true, 2},
+		{`"25%"`, 10, true, 3},
+		{`"25%"`, 10, false, 2},
+		{`"100%"`, 3, false, 3},
+	}
+	for _, tt := range tests {
+		var v IntOrPercent
+		if err := json.Unmarshal([]byte(tt.json), &v); err != nil {
+			t.Fatalf("%s: %v", tt.json, err)
+		}
+		if got := v.Resolve(tt.total, -1, tt.roundUp); got != tt.want {
+			t.Errorf("%s of %d (roundUp %v) = %d, want %d", tt.json, tt.total, tt.roundUp, got, tt.want)
+		}
+	}
+	var nilV *IntOrPercent
+	if got := nilV.Resolve(10, 7, true); got != 7 {
+		t.Errorf("unset = %d, want the default 7", got)
+	}
+}
+
+func TestSplitKey(t *testing.T) {
+	for _, k := range []string{"", "a", "/a", "a/", "a/b/c"} {
+		if _, _, err := SplitKey(k); err == nil {
+			t.Errorf("SplitKey(%q) accepted", k)
+		}
+	}
+	if ns, n, err := SplitKey("default/web"); err != nil || ns != "default" || n != "web" {
+		t.Errorf("SplitKey(default/web) = %q, %q, %v", ns, n, err)
+	}
+}
