@@ -36,7 +36,7 @@ type history struct {
 }
 
 type powerLossStats struct {
-	rounds, acked, snapshots, recoveryCrashes int
+	rounds, acked, snapshots, recoveryCrashes, noSpace, heals int
 }
 
 type powerLossConfig struct {
@@ -46,6 +46,7 @@ type powerLossConfig struct {
 	torn          bool // crashes keep a random part of what was not synced
 	ackBeforeSync bool // the broken store
 	untilLoss     bool // stop at the first round that finds a violation
+	fullDisk      bool // the disk also runs out of space at random, and is healed
 }
 
 // powerLoss drives a store on a faultDisk through rounds of concurrent
@@ -64,8 +65,8 @@ func powerLoss(t *testing.T, cfg powerLossConfig) []string {
 	segBytes := int64(1024 + rng.IntN(8192))
 	var stats powerLossStats
 	defer func() {
-		t.Logf("%d rounds: %d acknowledged appends, %d snapshots, %d crashes during recovery, %d keys at the end",
-			stats.rounds, stats.acked, stats.snapshots, stats.recoveryCrashes, len(known))
+		t.Logf("%d rounds: %d acknowledged appends, %d snapshots, %d crashes during recovery, %d appends failed for space, %d heals, %d keys at the end",
+			stats.rounds, stats.acked, stats.snapshots, stats.recoveryCrashes, stats.noSpace, stats.heals, len(known))
 	}()
 
 	// recovered checks a successful Open against what the last round did.
@@ -112,7 +113,7 @@ func powerLoss(t *testing.T, cfg powerLossConfig) []string {
 		}
 		known = r.st
 		disk.crashAfter(1+rng.Int64N(300), cfg.torn)
-		hist = runRound(t, s, disk, known, round, cfg.workers, rng.Uint64(), &violations, &stats)
+		hist = runRound(t, s, disk, known, round, cfg, rng.Uint64(), &violations, &stats)
 		_ = s.Close() // the generation is over: this writes nothing
 	}
 	return violations
@@ -120,7 +121,8 @@ func powerLoss(t *testing.T, cfg powerLossConfig) []string {
 
 // runRound appends and snapshots from many goroutines until the disk
 // crashes, and returns each touched key's history.
-func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round, workers int, seed uint64, violations *[]string, stats *powerLossStats) map[string]*history {
+func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round int, cfg powerLossConfig, seed uint64, violations *[]string, stats *powerLossStats) map[string]*history {
+	workers := cfg.workers
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	var (
@@ -129,6 +131,10 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round, worke
 		hist  = map[string]*history{}
 		owned = make([][]string, workers)
 		errs  []error
+		// With fullDisk, a worker whose append failed for space asks the
+		// healer (full) and waits for its next round (healed).
+		full   = make(chan struct{}, 1)
+		healed = make(chan struct{})
 	)
 	for _, k := range slices.Sorted(maps.Keys(start)) {
 		var w int
@@ -158,7 +164,7 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round, worke
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
-			next := 0
+			next, noSpace := 0, 0
 			for range 500 {
 				mu.Lock()
 				var buf []byte
@@ -172,6 +178,23 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round, worke
 						change(key, version{present: true, ver: 1})
 						buf = putRec(buf, key, 1)
 						owned[w] = append(owned[w], key)
+					case p == 9:
+						// A collapsed change (an Add of a key already
+						// pending): nothing to write, but acknowledging
+						// it says the key's current state is durable,
+						// also when another worker's frame holds it.
+						o := rng.IntN(workers)
+						if len(owned[o]) == 0 {
+							continue
+						}
+						key = owned[o][rng.IntN(len(owned[o]))]
+						if _, dup := keys[key]; dup {
+							continue
+						}
+						if hist[key] == nil {
+							old, ok := mem[key]
+							hist[key] = &history{states: []version{{present: ok, ver: old}}}
+						}
 					case p < 7:
 						key = owned[w][rng.IntN(len(owned[w]))]
 						if _, dup := keys[key]; dup {
@@ -197,12 +220,30 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round, worke
 				if err := b.Wait(ctx); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
+					ch := healed
+					if errors.Is(err, ErrNoSpace) {
+						stats.noSpace++
+					}
 					mu.Unlock()
-					return
+					if !cfg.fullDisk || !errors.Is(err, ErrNoSpace) || noSpace >= 20 {
+						return
+					}
+					noSpace++
+					select {
+					case full <- struct{}{}:
+					default:
+					}
+					select {
+					case <-ch:
+					case <-ctx.Done():
+						return
+					}
+					continue
 				}
+				noSpace = 0
 				mu.Lock()
 				for key, i := range keys {
-					hist[key].acked = i
+					hist[key].acked = max(hist[key].acked, i)
 				}
 				stats.acked++
 				mu.Unlock()
@@ -214,15 +255,45 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round, worke
 		}()
 	}
 	workersDone := make(chan struct{})
+	healerDone := make(chan struct{})
+	go func() {
+		// The healer: keeps every change out (mu) while it heals, as the
+		// owner must; sometimes tries first while the disk is still full.
+		defer close(healerDone)
+		rng := rand.New(rand.NewPCG(seed, 1<<20))
+		for {
+			select {
+			case <-workersDone:
+				return
+			case <-full:
+			}
+			mu.Lock()
+			for try := 0; try < 3 && s.Degraded() && s.Err() == nil; try++ {
+				if try > 0 || rng.IntN(3) != 0 {
+					disk.setFree(-1)
+				}
+				if err := s.Heal(walkOf(maps.Clone(mem))); err == nil {
+					stats.heals++
+				}
+			}
+			close(healed)
+			healed = make(chan struct{})
+			mu.Unlock()
+		}
+	}()
 	snapDone := make(chan struct{})
 	go func() {
 		defer close(snapDone)
+		rng := rand.New(rand.NewPCG(seed, 1<<21))
 		n := 0
 		for {
 			select {
 			case <-workersDone:
 				return
 			case <-acked:
+			}
+			if cfg.fullDisk && rng.IntN(6) == 0 {
+				disk.setFree(rng.Int64N(800))
 			}
 			if n++; n%2 != 0 {
 				continue
@@ -237,7 +308,7 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round, worke
 				return walkOf(st)(emit)
 			}
 			if err := s.Snapshot(walk); err != nil {
-				return
+				continue
 			}
 			mu.Lock()
 			stats.snapshots++
@@ -247,9 +318,11 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round, worke
 	wg.Wait()
 	close(workersDone)
 	<-snapDone
+	<-healerDone
 	disk.crash() // in case the workers ran out of work before the crash
+	disk.setFree(-1)
 	for _, err := range errs {
-		if !errors.Is(err, ErrStopped) {
+		if !errors.Is(err, ErrStopped) && !(cfg.fullDisk && errors.Is(err, ErrNoSpace)) {
 			*violations = append(*violations, fmt.Sprintf("round %d: a batch failed with %v, want ErrStopped", round, err))
 		}
 	}
@@ -295,16 +368,18 @@ func checkRecovered(before state, hist map[string]*history, got state) []string 
 
 func TestPowerLoss(t *testing.T) {
 	tests := []struct {
-		name string
-		torn bool
-		seed uint64
+		name     string
+		torn     bool
+		fullDisk bool
+		seed     uint64
 	}{
 		{name: "clean crash", seed: 1},
 		{name: "torn crash", torn: true, seed: 2},
+		{name: "full disk and torn crash", torn: true, fullDisk: true, seed: 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := powerLoss(t, powerLossConfig{seed: tt.seed, rounds: 60, workers: 8, torn: tt.torn})
+			v := powerLoss(t, powerLossConfig{seed: tt.seed, rounds: 40, workers: 8, torn: tt.torn, fullDisk: tt.fullDisk})
 			if len(v) > 0 {
 				t.Errorf("%d violations, the first ones:\n%s", len(v), strings.Join(v[:min(len(v), 10)], "\n"))
 			}
