@@ -22,6 +22,7 @@ PROJECT=baton-e2e
 TIMEOUT=${BATON_E2E_TIMEOUT:-1200}
 STEP_TIMEOUT=${BATON_E2E_STEP_TIMEOUT:-240} # each wait for health or convergence
 LOAD=${BATON_E2E_LOAD:-100}                 # ReplicaSets applied before the queue is killed
+JOBS=${BATON_E2E_JOBS:-20}                  # and Jobs, whose pods run for 8 s
 EXAMPLES=${BATON_E2E_EXAMPLES:-examples}    # the manifests applied first
 BUILD=${BATON_E2E_BUILD:-1}                 # 0: use the baton/*:dev images and bin/ as they are
 
@@ -158,8 +159,25 @@ count() { # count <prefix>: keys under prefix
   etcdctl get --prefix "$1" --keys-only | grep -c . || true
 }
 
-# load_manifest <replicas>: LOAD ReplicaSets in namespace e2e as one YAML stream.
+# load_manifest <replicas>: JOBS Jobs of 2 pods that run for 8 s, then LOAD
+# ReplicaSets of <replicas> pods, in namespace e2e, as one YAML stream. A job
+# pod's key waits in the queue, delayed, until its run ends: unfinished work
+# that only the queue remembers.
 load_manifest() {
+  for i in $(seq 1 "$JOBS"); do
+    cat <<EOF
+---
+kind: Job
+metadata:
+  name: batch-$i
+  namespace: e2e
+spec:
+  completions: 2
+  parallelism: 2
+  template:
+    spec: {image: "busybox:1.36", durationSeconds: 8, exitCode: 0}
+EOF
+  done
   for i in $(seq 1 "$LOAD"); do
     cat <<EOF
 ---
@@ -218,23 +236,25 @@ batonctl apply -f "$EXAMPLES"
 wait_for "$EXAMPLES converges" converged
 batonctl get all -A
 
-log "load: $LOAD ReplicaSets of 3, and SIGKILL the queue while they are worked on"
+log "load: $JOBS Jobs and $LOAD ReplicaSets of 3; SIGKILL the queue while they are worked on"
 load_manifest 3 >"$tmp/load.yaml"
 batonctl apply -f "$tmp/load.yaml" >"$tmp/apply.log" 2>&1 &
 apply_pid=$!
-# Kill as soon as the workers are at it: the first load pod exists while the
-# apply is still writing the rest.
+# Kill as soon as a job pod runs: its key is then delayed in the queue, and
+# the apply may still be writing the rest.
+running_job_pods() {
+  etcdctl get --prefix /registry/pods/e2e/batch- -w json |
+    jq '[.kvs[]? | .value | @base64d | fromjson | select(.status.phase == "Running")] | length'
+}
 deadline=$((SECONDS + STEP_TIMEOUT))
-until [ "$(count /registry/pods/e2e/)" -gt 0 ]; do
-  [ "$SECONDS" -lt "$deadline" ] || fail "no load pod within ${STEP_TIMEOUT}s: $(cat "$tmp/apply.log")"
+until [ "$(running_job_pods)" -gt 0 ]; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "no job pod Running within ${STEP_TIMEOUT}s: $(tail -n 5 "$tmp/apply.log")"
   sleep 0.2
 done
 queue_id=$(compose ps -q queue)
 started=$(docker inspect -f '{{.State.StartedAt}}' "$queue_id")
 docker kill -s KILL "$queue_id" >/dev/null
-pods_at_kill=$(count /registry/pods/e2e/)
-log "SIGKILLed the queue with $pods_at_kill of $((LOAD * 3)) load pods created"
-[ "$pods_at_kill" -lt $((LOAD * 3)) ] || log "warning: the load had finished before the kill (raise BATON_E2E_LOAD)"
+log "SIGKILLed the queue: $(problems | wc -l) objects not converged, $(count /registry/pods/e2e/load-) of $((LOAD * 3)) ReplicaSet pods created"
 wait "$apply_pid" || fail "batonctl apply of the load failed: $(tail -n 5 "$tmp/apply.log")"
 # The restart policy may already have restarted it; start is a no-op then.
 killed() { local s; s=$(docker inspect -f '{{.State.Running}} {{.State.StartedAt}}' "$queue_id"); echo "$s"; [ "$s" != "true $started" ]; }
@@ -244,7 +264,7 @@ wait_for "the queue is healthy again" stack_healthy 1
 log "the restarted queue: $(compose logs --no-color queue | grep -i recover | tail -n 1)"
 discover
 wait_for "the load converges after the crash: no key lost" converged
-[ "$(count /registry/pods/e2e/)" -eq $((LOAD * 3)) ] || fail "want $((LOAD * 3)) load pods, have $(count /registry/pods/e2e/)"
+[ "$(count /registry/pods/e2e/load-)" -eq $((LOAD * 3)) ] || fail "want $((LOAD * 3)) ReplicaSet pods, have $(count /registry/pods/e2e/load-)"
 
 log "scale to 3 workers"
 compose up -d --no-recreate --scale worker=3
@@ -266,7 +286,7 @@ wait_for "the stack is healthy after the partition" stack_healthy 3
 discover
 wait_for "the changes made during the partition converge" converged
 wait_for "batonctl status reports every service healthy" status
-[ "$(count /registry/pods/e2e/)" -eq $((LOAD * 4)) ] || fail "want $((LOAD * 4)) load pods, have $(count /registry/pods/e2e/)"
+[ "$(count /registry/pods/e2e/load-)" -eq $((LOAD * 4)) ] || fail "want $((LOAD * 4)) ReplicaSet pods, have $(count /registry/pods/e2e/load-)"
 
 log "delete the load: its pods go with it"
 batonctl delete -f "$tmp/load.yaml"
