@@ -84,6 +84,10 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 		return 2
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	if cmd == "help" {
+		usage(stdio.Stdout, fs)
+		return 0
+	}
 	run, ok := commands[cmd]
 	if !ok {
 		fmt.Fprintf(stdio.Stderr, "error: unknown command %q\n", cmd)
@@ -118,10 +122,11 @@ var commands = map[string]func(context.Context, *app, []string) error{
 	"queue":    cmdQueue,
 	"watch":    cmdWatch,
 	"status":   cmdStatus,
-	"help":     func(context.Context, *app, []string) error { return flag.ErrHelp },
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
+	defer fs.SetOutput(fs.Output())
+	fs.SetOutput(w)
 	fmt.Fprint(w, `batonctl controls a Baton stack: objects in etcd, the queue and the observer.
 
 Usage: batonctl [global flags] <command> [flags] [args]

@@ -415,3 +415,18 @@ func TestStatusReportsDownService(t *testing.T) {
 		t.Errorf("status checked the worker though told not to:\n%s", r.stdout)
 	}
 }
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"--help"}, {"get", "-h"}} {
+		r := runCtx(t, t.Context(), "", args...)
+		if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "Usage") && !strings.Contains(r.stdout+r.stderr, "-o string") {
+			t.Errorf("%v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := runCtx(t, t.Context(), "", "help"); !strings.Contains(r.stdout, "batonctl controls a Baton stack") {
+		t.Errorf("help prints to stdout: %+v", r)
+	}
+	if r := runCtx(t, t.Context(), ""); r.code != 2 || !strings.Contains(r.stderr, "Commands:") {
+		t.Errorf("no command: %+v", r)
+	}
+}
