@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -46,37 +47,43 @@ func crashAndReopen(t *testing.T, disk *faultDisk, want state) *Store {
 
 func TestSyncErrorStopsTheStore(t *testing.T) {
 	tests := []struct {
-		name     string
-		segBytes int64
-		before   int   // frames committed before the failure
-		failAt   int64 // the sync, counted from the last commit, that fails
-		once     bool  // only that sync fails
-		// ackedFirst: the commit during which failAt is reached still
-		// succeeds (the failing sync belongs to the rotation after it).
-		ackedFirst bool
+		name   string
+		before int   // frames committed before the failure
+		failAt int64 // the sync, counted from the failing commit, that fails
+		once   bool  // only that sync fails
+		// rotate makes the failing commit fill its segment, so the
+		// writer rotates right after it: that commit still succeeds, the
+		// failing sync is the rotation's (header, then directory entry).
+		rotate bool
 	}{
 		{name: "first frame", failAt: 1},
 		{name: "after three frames", before: 3, failAt: 1},
 		{name: "once, at a frame", before: 2, failAt: 1, once: true},
-		{name: "new segment header", segBytes: 1, before: 1, failAt: 2, once: true, ackedFirst: true},
-		{name: "new segment directory entry", segBytes: 1, before: 1, failAt: 3, once: true, ackedFirst: true},
+		{name: "new segment header", before: 1, failAt: 2, once: true, rotate: true},
+		{name: "new segment directory entry", before: 1, failAt: 3, once: true, rotate: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			disk := newFaultDisk(1)
-			s, _ := mustOpen(t, faultOpts(disk, tt.segBytes))
+			var segBytes int64
+			if tt.rotate {
+				// Full to the byte after the frames before: no rotation
+				// yet, one right after the next frame.
+				segBytes = int64(len(walMagic))
+				for i := range tt.before {
+					segBytes += int64(frameHeader + len(putRec(nil, fmt.Sprintf("before-%d", i), 1)))
+				}
+			}
+			s, _ := mustOpen(t, faultOpts(disk, segBytes))
 			want := state{}
 			for i := range tt.before {
 				k := fmt.Sprintf("before-%d", i)
 				mustCommit(t, s, putRec(nil, k, 1))
 				want[k] = 1
 			}
-			// A rotation after the last commit may still run; let it
-			// finish so failAt counts from a quiet store.
-			waitQuiet(t, disk)
 			disk.failSyncFrom(tt.failAt, tt.once)
 			err := commit(t, s, putRec(nil, "failed", 1))
-			if tt.ackedFirst {
+			if tt.rotate {
 				if err != nil {
 					t.Fatalf("commit before the failing rotation: %v", err)
 				}
@@ -115,28 +122,6 @@ func TestSyncErrorStopsTheStore(t *testing.T) {
 			crashAndReopen(t, disk, want)
 		})
 	}
-}
-
-// waitQuiet waits until the disk has seen no operation for a while: the
-// store's writer has finished what it started.
-func waitQuiet(t *testing.T, disk *faultDisk) {
-	t.Helper()
-	ops := func() int64 {
-		disk.mu.Lock()
-		defer disk.mu.Unlock()
-		return disk.ops
-	}
-	last := ops()
-	stable := 0
-	waitFor(t, "the disk to go quiet", func() bool {
-		n := ops()
-		if n == last {
-			stable++
-		} else {
-			last, stable = n, 0
-		}
-		return stable >= 5
-	})
 }
 
 // waitFor polls cond until it holds or 10 s pass.
@@ -271,21 +256,27 @@ func TestFullDiskFailsTheNextBatchToo(t *testing.T) {
 }
 
 // TestFullDiskAtRotation runs out of space for a new segment's header: that
-// loses nothing, so the store goes on in the old segment.
+// loses nothing, so the store goes on in the old segment and rotates once
+// there is space.
 func TestFullDiskAtRotation(t *testing.T) {
 	disk := newFaultDisk(1)
-	s, _ := mustOpen(t, faultOpts(disk, 1))
+	// Full to the byte after k0: the frame of k1 starts a rotation.
+	segBytes := int64(len(walMagic) + frameHeader + len(putRec(nil, "k0", 1)))
+	s, _ := mustOpen(t, faultOpts(disk, segBytes))
 	mustCommit(t, s, putRec(nil, "k0", 1))
-	waitQuiet(t, disk)
-	frame := len(putRec(nil, "k1", 1)) + frameHeader
-	disk.setFree(int64(frame + 3))
-	mustCommit(t, s, putRec(nil, "k1", 1)) // fits; its rotation does not
-	waitQuiet(t, disk)
+	_, writes := disk.counts()
+	disk.setFree(int64(frameHeader + len(putRec(nil, "k1", 1)) + 3))
+	mustCommit(t, s, putRec(nil, "k1", 1)) // fits; the new header does not
+	waitFor(t, "the header write", func() bool { _, w := disk.counts(); return w >= writes+2 })
+	disk.setFree(-1)
+	// The writer handles the failed rotation before it takes this batch.
+	mustCommit(t, s, putRec(nil, "k2", 1))
 	if err := s.Err(); err != nil {
 		t.Fatalf("Err() = %v after a rotation ran out of space", err)
 	}
-	disk.setFree(-1)
-	mustCommit(t, s, putRec(nil, "k2", 1))
+	waitFor(t, "the rotation once there is space", func() bool {
+		return slices.Contains(disk.names(faultDir), segName(2))
+	})
 	_ = s.Close()
 	crashAndReopen(t, disk, state{"k0": 1, "k1": 1, "k2": 1})
 }
