@@ -296,11 +296,44 @@ func TestDeployment(t *testing.T) {
 		t.Fatalf("after count change: replicasets %v (want no new one), live %d", got, livePods())
 	}
 
+	// Old ReplicaSets stay scaled to 0, at most revisionHistoryLimit of them.
+	for _, image := range []string{"a", "b", "c"} {
+		d := dep("nginx:"+image, 5)
+		d["spec"].(map[string]any)["revisionHistoryLimit"] = 2
+		w.apply("deployments", "default", "web", d)
+		w.converge(nil)
+	}
+	if got := rsNames(); len(got) != 3 || livePods() != 5 {
+		t.Fatalf("after three more rollouts with revisionHistoryLimit 2: replicasets %v (want the active one and 2 old), live %d", got, livePods())
+	}
+	active := "web-" + mustHash(t, template("nginx:c", 0, 0))
+	for _, n := range rsNames() {
+		name, replicas, _ := strings.Cut(n, "=")
+		if (name == active) != (replicas == "5") {
+			t.Errorf("replicaset %s: want only %s active", n, active)
+		}
+	}
+
 	w.del(objects.Key("deployments", "default", "web"))
 	w.converge(nil)
 	if got := rsNames(); len(got) != 0 || livePods() != 0 {
 		t.Fatalf("after delete: replicasets %v, live %d", got, livePods())
 	}
+}
+
+// mustHash is the template hash of a template written as JSON.
+func mustHash(t *testing.T, tpl map[string]any) string {
+	t.Helper()
+	b, _ := json.Marshal(tpl)
+	var pt objects.PodTemplate
+	if err := json.Unmarshal(b, &pt); err != nil {
+		t.Fatal(err)
+	}
+	h, err := TemplateHash(pt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 func TestJob(t *testing.T) {
@@ -368,6 +401,15 @@ func TestStatefulSet(t *testing.T) {
 	if got := fmt.Sprint(names()); got != "[db-0 db-1 db-2]" {
 		t.Fatalf("after deleting db-1: pods %s", got)
 	}
+	// A pod that ended is replaced under the same name.
+	failed := get[objects.Pod](w, "pods", "db-0")
+	failed.Status.Phase = objects.PodFailed
+	w.put(objects.Key("pods", "default", "db-0"), failed)
+	w.converge(nil)
+	if p := get[objects.Pod](w, "pods", "db-0"); p.Status.Phase != objects.PodRunning || p.Metadata.UID == failed.Metadata.UID {
+		t.Fatalf("failed db-0 not replaced: %+v %+v", p.Metadata, p.Status)
+	}
+
 	w.apply("statefulsets", "default", "db", set(1))
 	w.converge(nil)
 	if got := fmt.Sprint(names()); got != "[db-0]" {

@@ -77,6 +77,15 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 			created = err == nil
 			break
 		}
+		if !objects.Live(p.Object) {
+			// A pod that ended is replaced under the same name: delete it
+			// now, its deletion brings this set back to create it.
+			if err := st.Delete(ctx, p.Key, p.ModRevision); err != nil && !errors.Is(err, objects.ErrConflict) {
+				return reconcile.Result{}, err
+			}
+			delete(byOrdinal, i)
+			break
+		}
 		if p.Object.Status.Phase != objects.PodRunning {
 			break
 		}
