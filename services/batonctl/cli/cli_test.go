@@ -121,6 +121,8 @@ func TestObjects(t *testing.T) {
 	}
 	put("/registry/replicasets/default/web-5d9f8", `{"kind":"ReplicaSet","metadata":{"name":"web-5d9f8","namespace":"default",
 		"ownerReferences":[{"kind":"Deployment","name":"web","uid":"`+uid+`"}]},"spec":{"replicas":5},"status":{"replicas":5,"readyReplicas":4}}`)
+	put("/registry/pods/default/web-5d9f8-abcde", `{"kind":"Pod","metadata":{"name":"web-5d9f8-abcde","namespace":"default",
+		"ownerReferences":[{"kind":"ReplicaSet","name":"web-5d9f8"}]},"spec":{"image":"nginx:1.27"},"status":{"phase":"Running"}}`)
 	put("/registry/replicasets/default/other", `{"kind":"ReplicaSet","metadata":{"name":"other","namespace":"default",
 		"ownerReferences":[{"kind":"Deployment","name":"web","uid":"someone-else"}]},"spec":{"replicas":1}}`)
 
@@ -148,6 +150,9 @@ func TestObjects(t *testing.T) {
 			t.Errorf("describe lacks %q:\n%s", want, d)
 		}
 	}
+	if !strings.Contains(d, "Pods of those replicasets:") || !hasRow(d, "web-5d9f8-abcde", "Running", "nginx:1.27", "replicaset/web-5d9f8") {
+		t.Errorf("describe lacks the pods of the ReplicaSets:\n%s", d)
+	}
 	if !hasRow(d, "web-5d9f8", "5", "5", "4") {
 		t.Errorf("describe lacks the child's row:\n%s", d)
 	}
@@ -170,7 +175,7 @@ func TestObjects(t *testing.T) {
 	if got := e.run(t, "", "get", "rs", "-o", "name").stdout; got != "replicaset/other\nreplicaset/web-5d9f8\n" {
 		t.Errorf("get -o name: %q", got)
 	}
-	if r := e.run(t, "", "get", "pods"); r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "No resources found in default namespace.") {
+	if r := e.run(t, "", "get", "sts"); r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "No resources found in default namespace.") {
 		t.Errorf("empty get: %+v", r)
 	}
 
@@ -184,6 +189,13 @@ func TestObjects(t *testing.T) {
 	if got := e.run(t, "", "delete", "-f", dir, "-n", "team-a").mustSucceed(t).stdout; got != "deployment/web deleted\n" {
 		t.Errorf("delete -f: %q", got)
 	}
+	// A manifest that carries a uid deletes only that object.
+	e.run(t, "", "apply", "-f", dir).mustSucceed(t)
+	stale := writeFile(t, t.TempDir(), "stale.yaml", strings.Replace(webDeployment, "  name: web\n", "  name: web\n  uid: 00000000-0000-4000-8000-000000000000\n", 1))
+	if r := e.run(t, "", "delete", "-f", stale); r.code != 1 || !strings.Contains(r.stderr, "stale.yaml:2: deployment/web: not deleted: apply: metadata.uid does not match") {
+		t.Errorf("delete -f with another uid: %+v", r)
+	}
+	e.run(t, "", "delete", "deploy", "web").mustSucceed(t)
 	if r := e.run(t, "", "delete", "deploy", "web", "--ignore-not-found"); r.code != 0 {
 		t.Errorf("delete --ignore-not-found: %+v", r)
 	}

@@ -265,6 +265,7 @@ func cmdDelete(ctx context.Context, a *app, args []string) error {
 	type target struct {
 		typ       resource.Type
 		ns, name  string
+		uid       string // from a manifest: delete only that object
 		describes string // for errors: where it came from
 	}
 	var targets []target
@@ -279,7 +280,8 @@ func cmdDelete(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 		for _, o := range objs {
-			targets = append(targets, target{o.Type, o.Namespace, o.Name, o.Source.String() + ": "})
+			uid := printer.Str(o.Value, "metadata", "uid")
+			targets = append(targets, target{o.Type, o.Namespace, o.Name, uid, o.Source.String() + ": "})
 		}
 	case len(files) == 0 && len(pos) >= 2:
 		t, err := resource.Lookup(pos[0])
@@ -287,7 +289,7 @@ func cmdDelete(ctx context.Context, a *app, args []string) error {
 			return usageError{err.Error()}
 		}
 		for _, name := range pos[1:] {
-			targets = append(targets, target{t, g.ns, name, ""})
+			targets = append(targets, target{t, g.ns, name, "", ""})
 		}
 	default:
 		return usagef("usage: batonctl delete <resource> <name>... [-n NAMESPACE] | delete -f FILE|DIR|-")
@@ -299,12 +301,14 @@ func cmdDelete(ctx context.Context, a *app, args []string) error {
 	var errs []error
 	for _, t := range targets {
 		octx, cancel := a.opCtx(ctx)
-		err := apply.Delete(octx, cli, t.typ.Key(t.ns, t.name))
+		err := apply.Delete(octx, cli, t.typ.Key(t.ns, t.name), t.uid)
 		cancel()
 		switch {
 		case errors.Is(err, apply.ErrNotFound) && *ignore:
 		case errors.Is(err, apply.ErrNotFound):
 			errs = append(errs, fmt.Errorf("%s%s %q not found in namespace %q", t.describes, t.typ.Resource, t.name, t.ns))
+		case errors.Is(err, apply.ErrUIDMismatch):
+			errs = append(errs, fmt.Errorf("%s%s/%s: not deleted: %w", t.describes, t.typ.Singular(), t.name, err))
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s%w", t.describes, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)))
 		default:
@@ -403,6 +407,38 @@ func cmdDescribe(ctx context.Context, a *app, args []string) error {
 			}
 			for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
 				fmt.Fprintln(w, "  "+line)
+			}
+		}
+		// A Deployment's pods belong to its ReplicaSets: show them too.
+		if ct.Children != "" && len(owned) > 0 {
+			gt, _ := resource.Lookup(ct.Children)
+			all, err := a.list(ctx, cli, gt, obj.namespace())
+			if err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			headers, row := printer.Columns(gt.Kind, a.now())
+			var b strings.Builder
+			tbl := printer.NewTable(&b, headers...)
+			n := 0
+			for _, g := range all {
+				for _, k := range owned {
+					if ownedBy(g.value, ct.Kind, k.name(), printer.Str(k.value, "metadata", "uid")) {
+						tbl.Row(row(g.value)...)
+						n++
+						break
+					}
+				}
+			}
+			fmt.Fprintf(w, "%s of those %s:\n", strings.ToUpper(gt.Resource[:1])+gt.Resource[1:], ct.Resource)
+			if n == 0 {
+				fmt.Fprintln(w, "  <none>")
+			} else {
+				if err := tbl.Flush(); err != nil {
+					return err
+				}
+				for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+					fmt.Fprintln(w, "  "+line)
+				}
 			}
 		}
 	}

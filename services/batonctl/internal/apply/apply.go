@@ -146,16 +146,40 @@ func Merge(stored, desired map[string]any, now time.Time) (map[string]any, Outco
 	return out, Configured, nil
 }
 
-// Delete removes the object at key; ErrNotFound if there is none.
-func Delete(ctx context.Context, kv clientv3.KV, key string) error {
-	resp, err := kv.Delete(ctx, key)
-	if err != nil {
-		return fmt.Errorf("delete %s: %w", key, err)
+// Delete removes the object at key; ErrNotFound if there is none. A
+// non-empty uid is a precondition: an object at key with another uid (one
+// re-created under the same name since the manifest was written) is left
+// alone and ErrUIDMismatch returned. Like every write, the delete is a
+// compare-and-swap on the mod_revision it read.
+func Delete(ctx context.Context, kv clientv3.KV, key, uid string) error {
+	for range maxAttempts {
+		resp, err := kv.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("get %s: %w", key, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return ErrNotFound
+		}
+		if uid != "" {
+			stored, err := Decode(resp.Kvs[0].Value)
+			if err != nil {
+				return fmt.Errorf("stored object at %s: %w", key, err)
+			}
+			meta, _ := stored["metadata"].(map[string]any)
+			if got, _ := meta["uid"].(string); got != uid {
+				return fmt.Errorf("%w (manifest %s, stored %s)", ErrUIDMismatch, uid, got)
+			}
+		}
+		txn, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
+			Then(clientv3.OpDelete(key)).Commit()
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", key, err)
+		}
+		if txn.Succeeded {
+			return nil
+		}
 	}
-	if resp.Deleted == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return fmt.Errorf("delete %s: conflict: the object kept changing (gave up after %d attempts)", key, maxAttempts)
 }
 
 // Decode parses a stored object, keeping numbers exact.

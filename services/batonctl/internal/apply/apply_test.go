@@ -2,6 +2,7 @@ package apply
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -158,5 +159,38 @@ func TestApplyRacesStatusWriter(t *testing.T) {
 	want := fmt.Sprintf(`{"generation":%d,"spec":{"replicas":%d},"status":{"replicas":%d}}`, rounds+1, rounds, rounds)
 	if string(b) != want {
 		t.Errorf("final %s, want %s", b, want)
+	}
+}
+
+func TestDelete(t *testing.T) {
+	srv := etcdembed.StartForTest(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := t.Context()
+	const key = "/registry/pods/default/p"
+	if _, err := cli.Put(ctx, key, `{"kind":"Pod","metadata":{"name":"p","uid":"u1"},"spec":{}}`); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, uid string
+		want      error
+	}{
+		{"another uid is refused", "u2", ErrUIDMismatch},
+		{"the same uid deletes", "u1", nil},
+		{"gone", "", ErrNotFound},
+	}
+	for _, tc := range tests {
+		if err := Delete(ctx, cli, key, tc.uid); !errors.Is(err, tc.want) && err != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if _, err := cli.Put(ctx, key, `{}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := Delete(ctx, cli, key, ""); err != nil {
+		t.Errorf("delete without a uid precondition: %v", err)
 	}
 }
