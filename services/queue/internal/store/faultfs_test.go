@@ -33,6 +33,7 @@ type faultDisk struct {
 	capacity     int64 // total bytes the disk holds; < 0 means unlimited
 	syncFailAt   int64 // the sync call (counted by syncs) that starts failing; 0 = never
 	syncFailOnce bool  // only the syncFailAt-th call fails
+	writeFailAt  int64 // the write call (counted by writes) from which writes fail with EIO; 0 = never
 	crashAt      int64 // the operation (counted by ops) that crashes first; 0 = never
 	tornCrash    bool  // a crash at crashAt keeps a random part of what was not synced
 	// writeBack makes the bytes of a write cut short by a full disk durable
@@ -149,6 +150,17 @@ func (d *faultDisk) failSyncFrom(n int64, once bool) {
 	d.syncFailAt, d.syncFailOnce = 0, once
 	if n > 0 {
 		d.syncFailAt = d.syncs + n
+	}
+}
+
+// failWriteFrom makes the n-th File.Write from now and every later one fail
+// with EIO. n == 0 ends the failures.
+func (d *faultDisk) failWriteFrom(n int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writeFailAt = 0
+	if n > 0 {
+		d.writeFailAt = d.writes + n
 	}
 }
 
@@ -444,6 +456,9 @@ func (f *faultFile) Write(p []byte) (int, error) {
 	d := f.d
 	defer d.mu.Unlock()
 	d.writes++
+	if d.writeFailAt != 0 && d.writes >= d.writeFailAt {
+		return 0, perr("write", f.name, syscall.EIO)
+	}
 	n := len(p)
 	if d.capacity >= 0 {
 		n = int(min(int64(n), max(0, d.capacity-d.usedLocked())))

@@ -45,12 +45,13 @@ func crashAndReopen(t *testing.T, disk *faultDisk, want state) *Store {
 	return s
 }
 
-func TestSyncErrorStopsTheStore(t *testing.T) {
+func TestWriteOrSyncErrorStopsTheStore(t *testing.T) {
 	tests := []struct {
 		name   string
 		before int   // frames committed before the failure
 		failAt int64 // the sync, counted from the failing commit, that fails
 		once   bool  // only that sync fails
+		write  bool  // the failAt-th write fails (EIO), not a sync
 		// rotate makes the failing commit fill its segment, so the
 		// writer rotates right after it: that commit still succeeds, the
 		// failing sync is the rotation's (header, then directory entry).
@@ -59,6 +60,7 @@ func TestSyncErrorStopsTheStore(t *testing.T) {
 		{name: "first frame", failAt: 1},
 		{name: "after three frames", before: 3, failAt: 1},
 		{name: "once, at a frame", before: 2, failAt: 1, once: true},
+		{name: "write error at a frame", before: 2, failAt: 1, write: true},
 		{name: "new segment header", before: 1, failAt: 2, once: true, rotate: true},
 		{name: "new segment directory entry", before: 1, failAt: 3, once: true, rotate: true},
 	}
@@ -81,7 +83,11 @@ func TestSyncErrorStopsTheStore(t *testing.T) {
 				mustCommit(t, s, putRec(nil, k, 1))
 				want[k] = 1
 			}
-			disk.failSyncFrom(tt.failAt, tt.once)
+			if tt.write {
+				disk.failWriteFrom(tt.failAt)
+			} else {
+				disk.failSyncFrom(tt.failAt, tt.once)
+			}
 			err := commit(t, s, putRec(nil, "failed", 1))
 			if tt.rotate {
 				if err != nil {
@@ -93,7 +99,7 @@ func TestSyncErrorStopsTheStore(t *testing.T) {
 				err = commit(t, s, putRec(nil, "after", 1))
 			}
 			if !errors.Is(err, ErrStopped) {
-				t.Fatalf("commit with a failing fsync = %v, want ErrStopped", err)
+				t.Fatalf("commit with a failing write or fsync = %v, want ErrStopped", err)
 			}
 			if err := s.Err(); !errors.Is(err, ErrStopped) {
 				t.Fatalf("Err() = %v, want ErrStopped", err)
@@ -119,6 +125,7 @@ func TestSyncErrorStopsTheStore(t *testing.T) {
 				t.Errorf("Close = %v, want ErrStopped", err)
 			}
 			disk.failSyncFrom(0, false)
+			disk.failWriteFrom(0)
 			crashAndReopen(t, disk, want)
 		})
 	}
