@@ -27,12 +27,14 @@ func (v version) String() string {
 }
 
 // history is what one round did to one key: its state at the start and
-// after each change appended, and how many of those changes were
-// acknowledged (a key's changes are made one after another, so the
-// acknowledged ones are a prefix).
+// after each change appended (one after another, by the worker that owns
+// the key), and the last of those states an acknowledgement vouched for.
+// Recovery must return a state from that one on.
 type history struct {
 	states []version
-	acked  int // index into states of the last acknowledged change
+	// acked indexes states: the state after the last acknowledged change,
+	// or the state a key had when an acknowledged empty append was made.
+	acked int
 }
 
 type powerLossStats struct {
