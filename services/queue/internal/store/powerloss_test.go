@@ -381,7 +381,7 @@ func TestPowerLoss(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := powerLoss(t, powerLossConfig{seed: tt.seed, rounds: 40, workers: 8, torn: tt.torn, fullDisk: tt.fullDisk})
+			v := powerLoss(t, powerLossConfig{seed: tt.seed, rounds: 30, workers: 8, torn: tt.torn, fullDisk: tt.fullDisk})
 			if len(v) > 0 {
 				t.Errorf("%d violations, the first ones:\n%s", len(v), strings.Join(v[:min(len(v), 10)], "\n"))
 			}
