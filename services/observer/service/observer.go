@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
@@ -24,7 +25,14 @@ type observer struct {
 	informers []*informer.Informer
 	metrics   *metrics
 	log       *slog.Logger
+
+	lastCheckpoint int64 // the last checkpoint written; only tick uses it
 }
+
+// CheckpointKey is where observers record the revision up to which every
+// change has been accepted by the queue. It lies outside /registry/, and
+// rules may not watch it.
+const CheckpointKey = "/baton/observer/checkpoint"
 
 func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, log *slog.Logger) *observer {
 	prefixes := rules.Prefixes(rs)
@@ -36,7 +44,7 @@ func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, log *
 		Logger:  log,
 	})
 	for _, p := range prefixes {
-		o.informers = append(o.informers, informer.New(etcd, p, rs, o.cache, o.outbox, informer.Options{Logger: log}))
+		o.informers = append(o.informers, informer.New(etcd, p, rs, o.cache, o.outbox, informer.Options{Logger: log, Checkpoint: o.readCheckpoint}))
 	}
 	return o
 }
@@ -64,6 +72,7 @@ func (o *observer) tick(ctx context.Context, progress, resync time.Duration) {
 			return
 		case <-pt.C:
 			o.Nudge()
+			o.writeCheckpoint(ctx)
 		case <-resyncC:
 			o.log.Info("resync: announcing every object at low priority", "objects", o.cache.Len())
 			for _, in := range o.informers {
@@ -73,6 +82,80 @@ func (o *observer) tick(ctx context.Context, progress, resync time.Duration) {
 			}
 		}
 	}
+}
+
+// readCheckpoint returns the recorded checkpoint (0 if none).
+func (o *observer) readCheckpoint(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := o.etcd.Get(ctx, CheckpointKey)
+	if err != nil {
+		return 0, fmt.Errorf("read checkpoint: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	c, err := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+	if err != nil || c < 0 {
+		o.log.Warn("ignoring a malformed checkpoint", "value", string(resp.Kvs[0].Value))
+		return 0, nil
+	}
+	return c, nil
+}
+
+// checkpoint computes a revision up to which every change under every
+// prefix has been accepted by the queue (0: not known yet).
+//
+// Every change up to M, the lowest observed revision of the prefixes, has
+// been seen. M follows etcd's head through progress notifications, and the
+// checkpoint writes move the head; so when no watched change happened after
+// the last one seen (L ≤ M), L is used instead: it stands for the same
+// changes and stays put while etcd is idle, so observers stop writing.
+func (o *observer) checkpoint() int64 {
+	// The informers first: a change is in the outbox before an informer's
+	// observed revision covers it, so the outbox read next cannot miss it.
+	var m, l int64 = -1, 0
+	for _, in := range o.informers {
+		s := in.SafeRevision()
+		if s == 0 {
+			return 0
+		}
+		if m < 0 || s < m {
+			m = s
+		}
+		l = max(l, in.LastChange())
+	}
+	c := m
+	if l <= m {
+		c = l
+	}
+	if p := o.outbox.MinPendingRevision(); p > 0 {
+		c = min(c, p-1)
+	}
+	return max(c, 0)
+}
+
+// writeCheckpoint records the checkpoint if it moved. The value only ever
+// grows (a compare-and-swap on the zero-padded value), so two observers can
+// share the key: whichever is further ahead has delivered up to its value.
+func (o *observer) writeCheckpoint(ctx context.Context) {
+	c := o.checkpoint()
+	if c <= o.lastCheckpoint {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	v := fmt.Sprintf("%020d", c)
+	_, err := o.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(CheckpointKey), "<", v)).
+		Then(clientv3.OpPut(CheckpointKey, v)).
+		Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(CheckpointKey), "=", 0)}, []clientv3.Op{clientv3.OpPut(CheckpointKey, v)}, nil)).
+		Commit()
+	if err != nil {
+		o.log.Debug("write checkpoint", "error", err)
+		return
+	}
+	o.lastCheckpoint = c
 }
 
 // ready: etcd answers and every prefix has been listed once.

@@ -106,6 +106,19 @@ func (c Config) Validate() error {
 // LoadRules returns the rules Run would use: cfg.Rules, else the file, else
 // the built-in rules; and warnings about the file.
 func LoadRules(cfg Config) ([]rules.Rule, []string, error) {
+	rs, warnings, err := loadRules(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range rs {
+		if strings.HasPrefix(CheckpointKey, r.Prefix) {
+			return nil, nil, fmt.Errorf("rules: prefix %s would watch the observer's own checkpoint %s", r.Prefix, CheckpointKey)
+		}
+	}
+	return rs, warnings, nil
+}
+
+func loadRules(cfg Config) ([]rules.Rule, []string, error) {
 	switch {
 	case len(cfg.Rules) > 0:
 		if err := rules.Validate(cfg.Rules); err != nil {

@@ -18,6 +18,19 @@
 //  4. When that revision has been compacted away, list again and diff with
 //     the cache: every key created, changed (different mod revision) or
 //     deleted in between is announced at PRIORITY_NORMAL.
+//
+// # Checkpoint and replay
+//
+// A list cannot show what was deleted while no observer was running. So the
+// observer records a checkpoint in etcd: a revision up to which every
+// change has been accepted by the queue (SafeRevision, combined with the
+// outbox by the service). An informer started with a checkpoint C replays
+// etcd's history from C + 1 up to its list's revision (a watch with
+// WithPrevKV) and announces every change in it at PRIORITY_NORMAL, deletes
+// with their owners from the previous value; with no checkpoint yet, it
+// replays all the history etcd holds. If etcd has compacted that history,
+// the replay is skipped with a warning: deletes in it are lost to the queue
+// (the owners' keys still come from the list).
 package informer
 
 import (
@@ -41,7 +54,9 @@ import (
 
 // Sink receives the keys a change announces; it must not block.
 type Sink interface {
-	Put(queue string, keys []string, prio queuev1.Priority, at time.Time) error
+	// Put announces keys for a change observed at `at` in etcd revision rev
+	// (0: not a change, e.g. a resync).
+	Put(queue string, keys []string, prio queuev1.Priority, at time.Time, rev int64) error
 }
 
 // Options tune an Informer; zero values take the defaults.
@@ -51,6 +66,12 @@ type Options struct {
 	// RetryMin and RetryMax bound the wait before re-watching or re-listing
 	// after an error (defaults 100 ms and 5 s).
 	RetryMin, RetryMax time.Duration
+	// Checkpoint, if set, returns the revision up to which an earlier
+	// observer delivered every change (0 when there is none: then the whole
+	// history etcd still holds is replayed); it is called before the first
+	// list, and the history after it is replayed. Without it nothing is
+	// replayed.
+	Checkpoint func(context.Context) (int64, error)
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -82,6 +103,7 @@ type Informer struct {
 	relists  atomic.Uint64
 	restarts atomic.Uint64
 	listed   atomic.Bool
+	changed  atomic.Int64 // revision of the last change seen (event or list)
 
 	mu      sync.Mutex
 	watchCx context.Context // the watch's context, for RequestProgress; nil when not watching
@@ -122,6 +144,22 @@ func (in *Informer) Stats() Stats {
 	}
 }
 
+// SafeRevision returns the revision up to which every change under the
+// prefix has been handed to the sink (0 until the first list, and its
+// replay, are done).
+func (in *Informer) SafeRevision() int64 {
+	// Changes are put into the sink before the observed revision moves past
+	// them, and the first list (with its replay) before listed is set.
+	if !in.listed.Load() {
+		return 0
+	}
+	return in.observed.Load()
+}
+
+// LastChange returns the revision of the last change seen under the prefix
+// (a watch event, or a list's revision).
+func (in *Informer) LastChange() int64 { return in.changed.Load() }
+
 // Listed reports whether the first list is done.
 func (in *Informer) Listed() bool { return in.listed.Load() }
 
@@ -142,7 +180,23 @@ func (in *Informer) Run(ctx context.Context) error {
 		}
 	}
 	needList := true
+	var checkpoint int64 = -1 // not read yet
 	for ctx.Err() == nil {
+		if checkpoint < 0 {
+			checkpoint = 0
+			if in.opts.Checkpoint != nil {
+				c, err := in.opts.Checkpoint(ctx)
+				if err != nil {
+					checkpoint = -1
+					if ctx.Err() == nil {
+						in.log.Warn("read checkpoint failed; retrying", "error", err)
+						backoff()
+					}
+					continue
+				}
+				checkpoint = c
+			}
+		}
 		if needList {
 			prio := queuev1.Priority_PRIORITY_NORMAL
 			if !in.listed.Load() {
@@ -156,6 +210,21 @@ func (in *Informer) Run(ctx context.Context) error {
 				continue
 			}
 			needList = false
+			if !in.listed.Load() && in.opts.Checkpoint != nil && checkpoint < in.observed.Load() {
+				err := in.replay(ctx, checkpoint, in.observed.Load())
+				switch {
+				case errors.Is(err, rpctypes.ErrCompacted):
+					in.log.Warn("history since the checkpoint is compacted; changes made while no observer ran cannot be replayed (deletes among them are not announced)",
+						"checkpoint", checkpoint, "error", err)
+				case err != nil:
+					if ctx.Err() == nil {
+						in.log.Warn("replay failed; listing and replaying again", "error", err)
+						needList = true
+						backoff()
+					}
+					continue
+				}
+			}
 			in.listed.Store(true)
 		}
 		err := in.watch(ctx)
@@ -197,14 +266,14 @@ func (in *Informer) RequestProgress() {
 func (in *Informer) Resync() {
 	now := time.Now()
 	in.cache.Range(in.prefix, func(o *cache.Object) bool {
-		in.announce(o.Key, &o.Meta, nil, queuev1.Priority_PRIORITY_LOW, now)
+		in.announce(o.Key, &o.Meta, nil, queuev1.Priority_PRIORITY_LOW, now, 0)
 		return true
 	})
 }
 
 // announce sends the keys for a change of key from old to cur (either may
 // be nil) to every rule's queue.
-func (in *Informer) announce(key string, cur, old *object.Meta, prio queuev1.Priority, at time.Time) {
+func (in *Informer) announce(key string, cur, old *object.Meta, prio queuev1.Priority, at time.Time, rev int64) {
 	for _, r := range in.rules {
 		var keys []string
 		if cur != nil {
@@ -221,7 +290,7 @@ func (in *Informer) announce(key string, cur, old *object.Meta, prio queuev1.Pri
 			// A delete of a key with no value left still names the object.
 			keys = r.Keys(key, object.Meta{})
 		}
-		if err := in.sink.Put(r.Queue, keys, prio, at); err != nil {
+		if err := in.sink.Put(r.Queue, keys, prio, at, rev); err != nil {
 			in.log.Error("announce", "queue", r.Queue, "error", err)
 		}
 	}
@@ -296,10 +365,10 @@ func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
 			old := in.cache.Put(obj)
 			if old == nil {
 				created++
-				in.announce(key, &obj.Meta, nil, prio, now)
+				in.announce(key, &obj.Meta, nil, prio, now, rev)
 			} else {
 				changed++
-				in.announce(key, &obj.Meta, &old.Meta, prio, now)
+				in.announce(key, &obj.Meta, &old.Meta, prio, now, rev)
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
@@ -314,9 +383,10 @@ func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
 		}
 		if old := in.cache.Delete(o.Key); old != nil {
 			deleted++
-			in.announce(o.Key, nil, &old.Meta, prio, now)
+			in.announce(o.Key, nil, &old.Meta, prio, now, rev)
 		}
 	}
+	in.changed.Store(max(in.changed.Load(), rev))
 	in.setObserved(rev)
 	in.log.Info("listed", "revision", rev, "objects", len(seen), "created", created, "changed", changed, "deleted", deleted, "took", time.Since(start))
 	return nil
@@ -385,18 +455,75 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 			if old != nil {
 				oldMeta = &old.Meta
 			}
-			in.announce(key, &obj.Meta, oldMeta, queuev1.Priority_PRIORITY_NORMAL, now)
+			in.announce(key, &obj.Meta, oldMeta, queuev1.Priority_PRIORITY_NORMAL, now, rev)
 		case clientv3.EventTypeDelete:
 			old := in.cache.Delete(key)
 			var oldMeta *object.Meta
 			if old != nil {
 				oldMeta = &old.Meta
 			}
-			in.announce(key, nil, oldMeta, queuev1.Priority_PRIORITY_NORMAL, now)
+			in.announce(key, nil, oldMeta, queuev1.Priority_PRIORITY_NORMAL, now, rev)
 		}
 		last = max(last, rev)
 	}
 	if last > observed {
+		in.changed.Store(max(in.changed.Load(), last))
 		in.setObserved(last)
+	}
+}
+
+// replay announces every change under the prefix in etcd's history from
+// from + 1 up to `to`, with owners from the previous values; the cache is
+// not touched (the list at `to` already holds the outcome).
+func (in *Informer) replay(ctx context.Context, from, to int64) error {
+	start := time.Now()
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := in.cli.Watch(wctx, in.prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	// etcd sends progress only to a watch that has caught up, so ask until
+	// the answer says the history up to `to` has been sent.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			_ = in.cli.RequestProgress(wctx)
+		case resp, ok := <-wch:
+			if !ok {
+				return errors.New("replay watch closed")
+			}
+			if resp.CompactRevision != 0 {
+				return fmt.Errorf("replay from %d: %w (compacted at %d)", from+1, rpctypes.ErrCompacted, resp.CompactRevision)
+			}
+			if err := resp.Err(); err != nil {
+				return fmt.Errorf("replay: %w", err)
+			}
+			if resp.IsProgressNotify() && resp.Header.Revision >= to {
+				in.log.Info("replayed history since the checkpoint", "from", from+1, "to", to, "changes", n, "took", time.Since(start))
+				return nil
+			}
+			now := time.Now()
+			for _, ev := range resp.Events {
+				rev := ev.Kv.ModRevision
+				if rev > to {
+					in.log.Info("replayed history since the checkpoint", "from", from+1, "to", to, "changes", n, "took", time.Since(start))
+					return nil
+				}
+				n++
+				var cur, old *object.Meta
+				if ev.Type == clientv3.EventTypePut {
+					m := object.Decode(ev.Kv.Value)
+					cur = &m
+				}
+				if ev.PrevKv != nil {
+					m := object.Decode(ev.PrevKv.Value)
+					old = &m
+				}
+				in.announce(string(ev.Kv.Key), cur, old, queuev1.Priority_PRIORITY_NORMAL, now, rev)
+			}
+		}
 	}
 }

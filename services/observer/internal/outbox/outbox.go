@@ -88,6 +88,13 @@ type entry struct {
 	prio  queuev1.Priority
 	seq   uint64    // bumped by every Put of the key
 	since time.Time // first observation not yet delivered
+	rev   int64     // etcd revision of that observation (0: none, e.g. a resync)
+
+	// While an Add carrying the key is in flight: the seq it carries, and
+	// the first announcement made since (which the Add does not cover).
+	takenSeq   uint64
+	afterRev   int64
+	afterSince time.Time
 }
 
 // Box is one queue's outbox.
@@ -127,15 +134,29 @@ func NewSet(queues []string, add Adder, opts Options) *Set {
 // ErrUnknownQueue is returned by Put for a queue the set was not made for.
 var ErrUnknownQueue = errors.New("outbox: unknown queue")
 
-// Put adds keys to queue's outbox, observed at `at`. It never blocks on
-// delivery.
-func (s *Set) Put(queue string, keys []string, prio queuev1.Priority, at time.Time) error {
+// Put adds keys to queue's outbox, announcing a change observed at `at`
+// in etcd revision rev (0 if the announcement is not a change, e.g. a
+// resync). It never blocks on delivery.
+func (s *Set) Put(queue string, keys []string, prio queuev1.Priority, at time.Time, rev int64) error {
 	b := s.boxes[queue]
 	if b == nil {
 		return ErrUnknownQueue
 	}
-	b.put(keys, prio, at)
+	b.put(keys, prio, at, rev)
 	return nil
+}
+
+// MinPendingRevision returns the lowest etcd revision whose announcement
+// has not been accepted by the queue yet, or 0 if every announced change
+// has been delivered.
+func (s *Set) MinPendingRevision() int64 {
+	var low int64
+	for _, b := range s.boxes {
+		if r := b.minPendingRevision(); r > 0 && (low == 0 || r < low) {
+			low = r
+		}
+	}
+	return low
 }
 
 // Box returns queue's outbox (nil if none).
@@ -163,7 +184,7 @@ func (s *Set) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time) {
+func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time, rev int64) {
 	if len(keys) == 0 {
 		return
 	}
@@ -172,8 +193,14 @@ func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time) {
 		b.seq++
 		e := b.items[k]
 		if e == nil {
-			b.items[k] = &entry{prio: prio, seq: b.seq, since: at}
+			b.items[k] = &entry{prio: prio, seq: b.seq, since: at, rev: rev}
 			continue
+		}
+		if e.takenSeq != 0 && e.afterSince.IsZero() {
+			e.afterRev, e.afterSince = rev, at
+		}
+		if e.rev == 0 {
+			e.rev = rev
 		}
 		e.seq = b.seq
 		if rank(prio) > rank(e.prio) {
@@ -201,6 +228,18 @@ func (b *Box) LastError() string {
 	return b.lastErr
 }
 
+func (b *Box) minPendingRevision() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var low int64
+	for _, e := range b.items {
+		if e.rev > 0 && (low == 0 || e.rev < low) {
+			low = e.rev
+		}
+	}
+	return low
+}
+
 // Delivered counts keys delivered; Failures counts failed Adds.
 func (b *Box) Delivered() uint64 { return b.delivered.Load() }
 
@@ -224,6 +263,7 @@ func (b *Box) take(n int) map[queuev1.Priority][]sent {
 			break
 		}
 		out[e.prio] = append(out[e.prio], sent{key: k, seq: e.seq, since: e.since})
+		e.takenSeq, e.afterRev, e.afterSince = e.seq, 0, time.Time{}
 		i++
 	}
 	return out
@@ -234,9 +274,16 @@ func (b *Box) done(batch []sent, now time.Time) {
 	b.mu.Lock()
 	b.lastErr = ""
 	for _, s := range batch {
-		if e := b.items[s.key]; e != nil && e.seq == s.seq {
-			delete(b.items, s.key)
+		e := b.items[s.key]
+		if e == nil {
+			continue
 		}
+		if e.seq == s.seq {
+			delete(b.items, s.key)
+			continue
+		}
+		// Announced again during the Add: what remains is the newer news.
+		e.rev, e.since, e.takenSeq = e.afterRev, e.afterSince, 0
 	}
 	b.mu.Unlock()
 	b.delivered.Add(uint64(len(batch)))
@@ -251,6 +298,9 @@ func (b *Box) fail(err error) {
 	b.failures.Add(1)
 	b.mu.Lock()
 	b.lastErr = err.Error()
+	for _, e := range b.items {
+		e.takenSeq = 0 // the failed Add covered nothing; rev and since stand
+	}
 	b.mu.Unlock()
 }
 

@@ -84,7 +84,7 @@ func TestCoalescesWhileQueueDown(t *testing.T) {
 		if i%7 == 0 {
 			prio = queuev1.Priority_PRIORITY_NORMAL
 		}
-		if err := s.Put("pods", []string{fmt.Sprintf("ns/k%d", i%100)}, prio, time.Now()); err != nil {
+		if err := s.Put("pods", []string{fmt.Sprintf("ns/k%d", i%100)}, prio, time.Now(), int64(i+1)); err != nil {
 			t.Fatal(err)
 		}
 		if n := s.Len(); n > 100 {
@@ -111,7 +111,7 @@ func TestCoalescesWhileQueueDown(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if err := s.Put("nope", []string{"x"}, 0, time.Now()); !errors.Is(err, ErrUnknownQueue) {
+	if err := s.Put("nope", []string{"x"}, 0, time.Now(), 0); !errors.Is(err, ErrUnknownQueue) {
 		t.Errorf("Put to an unknown queue = %v, want ErrUnknownQueue", err)
 	}
 }
@@ -126,9 +126,9 @@ func TestReannouncedDuringFlightIsSentAgain(t *testing.T) {
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
 
-	_ = s.Put("pods", []string{"ns/a"}, queuev1.Priority_PRIORITY_NORMAL, time.Now())
+	_ = s.Put("pods", []string{"ns/a"}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), 1)
 	<-q.entered // the drainer is inside Add with ns/a: announce it again
-	_ = s.Put("pods", []string{"ns/a"}, queuev1.Priority_PRIORITY_NORMAL, time.Now())
+	_ = s.Put("pods", []string{"ns/a"}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), 1)
 	q.block <- struct{}{} // first Add completes
 	if got := s.Len(); got != 1 {
 		t.Fatalf("after the first Add, outbox holds %d keys, want 1 (ns/a again)", got)
@@ -140,6 +140,9 @@ func TestReannouncedDuringFlightIsSentAgain(t *testing.T) {
 	}
 	q.block <- struct{}{}
 	waitFor(t, "the outbox to drain", func() bool { return s.Len() == 0 })
+	if got := s.MinPendingRevision(); got != 0 {
+		t.Errorf("MinPendingRevision after delivery = %d, want 0", got)
+	}
 	q.mu.Lock()
 	calls := q.calls
 	q.mu.Unlock()
@@ -154,8 +157,8 @@ func TestReannouncedDuringFlightIsSentAgain(t *testing.T) {
 func TestFlushOnStop(t *testing.T) {
 	q := &fakeQueue{got: map[string]queuev1.Priority{}}
 	s := NewSet([]string{"a", "b"}, q, Options{})
-	_ = s.Put("a", []string{"x"}, 0, time.Now())
-	_ = s.Put("b", []string{"y"}, 0, time.Now())
+	_ = s.Put("a", []string{"x"}, 0, time.Now(), 0)
+	_ = s.Put("b", []string{"y"}, 0, time.Now(), 0)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // stopped before it ran: the flush still delivers
 	s.Run(ctx)

@@ -1,0 +1,602 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/etcdembed"
+	"github.com/batonrun/baton/services/observer/internal/rules"
+	"github.com/batonrun/baton/services/observer/service"
+	"github.com/batonrun/baton/services/queue/client"
+	queuesvc "github.com/batonrun/baton/services/queue/service"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// The tests watch pods and replicasets with rules that feed two queues:
+// pods (each pod's own key) and replicasets (each replicaset's own key and
+// the owner key of each pod owned by a ReplicaSet).
+var testRules = []rules.Rule{
+	{Queue: "pods", Prefix: "/registry/pods/"},
+	{Queue: "replicasets", Prefix: "/registry/pods/", OwnerKind: "ReplicaSet"},
+	{Queue: "replicasets", Prefix: "/registry/replicasets/"},
+}
+
+const testRulesYAML = `rules:
+  - queue: pods
+    prefix: /registry/pods/
+  - queue: replicasets
+    prefix: /registry/pods/
+    ownerKind: ReplicaSet
+  - queue: replicasets
+    prefix: /registry/replicasets/
+`
+
+var testQueues = []string{"pods", "replicasets"}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s; last state: %s", timeout, what, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func newEtcdClient(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// queueProc is a real baton-queue service running in the test process; it
+// can be stopped and started again on the same address and data dir.
+type queueProc struct {
+	t      testing.TB
+	addr   string
+	dir    string
+	cancel context.CancelFunc
+	done   chan error
+	client *client.Client
+}
+
+func startQueue(t testing.TB) *queueProc {
+	t.Helper()
+	q := &queueProc{t: t, addr: "127.0.0.1:0", dir: t.TempDir()}
+	q.start()
+	c, err := client.Dial(q.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.client = c
+	t.Cleanup(func() { q.stop(); c.Close() })
+	return q
+}
+
+func (q *queueProc) start() {
+	q.t.Helper()
+	cfg := queuesvc.DefaultConfig()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = q.addr, "127.0.0.1:0", q.dir
+	cfg.GracePeriod = time.Second
+	listening := make(chan string, 1)
+	cfg.OnListen = func(g, _ net.Addr) { listening <- g.String() }
+	ctx, cancel := context.WithCancel(context.Background())
+	q.cancel, q.done = cancel, make(chan error, 1)
+	go func() { q.done <- queuesvc.Run(ctx, cfg, nil) }()
+	select {
+	case q.addr = <-listening:
+	case err := <-q.done:
+		q.t.Fatalf("queue: %v", err)
+	case <-time.After(30 * time.Second):
+		q.t.Fatal("queue did not start")
+	}
+}
+
+func (q *queueProc) stop() {
+	if q.cancel == nil {
+		return
+	}
+	q.cancel()
+	if err := <-q.done; err != nil {
+		q.t.Errorf("queue: %v", err)
+	}
+	q.cancel = nil
+}
+
+// keys returns every key of queue, in any state.
+func (q *queueProc) keys(ctx context.Context, queue string) (map[string]bool, error) {
+	items, err := q.client.List(ctx, queue, queuev1.ItemState_ITEM_STATE_UNSPECIFIED, 10000)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, it := range items {
+		out[it.GetKey()] = true
+	}
+	return out, nil
+}
+
+// drain leases and acknowledges every key of the test queues until they are
+// empty.
+func (q *queueProc) drain(t testing.TB) {
+	t.Helper()
+	ctx := t.Context()
+	for _, name := range testQueues {
+		waitFor(t, 30*time.Second, "queue "+name+" to drain", func() (bool, string) {
+			leases, err := q.client.Lease(ctx, name, client.LeaseOptions{Worker: "test", MaxItems: 10000})
+			if err != nil {
+				return false, err.Error()
+			}
+			acks := make([]client.Ack, len(leases))
+			for i, l := range leases {
+				acks[i] = client.Ack{Key: l.Key, Token: l.Token, Outcome: client.Success()}
+			}
+			if _, err := q.client.Ack(ctx, name, acks); err != nil {
+				return false, err.Error()
+			}
+			keys, err := q.keys(ctx, name)
+			if err != nil {
+				if strings.Contains(err.Error(), "NotFound") {
+					return true, ""
+				}
+				return false, err.Error()
+			}
+			return len(keys) == 0, fmt.Sprintf("%d keys left", len(keys))
+		})
+	}
+}
+
+// observerConn is a running observer (in the process or a child process).
+type observerConn struct {
+	grpcAddr, httpAddr string
+	rpc                observerv1.ObserverServiceClient
+	conn               *grpc.ClientConn
+	stop               func() // stops it (in-process) or kills it (child)
+	cmd                *exec.Cmd
+}
+
+func dialObserver(t testing.TB, addr string) (*grpc.ClientConn, observerv1.ObserverServiceClient) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, observerv1.NewObserverServiceClient(conn)
+}
+
+// startObserver runs service.Run in the test process.
+func startObserver(t testing.TB, endpoints []string, queueAddr string, mod func(*service.Config)) *observerConn {
+	t.Helper()
+	cfg := service.DefaultConfig()
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.EtcdEndpoints, cfg.QueueAddr = endpoints, queueAddr
+	cfg.Rules = testRules
+	cfg.ProgressInterval = 100 * time.Millisecond
+	cfg.GracePeriod = time.Second
+	if mod != nil {
+		mod(&cfg)
+	}
+	type addrs struct{ g, h string }
+	listening := make(chan addrs, 1)
+	cfg.OnListen = func(g, h net.Addr) { listening <- addrs{g.String(), h.String()} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx, cfg, nil) }()
+	o := &observerConn{}
+	select {
+	case a := <-listening:
+		o.grpcAddr, o.httpAddr = a.g, a.h
+	case err := <-done:
+		cancel()
+		t.Fatalf("observer: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("observer did not start")
+	}
+	var once sync.Once
+	o.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("observer: %v", err)
+			}
+		})
+	}
+	t.Cleanup(o.stop)
+	o.conn, o.rpc = dialObserver(t, o.grpcAddr)
+	return o
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// observerBinary builds cmd/baton-observer into a temporary directory, once
+// per test process, with scripts/build.sh's flags (so the build cache that
+// script fills is reused). A prebuilt bin/baton-observer is not used: it
+// may be older than the code under test. BATON_OBSERVER_BIN names a binary
+// to use instead.
+func observerBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if p := os.Getenv("BATON_OBSERVER_BIN"); p != "" {
+			builtBin = p
+			return
+		}
+		dir, err := os.MkdirTemp("", "baton-observer-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "baton-observer")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", builtBin, "../cmd/baton-observer")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+// startObserverProcess runs the baton-observer binary on fixed ports (so it
+// can be restarted on the same ones) and waits until it is ready.
+func startObserverProcess(t testing.TB, bin, grpcAddr, httpAddr, rulesFile string, endpoints []string, queueAddr string) *observerConn {
+	t.Helper()
+	cmd := exec.Command(bin, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+		"--etcd-endpoints", strings.Join(endpoints, ","), "--queue-addr", queueAddr, "--rules", rulesFile, "--log-level", "info")
+	cmd.Stderr = &testWriter{t: t}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	o := &observerConn{grpcAddr: grpcAddr, httpAddr: httpAddr, cmd: cmd}
+	o.stop = func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	t.Cleanup(o.stop)
+	o.conn, o.rpc = dialObserver(t, grpcAddr)
+	waitFor(t, 60*time.Second, "observer process to be ready", func() (bool, string) {
+		select {
+		case <-exited:
+			t.Fatalf("observer exited: %v", cmd.ProcessState)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		if err := probeReady(ctx, httpAddr); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	return o
+}
+
+// testWriter sends a child's stderr to the test log.
+type testWriter struct {
+	t  testing.TB
+	mu sync.Mutex
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t.Logf("observer: %s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func probeReady(ctx context.Context, httpAddr string) error {
+	req, err := newRequest(ctx, "http://"+httpAddr+"/readyz")
+	if err != nil {
+		return err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return errors.New(strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+// settle waits until the observer has seen etcd's current revision on every
+// prefix and its outboxes are empty.
+func settle(t testing.TB, o *observerConn, cli *clientv3.Client) {
+	t.Helper()
+	ctx := t.Context()
+	resp, err := cli.Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := resp.Header.Revision
+	waitFor(t, 60*time.Second, fmt.Sprintf("observer to reach revision %d with empty outboxes", head), func() (bool, string) {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		st, err := o.rpc.Status(cctx, &observerv1.StatusRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range st.GetPrefixes() {
+			if p.GetObservedRevision() < head {
+				return false, fmt.Sprintf("%s at %d", p.GetPrefix(), p.GetObservedRevision())
+			}
+		}
+		return st.GetOutboxSize() == 0, fmt.Sprintf("outbox %d %v", st.GetOutboxSize(), st.GetOutboxes())
+	})
+}
+
+// checkCache compares the observer's cache with etcd under every watched
+// prefix: same keys, values and mod revisions.
+func checkCache(t testing.TB, o *observerConn, cli *clientv3.Client) {
+	t.Helper()
+	ctx := t.Context()
+	for _, prefix := range rules.Prefixes(testRules) {
+		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		for _, kv := range resp.Kvs {
+			want[string(kv.Key)] = fmt.Sprintf("%d:%s", kv.ModRevision, kv.Value)
+		}
+		got := map[string]string{}
+		token := ""
+		for {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			page, err := o.rpc.List(cctx, &observerv1.ListRequest{Prefix: prefix, PageSize: 1000, PageToken: token, MinRevision: resp.Header.Revision})
+			cancel()
+			if err != nil {
+				t.Fatalf("List %s: %v", prefix, err)
+			}
+			for _, it := range page.GetItems() {
+				got[it.GetKey()] = fmt.Sprintf("%d:%s", it.GetModRevision(), it.GetValue())
+			}
+			if token = page.GetNextPageToken(); token == "" {
+				break
+			}
+		}
+		if !maps.Equal(got, want) {
+			var diffs []string
+			for k, v := range want {
+				if got[k] != v {
+					diffs = append(diffs, fmt.Sprintf("%s: cache %q, etcd %q", k, got[k], v))
+				}
+			}
+			for k, v := range got {
+				if _, ok := want[k]; !ok {
+					diffs = append(diffs, fmt.Sprintf("%s: cache %q, not in etcd", k, v))
+				}
+			}
+			sort.Strings(diffs)
+			t.Fatalf("cache differs from etcd under %s (%d keys vs %d):\n%s", prefix, len(got), len(want), strings.Join(diffs[:min(20, len(diffs))], "\n"))
+		}
+	}
+}
+
+// podValue is a pod owned by the ReplicaSet rs (none if rs is empty).
+func podValue(ns, name, rs, salt string) string {
+	m := map[string]any{"name": name, "namespace": ns, "uid": "uid-" + ns + "-" + name, "labels": map[string]string{"salt": salt}}
+	if rs != "" {
+		m["ownerReferences"] = []map[string]string{{"kind": "ReplicaSet", "name": rs, "uid": "uid-" + ns + "-" + rs}}
+	}
+	b, _ := json.Marshal(map[string]any{"kind": "Pod", "metadata": m, "status": map[string]string{"phase": "Pending"}})
+	return string(b)
+}
+
+// world tracks the pods and replicasets a test wrote and the queue keys
+// their changes must produce.
+type world struct {
+	ns     string
+	pods   map[string]string // name → owning replicaset ("" none), for live pods
+	rss    map[string]bool
+	expect map[string]map[string]bool // queue → keys
+	rng    *rand.Rand
+	n      int
+}
+
+func newWorld(ns string, seed uint64) *world {
+	return &world{ns: ns, pods: map[string]string{}, rss: map[string]bool{}, rng: rand.New(rand.NewPCG(seed, 1)),
+		expect: map[string]map[string]bool{"pods": {}, "replicasets": {}}}
+}
+
+func (w *world) resetExpect() { w.expect = map[string]map[string]bool{"pods": {}, "replicasets": {}} }
+
+// op is one change to make to etcd.
+type op struct {
+	key, value string // value "" deletes
+	expect     map[string][]string
+}
+
+// populate returns ops creating n pods spread over 5 replicasets (and the
+// replicasets).
+func (w *world) populate(n int) []op {
+	var ops []op
+	for i := range 5 {
+		rs := fmt.Sprintf("rs%d", i)
+		w.rss[rs] = true
+		ops = append(ops, op{key: "/registry/replicasets/" + w.ns + "/" + rs, value: `{"kind":"ReplicaSet","metadata":{"name":"` + rs + `","namespace":"` + w.ns + `"}}`,
+			expect: map[string][]string{"replicasets": {w.ns + "/" + rs}}})
+	}
+	for range n {
+		ops = append(ops, w.create())
+	}
+	return ops
+}
+
+func (w *world) create() op {
+	w.n++
+	name := fmt.Sprintf("p%04d", w.n)
+	rs := fmt.Sprintf("rs%d", w.rng.IntN(5))
+	w.pods[name] = rs
+	return op{key: "/registry/pods/" + w.ns + "/" + name, value: podValue(w.ns, name, rs, "0"),
+		expect: map[string][]string{"pods": {w.ns + "/" + name}, "replicasets": {w.ns + "/" + rs}}}
+}
+
+// churn returns n random changes, each to a different pod: deletes,
+// updates (some moving the pod to another replicaset) and creates. Each key
+// is touched once, so after a drained queue its presence proves the change
+// was announced.
+func (w *world) churn(n int) []op {
+	names := slices.Sorted(maps.Keys(w.pods))
+	w.rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	var ops []op
+	for i := 0; i < n; i++ {
+		if i >= len(names) || w.rng.IntN(4) == 0 {
+			ops = append(ops, w.create())
+			continue
+		}
+		name := names[i]
+		oldRS := w.pods[name]
+		key := "/registry/pods/" + w.ns + "/" + name
+		switch w.rng.IntN(3) {
+		case 0:
+			delete(w.pods, name)
+			ops = append(ops, op{key: key, expect: map[string][]string{"pods": {w.ns + "/" + name}, "replicasets": {w.ns + "/" + oldRS}}})
+		case 1:
+			ops = append(ops, op{key: key, value: podValue(w.ns, name, oldRS, fmt.Sprint(i)),
+				expect: map[string][]string{"pods": {w.ns + "/" + name}, "replicasets": {w.ns + "/" + oldRS}}})
+		default:
+			// Adoption by another set: both the old and the new owner hear.
+			newRS := fmt.Sprintf("rs%d", (w.rng.IntN(4)+1+int(oldRS[2]-'0'))%5)
+			w.pods[name] = newRS
+			ops = append(ops, op{key: key, value: podValue(w.ns, name, newRS, fmt.Sprint(i)),
+				expect: map[string][]string{"pods": {w.ns + "/" + name}, "replicasets": {w.ns + "/" + oldRS, w.ns + "/" + newRS}}})
+		}
+	}
+	return ops
+}
+
+// apply makes op in etcd, retrying while etcd is unavailable; it records
+// the keys the change must announce.
+func (w *world) apply(t testing.TB, cli *clientv3.Client, o op) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		var err error
+		if o.value == "" {
+			_, err = cli.Delete(ctx, o.key)
+		} else {
+			_, err = cli.Put(ctx, o.key, o.value)
+		}
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || t.Context().Err() != nil {
+			t.Fatalf("write %s: %v", o.key, err)
+		}
+		time.Sleep(20 * time.Millisecond) // etcd is down: poll until it is back
+	}
+	for q, ks := range o.expect {
+		for _, k := range ks {
+			w.expect[q][k] = true
+		}
+	}
+}
+
+func (w *world) applyAll(t testing.TB, cli *clientv3.Client, ops []op) {
+	t.Helper()
+	for _, o := range ops {
+		w.apply(t, cli, o)
+	}
+}
+
+// checkQueue waits until every expected key is in its queue (which was
+// drained before the changes were made).
+func (w *world) checkQueue(t testing.TB, q *queueProc) {
+	t.Helper()
+	for queue, want := range w.expect {
+		waitFor(t, 60*time.Second, fmt.Sprintf("queue %s to hold the %d changed keys", queue, len(want)), func() (bool, string) {
+			got, err := q.keys(t.Context(), queue)
+			if err != nil {
+				return false, err.Error()
+			}
+			var missing []string
+			for k := range want {
+				if !got[k] {
+					missing = append(missing, k)
+				}
+			}
+			sort.Strings(missing)
+			return len(missing) == 0, fmt.Sprintf("missing %d: %v", len(missing), missing[:min(10, len(missing))])
+		})
+	}
+}
+
+// stopProcess and contProcess SIGSTOP and SIGCONT a child.
+func signal(t testing.TB, cmd *exec.Cmd, sig syscall.Signal) {
+	t.Helper()
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// etcdWithClient starts an embedded etcd and a client for the test.
+func etcdWithClient(t testing.TB) (*etcdembed.Server, *clientv3.Client) {
+	t.Helper()
+	srv := etcdembed.StartForTest(t)
+	return srv, newEtcdClient(t, srv.Endpoints())
+}
+
+// TestMain removes the binary observerBinary built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBin != "" && os.Getenv("BATON_OBSERVER_BIN") == "" {
+		os.RemoveAll(filepath.Dir(builtBin))
+	}
+	os.Exit(code)
+}
