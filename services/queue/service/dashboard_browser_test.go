@@ -82,7 +82,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	add("pods", 5, 0)
 	add("replicasets", 2, 0)
-	leases, err := c.Lease(t.Context(), "pods", client.LeaseOptions{Worker: "browser-test", MaxItems: 1})
+	// A long lease: a loaded machine may take a while to render twice.
+	leases, err := c.Lease(t.Context(), "pods", client.LeaseOptions{Worker: "browser-test", MaxItems: 1, Duration: 10 * time.Minute})
 	if err != nil || len(leases) != 1 {
 		t.Fatalf("lease: %v %v", leases, err)
 	}
