@@ -128,6 +128,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}()
 
+	// On shutdown, answer long-polling Leases at once instead of holding
+	// the graceful stop for its whole grace period.
+	go func() {
+		<-ctx.Done()
+		b.Drain()
+	}()
+
 	err = serve.Run(ctx, serve.Options{
 		Name: "baton-queue", GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr,
 		Register: func(s *grpc.Server) []string {

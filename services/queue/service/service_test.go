@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,8 @@ type harness struct {
 	c                  *client.Client
 	raw                queuev1.QueueServiceClient
 	conn               *grpc.ClientConn
+	// stop cancels Run and returns how long it took to return, and its error.
+	stop func() (time.Duration, error)
 }
 
 // start runs service.Run in the background on loopback ports and a fresh
@@ -46,18 +49,28 @@ func start(t *testing.T) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- service.Run(ctx, cfg, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("service.Run: %v", err)
+	var h harness
+	var once sync.Once
+	var took time.Duration
+	var runErr error
+	h.stop = func() (time.Duration, error) {
+		once.Do(func() {
+			start := time.Now()
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(10 * time.Second):
+				runErr = errors.New("service.Run did not return within 10s of cancellation")
 			}
-		case <-time.After(10 * time.Second):
-			t.Error("service.Run did not return within 10s of cancellation")
+			took = time.Since(start)
+		})
+		return took, runErr
+	}
+	t.Cleanup(func() {
+		if _, err := h.stop(); err != nil {
+			t.Errorf("service.Run: %v", err)
 		}
 	})
-	var h harness
 	select {
 	case a := <-addrs:
 		h.grpcAddr, h.httpAddr = a[0].String(), a[1].String()
@@ -451,6 +464,42 @@ func TestLeaseLongPollWakes(t *testing.T) {
 	}
 	if el := time.Since(startWait); el > 5*time.Second {
 		t.Fatalf("delayed key of 300ms handed out after %v", el)
+	}
+}
+
+// TestShutdownAnswersLongPolls checks a stopping service answers a waiting
+// Lease at once (empty) instead of holding its graceful stop for the grace
+// period (2 s here) while the Lease waits out its 30 s.
+func TestShutdownAnswersLongPolls(t *testing.T) {
+	h := start(t)
+	ctx := ctxT(t)
+	type result struct {
+		leases []client.Lease
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := h.c.Lease(ctx, "idle", client.LeaseOptions{Worker: "w", Wait: 30 * time.Second})
+		done <- result{l, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // let it park; if not, it is refused or answered: checked below
+	took, err := h.stop()
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if took > time.Second {
+		t.Errorf("Run took %v to stop with a long poll in flight (grace period 2s)", took)
+	}
+	select {
+	case r := <-done:
+		if r.err == nil && len(r.leases) != 0 {
+			t.Fatalf("long poll on an empty queue answered %v", r.leases)
+		}
+		if r.err != nil && status.Code(r.err) != codes.Unavailable {
+			t.Fatalf("long poll ended with %v, want an empty answer (or Unavailable if it had not started)", r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("long poll still open after the service stopped")
 	}
 }
 

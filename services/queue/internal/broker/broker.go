@@ -54,6 +54,8 @@ type Broker struct {
 
 	compacting atomic.Bool
 	closed     chan struct{}
+	draining   chan struct{} // closed by Drain
+	drainOnce  sync.Once
 	wg         sync.WaitGroup
 }
 
@@ -83,7 +85,7 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	if metrics == nil {
 		metrics = NewMetrics()
 	}
-	b := &Broker{cfg: cfg, log: log, metrics: metrics, queues: map[string]*shard{}, closed: make(chan struct{})}
+	b := &Broker{cfg: cfg, log: log, metrics: metrics, queues: map[string]*shard{}, closed: make(chan struct{}), draining: make(chan struct{})}
 	opts.Logger = log
 	start := time.Now()
 	restored := 0
@@ -246,6 +248,8 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, max int, d, wa
 		case <-ready:
 		case <-timeout:
 			expired = true // one last look, then answer empty
+		case <-b.draining:
+			expired = true // shutting down: answer now, with what is ready
 		case <-ctx.Done():
 			sh.waiters.Add(-1)
 			return nil, ctx.Err()
@@ -389,6 +393,12 @@ func (b *Broker) Ready() error {
 	}
 	return nil
 }
+
+// Drain makes every waiting Lease, and every later one, answer at once with
+// what is ready (usually nothing). A stopping server calls it first: its
+// graceful stop waits for the calls in flight, and a long poll may wait
+// 30 s, longer than the grace period.
+func (b *Broker) Drain() { b.drainOnce.Do(func() { close(b.draining) }) }
 
 // Close stops timers and the store, after the log is written.
 func (b *Broker) Close() error {
