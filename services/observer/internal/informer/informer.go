@@ -61,7 +61,9 @@ type Sink interface {
 
 // Options tune an Informer; zero values take the defaults.
 type Options struct {
-	// PageSize is the number of keys per Get when listing (default 1000).
+	// PageSize is the number of keys per Get when listing (default 5000:
+	// etcd counts the whole remaining range for every page, so small pages
+	// make a large list quadratic).
 	PageSize int64
 	// RetryMin and RetryMax bound the wait before re-watching or re-listing
 	// after an error (defaults 100 ms and 5 s).
@@ -113,7 +115,7 @@ type Informer struct {
 // are ignored).
 func New(cli *clientv3.Client, prefix string, rs []rules.Rule, c *cache.Cache, sink Sink, opts Options) *Informer {
 	if opts.PageSize <= 0 {
-		opts.PageSize = 1000
+		opts.PageSize = 5000
 	}
 	if opts.RetryMin <= 0 {
 		opts.RetryMin = 100 * time.Millisecond
