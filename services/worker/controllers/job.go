@@ -63,10 +63,8 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 	}
 	switch {
 	case len(live) < want:
-		for range want - len(live) {
-			if err := createPod(ctx, st, &job.Metadata, objects.KindJob, job.Spec.Template); err != nil {
-				return reconcile.Result{}, err
-			}
+		if err := createPods(ctx, st, &job.Metadata, objects.KindJob, job.Spec.Template, want-len(live)); err != nil {
+			return reconcile.Result{}, err
 		}
 	case len(live) > want:
 		// A finished Job (or lowered parallelism) stops its extra pods.

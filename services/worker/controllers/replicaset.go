@@ -43,10 +43,8 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 	want := objects.Or(rs.Spec.Replicas, 1)
 	switch {
 	case len(live) < want:
-		for range want - len(live) {
-			if err := createPod(ctx, st, &rs.Metadata, objects.KindReplicaSet, rs.Spec.Template); err != nil {
-				return reconcile.Result{}, err
-			}
+		if err := createPods(ctx, st, &rs.Metadata, objects.KindReplicaSet, rs.Spec.Template, want-len(live)); err != nil {
+			return reconcile.Result{}, err
 		}
 		c.d.Log.Debug("created pods", "key", req.Key, "count", want-len(live))
 	case len(live) > want:

@@ -259,6 +259,53 @@ func (s *Store) Create(ctx context.Context, key string, v Metaobject) (int64, er
 	return resp.Header.Revision, nil
 }
 
+// maxTxnOps keeps a transaction under etcd's default limit of 128
+// operations (--max-txn-ops).
+const maxTxnOps = 100
+
+// CreateAll creates several objects, each only if its key does not exist, in
+// transactions of up to 100: all of one transaction or none of it
+// (ErrConflict if any key exists). One transaction is one etcd revision
+// instead of one per object. It sets metadata.uid and creationTimestamp
+// where empty.
+func (s *Store) CreateAll(ctx context.Context, keys []string, vs []Metaobject) error {
+	if len(keys) != len(vs) {
+		return fmt.Errorf("objects: CreateAll with %d keys and %d objects", len(keys), len(vs))
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	for start := 0; start < len(keys); start += maxTxnOps {
+		end := min(start+maxTxnOps, len(keys))
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
+		for i := start; i < end; i++ {
+			m := vs[i].Meta()
+			if m.UID == "" {
+				m.UID = NewUID()
+			}
+			if m.CreationTimestamp == "" {
+				m.CreationTimestamp = now
+			}
+			b, err := json.Marshal(vs[i])
+			if err != nil {
+				return fmt.Errorf("encode %s: %w", keys[i], err)
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(keys[i]), "=", 0))
+			ops = append(ops, clientv3.OpPut(keys[i], string(b)))
+		}
+		tctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+		resp, err := s.etcd.Txn(tctx).If(cmps...).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("create %d objects: %w", len(ops), err)
+		}
+		if !resp.Succeeded {
+			return fmt.Errorf("create %d objects: %w", len(ops), ErrConflict)
+		}
+		s.wrote(resp.Header.Revision)
+	}
+	return nil
+}
+
 // Update replaces key's value with v if its mod_revision is still modRev.
 func (s *Store) Update(ctx context.Context, key string, modRev int64, v any) (int64, error) {
 	b, err := json.Marshal(v)

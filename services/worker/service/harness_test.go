@@ -30,7 +30,7 @@ import (
 // stack is a real embedded etcd, the real queue server and the real observer
 // server on loopback, in this process.
 type stack struct {
-	t            *testing.T
+	t            testing.TB
 	etcd         *etcdembed.Server
 	cli          *clientv3.Client
 	queueAddr    string
@@ -40,7 +40,7 @@ type stack struct {
 }
 
 // waitFor polls cond every 10 ms until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -52,7 +52,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // runBackground runs f until the test ends, then cancels it and waits.
-func runBackground(t *testing.T, name string, f func(ctx context.Context) error) (stop func()) {
+func runBackground(t testing.TB, name string, f func(ctx context.Context) error) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -79,7 +79,7 @@ func runBackground(t *testing.T, name string, f func(ctx context.Context) error)
 	return stop
 }
 
-func startStack(t *testing.T) *stack {
+func startStack(t testing.TB) *stack {
 	t.Helper()
 	s := &stack{t: t, etcd: etcdembed.StartForTest(t)}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: s.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -149,7 +149,7 @@ func (s *stack) startWorker(cfg service.Config) *worker {
 
 // metric returns the value of one sample line of the worker's /metrics,
 // e.g. `baton_worker_reconcile_total{controller="pods",result="panic"}`.
-func (w *worker) metric(t *testing.T, sample string) string {
+func (w *worker) metric(t testing.TB, sample string) string {
 	t.Helper()
 	resp, err := http.Get("http://" + w.httpAddr + "/metrics")
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 // startObserver runs the real observer (its service.Run, built-in rules for
 // the reference controllers) against the stack's etcd and queue, and returns
 // its gRPC address: workers read through its cache.
-func startObserver(t *testing.T, s *stack) string {
+func startObserver(t testing.TB, s *stack) string {
 	t.Helper()
 	cfg := observerservice.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
