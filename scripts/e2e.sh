@@ -14,7 +14,7 @@
 # controllers' own status alone: every ReplicaSet and StatefulSet has exactly
 # spec.replicas pods, all Running; every Deployment has observed its
 # generation with all replicas updated and ready; every Job has finished; no
-# pod names an owner that is gone.
+# pod names an owner that is gone; no bare pod is still Pending.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
@@ -143,6 +143,8 @@ problems() {
         select([.metadata.ownerReferences[] as $r | $objs[]
                 | select(.kind == $r.kind and .metadata.name == $r.name and ns == ($o | ns))] | length == 0)
         | "\(id): owner \(.metadata.ownerReferences[0].kind) \(.metadata.ownerReferences[0].name) is gone"
+      elif .kind == "Pod" then
+        select((.status.phase // "Pending") == "Pending") | "\(id): a bare pod still Pending"
       else empty end'
 }
 
