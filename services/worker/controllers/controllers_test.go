@@ -204,7 +204,8 @@ func TestReplicaSet(t *testing.T) {
 			t.Fatalf("replicas %d: pods %v", n, phases(pods))
 		}
 		for _, p := range pods {
-			if !strings.HasPrefix(p.Metadata.Name, "web-") || len(p.Metadata.Name) != len("web-")+5 || p.Spec.Image != "nginx" || p.Metadata.Labels["app"] != "x" {
+			if !strings.HasPrefix(p.Metadata.Name, "web-") || len(p.Metadata.Name) != len("web-")+5 || p.Spec.Image != "nginx" || p.Metadata.Labels["app"] != "x" ||
+				p.Status.ObservedGeneration != p.Metadata.Generation || p.Metadata.UID == "" {
 				t.Errorf("pod %+v", p.Metadata)
 			}
 		}

@@ -32,6 +32,7 @@ func (c *PodRuntime) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		case "", objects.PodPending:
 			p.Status.Phase = objects.PodRunning
 			p.Status.StartTime = &now
+			p.Status.ObservedGeneration = p.Metadata.Generation
 			if isJobPod {
 				requeue.RequeueAfter = max(p.Spec.Duration(), 1)
 			}
@@ -52,6 +53,7 @@ func (c *PodRuntime) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if p.Spec.ExitCode != 0 {
 				p.Status.Phase = objects.PodFailed
 			}
+			p.Status.ObservedGeneration = p.Metadata.Generation
 			return true, nil
 		}
 		return false, nil

@@ -110,8 +110,9 @@ type PodTemplate struct {
 
 // PodStatus is the runtime's report.
 type PodStatus struct {
-	Phase     string     `json:"phase,omitempty"`
-	StartTime *time.Time `json:"startTime,omitempty"`
+	Phase              string     `json:"phase,omitempty"`
+	StartTime          *time.Time `json:"startTime,omitempty"`
+	ObservedGeneration int64      `json:"observedGeneration,omitempty"`
 }
 
 // Pod is /registry/pods/<ns>/<name>.
