@@ -570,7 +570,9 @@ func TestGracefulTerm(t *testing.T) {
 	for _, l := range leases[:5] {
 		acks = append(acks, client.Ack{Key: l.Key, Token: l.Token, Outcome: client.Success()})
 	}
-	if res, err := c.Ack(ctx, "term", acks); err != nil || res[4].Status != client.OK {
+	// One failure: its attempts and last error must survive the restart.
+	acks = append(acks, client.Ack{Key: leases[5].Key, Token: leases[5].Token, Outcome: client.Failure("boom")})
+	if res, err := c.Ack(ctx, "term", acks); err != nil || res[4].Status != client.OK || res[5].Status != client.OK {
 		t.Fatalf("ack: %v %v", res, err)
 	}
 
@@ -621,6 +623,9 @@ func TestGracefulTerm(t *testing.T) {
 		}
 		if it.GetState() != want {
 			t.Errorf("%s after restart: %v, want %v", l.Key, it.GetState(), want)
+		}
+		if i == 5 && (it.GetAttempts() != 1 || it.GetLastError() != "boom") {
+			t.Errorf("failed key %s after restart: attempts %d last_error %q, want 1 \"boom\"", l.Key, it.GetAttempts(), it.GetLastError())
 		}
 	}
 	var stale []client.Ack
