@@ -5,12 +5,15 @@ go 1.26.0
 replace (
 	github.com/batonrun/baton/proto => ../../proto
 	github.com/batonrun/baton/services/etcdembed => ../etcdembed
+	github.com/batonrun/baton/services/observer => ../observer
 	github.com/batonrun/baton/services/queue => ../queue
 	github.com/batonrun/baton/services/runtime => ../runtime
+	github.com/batonrun/baton/services/worker => ../worker
 )
 
 require (
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/services/worker v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/client/v3 v3.6.16
 	gopkg.in/yaml.v3 v3.0.1
 )
@@ -65,7 +68,7 @@ require (
 	github.com/batonrun/baton/services/queue v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
 	github.com/coreos/go-semver v0.3.1 // indirect
-	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
+	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect

@@ -115,13 +115,14 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 }
 
 var commands = map[string]func(context.Context, *app, []string) error{
-	"apply":    cmdApply,
-	"get":      cmdGet,
-	"delete":   cmdDelete,
-	"describe": cmdDescribe,
-	"queue":    cmdQueue,
-	"watch":    cmdWatch,
-	"status":   cmdStatus,
+	"apply":      cmdApply,
+	"get":        cmdGet,
+	"delete":     cmdDelete,
+	"describe":   cmdDescribe,
+	"queue":      cmdQueue,
+	"watch":      cmdWatch,
+	"status":     cmdStatus,
+	"experiment": cmdExperiment,
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -142,6 +143,7 @@ Commands:
   queue forget <queue> <key>...  drop keys from a queue
   watch                          a live table of queue depth, rates and oldest age
   status                         each service's health, the observer's revision and lag
+  experiment burst|repeat|failure  run an investigation's experiment against the stack (-o json)
 
 Resources: deployments (deploy), replicasets (rs), statefulsets (sts), jobs, pods (po), all (get only)
 

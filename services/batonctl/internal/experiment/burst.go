@@ -1,0 +1,343 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonrun/baton/services/worker/reconcile"
+)
+
+// BurstOptions sets the speeds of one burst.
+type BurstOptions struct {
+	// Discover is how many changes per second are written to etcd.
+	Discover float64
+	// Execute is how many reconciles per second the one worker finishes:
+	// each reconcile reads its object and then works for 1/Execute.
+	Execute float64
+	// Duration is how long changes keep arriving.
+	Duration time.Duration
+	// Keys, if positive, makes the changes cycle over that many objects, so
+	// the same object changes again before it is reconciled; 0 makes every
+	// change a new object.
+	Keys int
+}
+
+// Validate names the first bad option.
+func (o BurstOptions) Validate() error {
+	switch {
+	case o.Discover <= 0:
+		return errors.New("discover: must be a positive rate")
+	case o.Execute <= 0:
+		return errors.New("execute: must be a positive rate")
+	case o.Duration <= 0:
+		return errors.New("duration: must be positive")
+	case o.Duration > 10*time.Minute:
+		return errors.New("duration: at most 10m")
+	case o.Keys < 0:
+		return errors.New("keys: must not be negative")
+	case o.Discover*o.Duration.Seconds() > 1_000_000:
+		return errors.New("discover × duration: at most 1,000,000 changes")
+	}
+	return nil
+}
+
+// BurstArm is one architecture's row of the investigation's table.
+type BurstArm struct {
+	// Architecture is "direct reaction" or "baton".
+	Architecture string `json:"architecture"`
+	// Changes is how many changes were written to etcd (every one a watch
+	// event: discovered).
+	Changes int `json:"changes"`
+	// WindowSeconds is how long the run lasted: the duration, or longer if
+	// etcd took longer to accept the writes.
+	WindowSeconds float64 `json:"window_seconds"`
+	// DiscoveredPerSecond is Changes / WindowSeconds.
+	DiscoveredPerSecond float64 `json:"discovered_per_second"`
+	// Completed is how many reconciles finished by the end of the window
+	// (the one in flight then is allowed to finish).
+	Completed int `json:"completed"`
+	// CompletedPerSecond is Completed / WindowSeconds.
+	CompletedPerSecond float64 `json:"completed_per_second"`
+	// Backlog is the work discovered and not done when the run ended.
+	Backlog int `json:"backlog"`
+	// HeldBy says who holds the backlog: "nobody" or "the queue".
+	HeldBy string `json:"held_by"`
+	// HandlerSaw (direct reaction) is how many watch events the handler had
+	// taken by the end: it takes the next one only after reconciling.
+	HandlerSaw int `json:"handler_saw,omitempty"`
+	// Announced, Queued and Collapsed (Baton) count the keys announced to
+	// the queue and what Add answered for them.
+	Announced int `json:"announced,omitempty"`
+	Queued    int `json:"queued,omitempty"`
+	Collapsed int `json:"collapsed"`
+	// QueueDepth (Baton) is the queue's depth after the run, from Stats.
+	QueueDepth *Depth `json:"queue_depth,omitempty"`
+}
+
+// BurstResult is one run of the burst experiment.
+type BurstResult struct {
+	Experiment string       `json:"experiment"`
+	RunID      string       `json:"run_id"`
+	Options    BurstOptions `json:"-"`
+	Discover   float64      `json:"discover_per_second"`
+	Execute    float64      `json:"execute_per_second"`
+	Duration   float64      `json:"duration_seconds"`
+	Keys       int          `json:"keys"`
+	Queue      string       `json:"queue"`
+	Direct     BurstArm     `json:"direct_reaction"`
+	Baton      BurstArm     `json:"baton"`
+}
+
+// Burst writes Discover changes per second to etcd for Duration and lets one
+// worker reconcile at Execute per second, first through direct reaction,
+// then through Baton's queue, and reports who holds the backlog.
+func Burst(ctx context.Context, e Env, o BurstOptions) (*BurstResult, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkIdle(ctx, e.Queue, QueueBurst); err != nil {
+		return nil, err
+	}
+	run := newRunID()
+	res := &BurstResult{Experiment: "burst", RunID: run, Options: o, Discover: o.Discover, Execute: o.Execute,
+		Duration: o.Duration.Seconds(), Keys: o.Keys, Queue: QueueBurst}
+	runPrefix := Prefix + run + "/"
+	var announced []string
+	defer func() {
+		if err := cleanup(e, runPrefix, QueueBurst, announced); err != nil {
+			e.log().Warn("experiment cleanup", "err", err)
+		}
+	}()
+	var err error
+	if res.Direct, err = burstDirect(ctx, e, o, runPrefix+"direct/", run); err != nil {
+		return nil, fmt.Errorf("direct reaction: %w", err)
+	}
+	if res.Baton, announced, err = burstBaton(ctx, e, o, runPrefix+"baton/", run); err != nil {
+		return nil, fmt.Errorf("baton: %w", err)
+	}
+	return res, nil
+}
+
+// workFor reads the object at key and then works until period has passed
+// since it started: one reconcile at the execution rate.
+func workFor(ctx context.Context, c *clientv3.Client, key string, period time.Duration) error {
+	start := time.Now()
+	if _, err := c.Get(ctx, key); err != nil {
+		return err
+	}
+	t := time.NewTimer(period - time.Since(start))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// burstWrites is one discovery phase: n changes written at rate.
+type burstWrites struct {
+	written atomic.Int64
+	lastRev atomic.Int64
+	err     error
+}
+
+// write puts o.Discover·o.Duration changes under prefix at the discovery
+// rate and returns when all are written. Writes run concurrently (up to 64
+// in flight) so that etcd's commit latency does not set the rate.
+func (w *burstWrites) write(ctx context.Context, c *clientv3.Client, prefix, namespace string, o BurstOptions) {
+	n := int(o.Discover * o.Duration.Seconds())
+	if n < 1 {
+		n = 1
+	}
+	sem := make(chan struct{}, 64)
+	var (
+		wg   sync.WaitGroup
+		once sync.Once
+	)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	for i := 0; i < n && wctx.Err() == nil; {
+		due := min(n, int(time.Since(start).Seconds()*o.Discover)+1)
+		for ; i < due && wctx.Err() == nil; i++ {
+			name := fmt.Sprintf("obj-%06d", i)
+			if o.Keys > 0 {
+				name = fmt.Sprintf("obj-%06d", i%o.Keys)
+			}
+			value := marshalObject("Experiment", namespace, name, map[string]any{"seq": i})
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				resp, err := c.Put(wctx, prefix+name, value)
+				if err != nil {
+					once.Do(func() { w.err = fmt.Errorf("write %s: %w", prefix+name, err); cancel() })
+					return
+				}
+				w.written.Add(1)
+				for {
+					old := w.lastRev.Load()
+					if resp.Header.Revision <= old || w.lastRev.CompareAndSwap(old, resp.Header.Revision) {
+						break
+					}
+				}
+			})
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	wg.Wait()
+}
+
+// burstDirect is the direct-reaction run: the watch handler reconciles each
+// event before it takes the next.
+func burstDirect(ctx context.Context, e Env, o BurstOptions, prefix, run string) (BurstArm, error) {
+	arm := BurstArm{Architecture: "direct reaction", HeldBy: "nobody"}
+	rev, err := revisionNow(ctx, e.Etcd)
+	if err != nil {
+		return arm, err
+	}
+	period := time.Duration(float64(time.Second) / o.Execute)
+	hctx, hcancel := context.WithCancel(ctx)
+	defer hcancel()
+	wch := e.Etcd.Watch(hctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	var (
+		stopping        atomic.Bool
+		saw, completed  atomic.Int64
+		handlerErr      error
+		handlerFinished = make(chan struct{})
+	)
+	go func() {
+		defer close(handlerFinished)
+		for resp := range wch {
+			for _, ev := range resp.Events {
+				if stopping.Load() {
+					return
+				}
+				saw.Add(1)
+				// The reconcile runs on ctx, not hctx: the one in flight
+				// when the run ends may finish.
+				if err := workFor(ctx, e.Etcd, string(ev.Kv.Key), period); err != nil {
+					handlerErr = err
+					return
+				}
+				completed.Add(1)
+			}
+		}
+	}()
+
+	start := time.Now()
+	var w burstWrites
+	w.write(ctx, e.Etcd, prefix, run, o)
+	if w.err != nil {
+		return arm, w.err
+	}
+	if rest := o.Duration - time.Since(start); rest > 0 {
+		sleepCtx(ctx, rest)
+	}
+	window := time.Since(start)
+	stopping.Store(true)
+	hcancel()
+	<-handlerFinished
+	if handlerErr != nil && ctx.Err() == nil {
+		return arm, handlerErr
+	}
+	arm.Changes = int(w.written.Load())
+	arm.WindowSeconds = round2(window.Seconds())
+	arm.DiscoveredPerSecond = round2(float64(arm.Changes) / window.Seconds())
+	arm.Completed = int(completed.Load())
+	arm.CompletedPerSecond = round2(float64(arm.Completed) / window.Seconds())
+	arm.Backlog = arm.Changes - arm.Completed
+	arm.HandlerSaw = int(saw.Load())
+	return arm, ctx.Err()
+}
+
+// burstBaton is the Baton run: an announcer Adds every change's key to the
+// queue, and a worker leases, reconciles and acks at the execution rate.
+// It returns the keys it announced, for cleanup.
+func burstBaton(ctx context.Context, e Env, o BurstOptions, prefix, run string) (BurstArm, []string, error) {
+	arm := BurstArm{Architecture: "baton", HeldBy: "the queue"}
+	rev, err := revisionNow(ctx, e.Etcd)
+	if err != nil {
+		return arm, nil, err
+	}
+	period := time.Duration(float64(time.Second) / o.Execute)
+	var completed atomic.Int64
+	rec := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		name := req.Key[len(run)+1:]
+		if err := workFor(ctx, e.Etcd, prefix+name, period); err != nil {
+			return reconcile.Result{}, err
+		}
+		completed.Add(1)
+		return reconcile.Result{}, nil
+	})
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
+	ann := startAnnouncer(actx, e, prefix, rev+1, QueueBurst, queueKey(run), false)
+	wk, err := startWorker(ctx, e, QueueBurst, "batonctl-experiment-"+run, rec)
+	if err != nil {
+		return arm, nil, err
+	}
+
+	start := time.Now()
+	var w burstWrites
+	w.write(ctx, e.Etcd, prefix, run, o)
+	if w.err != nil {
+		_ = wk.stop()
+		return arm, ann.announcedKeys(), w.err
+	}
+	if rest := o.Duration - time.Since(start); rest > 0 {
+		sleepCtx(ctx, rest)
+	}
+	window := time.Since(start)
+	if err := wk.stop(); err != nil {
+		return arm, ann.announcedKeys(), err
+	}
+	// Discovery never waited on the worker; let the announcer finish the
+	// changes etcd has already delivered before reading the queue's depth.
+	lastRev := w.lastRev.Load()
+	err = waitFor(ctx, 30*time.Second, "the announcer to reach revision "+strconv.FormatInt(lastRev, 10), func() (bool, error) {
+		return ann.rev.Load() >= lastRev, ann.failed()
+	})
+	acancel()
+	<-ann.done
+	keys := ann.announcedKeys()
+	if err != nil {
+		return arm, keys, err
+	}
+	st, err := stats(ctx, e.Queue, QueueBurst)
+	if err != nil {
+		return arm, keys, err
+	}
+	d := depthOf(st)
+	arm.Changes = int(w.written.Load())
+	arm.WindowSeconds = round2(window.Seconds())
+	arm.DiscoveredPerSecond = round2(float64(arm.Changes) / window.Seconds())
+	arm.Completed = int(completed.Load())
+	arm.CompletedPerSecond = round2(float64(arm.Completed) / window.Seconds())
+	arm.Backlog = int(d.Total())
+	arm.QueueDepth = &d
+	arm.Announced = int(ann.announced.Load())
+	arm.Queued = int(ann.queued.Load())
+	arm.Collapsed = int(ann.collapsed.Load())
+	return arm, keys, nil
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

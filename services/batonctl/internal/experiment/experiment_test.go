@@ -1,0 +1,241 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/batonrun/baton/services/etcdembed"
+	"github.com/batonrun/baton/services/queue/client"
+	queueservice "github.com/batonrun/baton/services/queue/service"
+)
+
+// startEnv starts an embedded etcd and the real queue service on free
+// ports for the test.
+func startEnv(t *testing.T) Env {
+	t.Helper()
+	srv := etcdembed.StartForTest(t)
+	c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := queueservice.DefaultConfig()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
+	cfg.GracePeriod = time.Second
+	addrs := make(chan string, 1)
+	cfg.OnListen = func(g, _ net.Addr) { addrs <- g.String() }
+	done := make(chan error, 1)
+	go func() { done <- queueservice.Run(ctx, cfg, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("queue: %v", err)
+		}
+	})
+	var addr string
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("queue did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("queue did not start in 30s")
+	}
+	q, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return Env{Etcd: c, Queue: q}
+}
+
+// assertClean checks that a run left no object and no queue key behind.
+func assertClean(t *testing.T, e Env, queue string) {
+	t.Helper()
+	resp, err := e.Etcd.Get(t.Context(), Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 0 {
+		t.Errorf("%d objects left under %s", resp.Count, Prefix)
+	}
+	st, err := stats(t.Context(), e.Queue, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := depthOf(st); d.Total() != 0 {
+		t.Errorf("queue %s left holding %+v", queue, d)
+	}
+}
+
+// TestExperiments runs each experiment against one embedded etcd and one
+// real queue, and checks the outcome each is meant to show.
+func TestExperiments(t *testing.T) {
+	e := startEnv(t)
+
+	t.Run("repeat", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		r, err := Repeat(ctx, e, RepeatOptions{Notifications: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Observed != 3 || r.DirectReconciles != 3 {
+			t.Errorf("observed %d notifications, %d direct-reaction reconciles; want 3 and 3", r.Observed, r.DirectReconciles)
+		}
+		if r.QueueReconciles != 1 || r.QueueLeases != 1 {
+			t.Errorf("work queue: %d reconciles, %d leases; want exactly 1 each", r.QueueReconciles, r.QueueLeases)
+		}
+		if got := r.QueueReconciledSeqs; len(got) != 1 || got[0] != 3 {
+			t.Errorf("the work-queue reconcile read change %v, want the latest, [3]", got)
+		}
+		if got := r.DirectReconciledSeqs; len(got) != 3 || got[0] != 1 || got[2] != 3 {
+			t.Errorf("direct reaction reconciled changes %v, want [1 2 3]", got)
+		}
+		queued, collapsed := 0, 0
+		for _, a := range r.Adds {
+			queued += a.Queued
+			collapsed += a.Collapsed
+		}
+		if len(r.Adds) != 3 || queued != 1 || collapsed != 2 {
+			t.Errorf("adds %+v: want 3 Adds, 1 queued and 2 collapsed", r.Adds)
+		}
+		if b := r.BeforeWorker; b.State != "PENDING" || b.Announcements != 3 {
+			t.Errorf("item before the worker: %+v, want PENDING with 3 announcements", b)
+		}
+		if r.Needed != 1 {
+			t.Errorf("needed %d", r.Needed)
+		}
+		assertClean(t, e, QueueRepeat)
+	})
+
+	t.Run("repeat refuses a busy queue", func(t *testing.T) {
+		if _, err := e.Queue.Add(t.Context(), QueueRepeat, []string{"someone/else"}, client.AddOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Repeat(t.Context(), e, RepeatOptions{Notifications: 3})
+		if !errors.Is(err, ErrQueueBusy) {
+			t.Errorf("Repeat on a busy queue: %v, want ErrQueueBusy", err)
+		}
+		if _, err := e.Queue.Forget(t.Context(), QueueRepeat, []string{"someone/else"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	burst := []struct {
+		name string
+		opts BurstOptions
+	}{
+		{"burst every change a new object", BurstOptions{Discover: 200, Execute: 20, Duration: time.Second}},
+		{"burst over 5 objects", BurstOptions{Discover: 200, Execute: 20, Duration: time.Second, Keys: 5}},
+	}
+	for _, tc := range burst {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			r, err := Burst(ctx, e, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := int(tc.opts.Discover * tc.opts.Duration.Seconds())
+			for _, arm := range []BurstArm{r.Direct, r.Baton} {
+				if arm.Changes != want {
+					t.Errorf("%s: %d changes written, want %d", arm.Architecture, arm.Changes, want)
+				}
+				// Generous: the machine is shared, so only bound the
+				// completions by the execution rate over the window.
+				if most := int(arm.WindowSeconds*tc.opts.Execute) + 2; arm.Completed < 1 || arm.Completed > most {
+					t.Errorf("%s: %d completed in %.2fs, want 1..%d", arm.Architecture, arm.Completed, arm.WindowSeconds, most)
+				}
+			}
+			d := r.Direct
+			if d.Backlog != d.Changes-d.Completed || d.Backlog <= 0 || d.HeldBy != "nobody" || d.Collapsed != 0 {
+				t.Errorf("direct reaction: %+v; want backlog = changes − completed > 0, held by nobody, nothing collapsed", d)
+			}
+			if d.HandlerSaw > d.Completed+1 {
+				t.Errorf("direct reaction: the handler saw %d events but completed %d: it should take the next only after reconciling", d.HandlerSaw, d.Completed)
+			}
+			b := r.Baton
+			if b.QueueDepth == nil || int(b.QueueDepth.Total()) != b.Backlog || b.HeldBy != "the queue" {
+				t.Fatalf("baton: %+v; want the queue's depth to hold the backlog", b)
+			}
+			if b.Announced != b.Changes || b.Queued+b.Collapsed != b.Announced {
+				t.Errorf("baton: announced %d (queued %d + collapsed %d) of %d changes", b.Announced, b.Queued, b.Collapsed, b.Changes)
+			}
+			if tc.opts.Keys == 0 {
+				if b.Backlog != b.Changes-b.Completed || b.Collapsed != 0 {
+					t.Errorf("baton: backlog %d, collapsed %d; want changes − completed = %d and 0", b.Backlog, b.Collapsed, b.Changes-b.Completed)
+				}
+			} else {
+				if b.Backlog > tc.opts.Keys || b.Collapsed == 0 {
+					t.Errorf("baton over %d objects: backlog %d, collapsed %d; want at most %d and some collapsed", tc.opts.Keys, b.Backlog, b.Collapsed, tc.opts.Keys)
+				}
+			}
+			assertClean(t, e, QueueBurst)
+		})
+	}
+
+	t.Run("failure", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		r, err := Failure(ctx, e, FailureOptions{Replicas: 3, Failures: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Baton.Pods != 3 {
+			t.Errorf("baton ended with %d pods, want 3", r.Baton.Pods)
+		}
+		if r.Direct.Pods >= 3 || r.Direct.Attempts != 1 || !strings.Contains(r.Direct.Error, "write refused") {
+			t.Errorf("direct reaction: %+v; want one attempt, fewer than 3 pods and the refused write", r.Direct)
+		}
+		if r.Baton.Attempts != 3 || len(r.Baton.Steps) != 3 {
+			t.Fatalf("baton: %d attempts, steps %+v; want 3", r.Baton.Attempts, r.Baton.Steps)
+		}
+		for i, s := range r.Baton.Steps {
+			if s.Item.State != "LEASED" || int(s.Item.Attempts) != i {
+				t.Errorf("attempt %d: Inspect said %+v, want LEASED with %d attempts", i+1, s.Item, i)
+			}
+			if i > 0 && !strings.Contains(s.Item.LastError, "write refused") {
+				t.Errorf("attempt %d: last_error %q, want the previous attempt's refused write", i+1, s.Item.LastError)
+			}
+			if s.PodsAfter != s.PodsBefore+1 {
+				t.Errorf("attempt %d: pods %d → %d, want one more", i+1, s.PodsBefore, s.PodsAfter)
+			}
+		}
+		if r.Baton.Final == nil || r.Baton.Final.State != "ABSENT" {
+			t.Errorf("final item %+v, want ABSENT", r.Baton.Final)
+		}
+		assertClean(t, e, QueueFailure)
+	})
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"burst rate", BurstOptions{Discover: 0, Execute: 1, Duration: time.Second}.Validate(), "discover"},
+		{"burst execute", BurstOptions{Discover: 1, Execute: -1, Duration: time.Second}.Validate(), "execute"},
+		{"burst duration", BurstOptions{Discover: 1, Execute: 1}.Validate(), "duration"},
+		{"burst size", BurstOptions{Discover: 1e6, Execute: 1, Duration: 2 * time.Second}.Validate(), "1,000,000"},
+		{"repeat", RepeatOptions{}.Validate(), "notifications"},
+		{"failure replicas", FailureOptions{Replicas: 1, Failures: 1}.Validate(), "replicas"},
+		{"failure failures", FailureOptions{Replicas: 3, Failures: 3}.Validate(), "failures"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, tc.err, tc.want)
+		}
+	}
+	if err := (BurstOptions{Discover: 1000, Execute: 10, Duration: time.Second}).Validate(); err != nil {
+		t.Errorf("default burst: %v", err)
+	}
+}
