@@ -12,5 +12,6 @@ fi
 # The queue's data goes under bench/out (git-ignored), on the repository's
 # disk: a tmpfs /tmp would make every fsync free.
 mkdir -p "$ROOT/bench/out"
-log "batonbench $*"
-go run ./cmd/batonbench -bin "$ROOT/bin/baton-queue" -dir "$ROOT/bench/out" -doc "$ROOT/docs/benchmarks.md" "$@"
+rev=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
+log "batonbench $* (baton-queue from $rev)"
+go run ./cmd/batonbench -bin "$ROOT/bin/baton-queue" -dir "$ROOT/bench/out" -doc "$ROOT/docs/benchmarks.md" -rev "$rev" "$@"

@@ -14,6 +14,7 @@ type docData struct {
 	Machine machine
 	Quick   bool
 	Rounds  int
+	Rev     string
 	Started time.Time
 	Took    time.Duration
 	Records []report.Record
@@ -67,6 +68,7 @@ Run on **{{.Date}}**, {{if .D.Quick}}**a smoke run (` + "`-quick`" + `: 0.5 s wo
 | Go | {{.D.Machine.Go}} |
 | kernel | {{.D.Machine.Kernel}} |
 | load average (1, 5, 15 min) at the start | {{.D.Machine.Load}} |
+| baton-queue built from | {{if .D.Rev}}` + "`{{.D.Rev}}`" + `{{else}}unknown{{end}} |
 
 ## Command
 

@@ -33,6 +33,7 @@ func main() {
 // config is the run's shape; -quick shrinks every figure for a smoke run.
 type config struct {
 	bin, dir, out, doc string
+	rev                string // the source revision the binary was built from, for the report
 	quick              bool
 	rounds             int           // of the paired workloads; the best figure of each is kept
 	dur                time.Duration // each timed workload
@@ -49,6 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.dir, "dir", "", "directory for the queue's data (default: the system temp dir); put it on the disk you mean to measure")
 	fs.StringVar(&c.out, "out", os.Getenv("BENCH_OUT"), "write the records as JSON to this file (default $BENCH_OUT)")
 	fs.StringVar(&c.doc, "doc", "", "regenerate this Markdown report, e.g. docs/benchmarks.md")
+	fs.StringVar(&c.rev, "rev", "", "source revision of the binary (git describe), shown in the report")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: short workloads, 100,000 keys instead of 1,000,000, one round")
 	fs.IntVar(&c.rounds, "rounds", 0, "rounds of the paired reference/baton workloads, keeping each figure's best (default 2, 1 with -quick)")
 	if err := fs.Parse(args); err != nil {
@@ -119,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.doc != "" {
 		var doc strings.Builder
-		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Took: took, Records: b.set.Records, Targets: targets, Started: started}); err != nil {
+		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Rev: c.rev, Took: took, Records: b.set.Records, Targets: targets, Started: started}); err != nil {
 			fmt.Fprintln(stderr, "batonbench: render doc:", err)
 			return 1
 		}
