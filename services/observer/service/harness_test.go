@@ -195,6 +195,7 @@ type observerConn struct {
 	conn               *grpc.ClientConn
 	stop               func() // stops it (in-process) or kills it (child)
 	cmd                *exec.Cmd
+	exited             chan struct{} // child only: closed when it has exited
 }
 
 func dialObserver(t testing.TB, addr string) (*grpc.ClientConn, observerv1.ObserverServiceClient) {
@@ -299,7 +300,7 @@ func startObserverProcess(t testing.TB, bin, grpcAddr, httpAddr, rulesFile strin
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	o := &observerConn{grpcAddr: grpcAddr, httpAddr: httpAddr, cmd: cmd}
+	o := &observerConn{grpcAddr: grpcAddr, httpAddr: httpAddr, cmd: cmd, exited: exited}
 	o.stop = func() {
 		_ = cmd.Process.Kill()
 		<-exited

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -156,6 +157,25 @@ func TestNoChangeMissedAcrossSIGSTOP(t *testing.T) {
 	settle(t, o, cli)
 	w.checkQueue(t, q)
 	checkCache(t, o, cli)
+
+	// The healthcheck subcommand probes it; SIGTERM stops it with status 0.
+	// (gRPC health follows readiness once a second, so poll.)
+	waitFor(t, 30*time.Second, "healthcheck to pass", func() (bool, string) {
+		out, err := exec.Command(bin, "healthcheck", "--grpc-addr", o.grpcAddr, "--http-addr", o.httpAddr).CombinedOutput()
+		return err == nil, fmt.Sprintf("%v: %s", err, out)
+	})
+	signal(t, o.cmd, syscall.SIGTERM)
+	select {
+	case <-o.exited:
+		if code := o.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("exit status after SIGTERM = %d, want 0", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("observer did not exit after SIGTERM")
+	}
+	if out, err := exec.Command(bin, "healthcheck", "--grpc-addr", o.grpcAddr, "--http-addr", o.httpAddr).CombinedOutput(); err == nil {
+		t.Errorf("healthcheck of a stopped observer succeeded:\n%s", out)
+	}
 }
 
 // The observer process is killed (SIGKILL) while changes are made, and
