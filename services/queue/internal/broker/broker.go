@@ -91,14 +91,6 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	restored := 0
 	st, err := store.Open(opts, func(r *record.Record) {
 		sh := b.shardLocked(r.Queue)
-		if !sh.exists {
-			// Restore must not emit records (the log already holds what
-			// it replays): replacing a key's earlier state goes through
-			// Forget, whose Delete would otherwise reach the log at the
-			// first operation after recovery and lose the key at the
-			// next restart. The sink is set back once recovery is done.
-			sh.q.SetSink(nil)
-		}
 		sh.exists = true
 		if r.Kind != record.KindQueue {
 			sh.q.Restore(r)

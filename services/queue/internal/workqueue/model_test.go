@@ -335,7 +335,9 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			}
 		case op < 93:
 			ev = "restart"
-			q = New("q", &cfg, tokens, nil)
+			// Restore with the sink attached, as the broker does: replay
+			// must write nothing.
+			q = New("q", &cfg, tokens, func(r *record.Record) { fail("restore wrote %+v", *r) })
 			for _, r := range disk {
 				q.Restore(&r)
 			}

@@ -526,11 +526,15 @@ func (q *Queue) SetSink(s Sink) {
 	q.sink = s
 }
 
-// Restore loads a stored record during recovery, before any other call and
-// with no sink set. Call Settle when every record is loaded.
+// Restore loads a stored record during recovery, before any other call.
+// Call Settle when every record is loaded. It never reports to the sink: the
+// log already holds what it replays.
 func (q *Queue) Restore(r *record.Record) {
 	if q.items[r.Key] != nil {
+		sink := q.sink
+		q.sink = func(*record.Record) {}
 		q.Forget(r.Key)
+		q.sink = sink
 	}
 	if r.Kind != record.KindPut {
 		return
