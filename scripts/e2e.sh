@@ -235,7 +235,7 @@ status
 
 log "apply $EXAMPLES"
 batonctl apply -f "$EXAMPLES"
-wait_for "$EXAMPLES converges" converged
+wait_for "the manifests in $EXAMPLES converge" converged
 batonctl get all -A
 
 log "load: $JOBS Jobs and $LOAD ReplicaSets of 3; SIGKILL the queue while they are worked on"
