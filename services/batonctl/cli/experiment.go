@@ -181,7 +181,7 @@ func printBurst(w io.Writer, r *experiment.BurstResult) error {
 func printRepeat(w io.Writer, r *experiment.RepeatResult) error {
 	fmt.Fprintf(w, "Repeat: %d rapid changes to one object (queue %s, key %s).\n\n", r.Notifications, r.Queue, r.Key)
 	t := printer.NewTable(w, "", "DIRECT REACTION", "WORK QUEUE")
-	t.Row("Notifications observed", strconv.Itoa(r.Observed), strconv.Itoa(r.Observed))
+	t.Row("Notifications observed", strconv.Itoa(r.DirectObserved), strconv.Itoa(r.Observed))
 	t.Row("Reconciles", strconv.Itoa(r.DirectReconciles), strconv.Itoa(r.QueueReconciles))
 	t.Row("Reconciled against change", seqs(r.DirectReconciledSeqs), seqs(r.QueueReconciledSeqs))
 	t.Row("Correct number needed", strconv.Itoa(r.Needed), strconv.Itoa(r.Needed))

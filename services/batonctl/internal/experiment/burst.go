@@ -19,7 +19,8 @@ type BurstOptions struct {
 	// Discover is how many changes per second are written to etcd.
 	Discover float64
 	// Execute is how many reconciles per second the one worker finishes:
-	// each reconcile reads its object and then works for 1/Execute.
+	// each reconcile reads its object and then works until 1/Execute has
+	// passed since the previous one ended (see pacer).
 	Execute float64
 	// Duration is how long changes keep arriving.
 	Duration time.Duration
@@ -42,8 +43,8 @@ func (o BurstOptions) Validate() error {
 		return errors.New("duration: at most 10m")
 	case o.Keys < 0:
 		return errors.New("keys: must not be negative")
-	case o.Discover*o.Duration.Seconds() > 1_000_000:
-		return errors.New("discover × duration: at most 1,000,000 changes")
+	case o.Discover*o.Duration.Seconds() > 100_000:
+		return errors.New("discover × duration: at most 100,000 changes")
 	}
 	return nil
 }
@@ -111,7 +112,7 @@ func Burst(ctx context.Context, e Env, o BurstOptions) (*BurstResult, error) {
 	runPrefix := Prefix + run + "/"
 	var announced []string
 	defer func() {
-		if err := cleanup(e, runPrefix, QueueBurst, announced); err != nil {
+		if err := cleanup(e, run, QueueBurst, announced); err != nil {
 			e.log().Warn("experiment cleanup", "err", err)
 		}
 	}()
@@ -125,14 +126,29 @@ func Burst(ctx context.Context, e Env, o BurstOptions) (*BurstResult, error) {
 	return res, nil
 }
 
-// workFor reads the object at key and then works until period has passed
-// since it started: one reconcile at the execution rate.
-func workFor(ctx context.Context, c *clientv3.Client, key string, period time.Duration) error {
+// pacer holds a worker to the execution rate: each reconcile ends one
+// period after the later of its own start and the previous reconcile's end.
+// The time a worker spends between reconciles (leasing, acking, reading)
+// comes out of the period instead of adding to it, so back-to-back work
+// finishes at the rate asked for, as long as that overhead fits in a period.
+type pacer struct {
+	period time.Duration
+	next   time.Time
+}
+
+// workFor reads the object at key and then works until the pacer's next
+// slot: one reconcile at the execution rate. Only one goroutine uses a pacer.
+func workFor(ctx context.Context, c *clientv3.Client, key string, p *pacer) error {
 	start := time.Now()
 	if _, err := c.Get(ctx, key); err != nil {
 		return err
 	}
-	t := time.NewTimer(period - time.Since(start))
+	end := p.next.Add(p.period)
+	if p.next.Before(start) {
+		end = start.Add(p.period)
+	}
+	p.next = end
+	t := time.NewTimer(time.Until(end))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -206,7 +222,7 @@ func burstDirect(ctx context.Context, e Env, o BurstOptions, prefix, run string)
 	if err != nil {
 		return arm, err
 	}
-	period := time.Duration(float64(time.Second) / o.Execute)
+	pace := &pacer{period: time.Duration(float64(time.Second) / o.Execute)}
 	hctx, hcancel := context.WithCancel(ctx)
 	defer hcancel()
 	wch := e.Etcd.Watch(hctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
@@ -226,7 +242,7 @@ func burstDirect(ctx context.Context, e Env, o BurstOptions, prefix, run string)
 				saw.Add(1)
 				// The reconcile runs on ctx, not hctx: the one in flight
 				// when the run ends may finish.
-				if err := workFor(ctx, e.Etcd, string(ev.Kv.Key), period); err != nil {
+				if err := workFor(ctx, e.Etcd, string(ev.Kv.Key), pace); err != nil {
 					handlerErr = err
 					return
 				}
@@ -270,19 +286,19 @@ func burstBaton(ctx context.Context, e Env, o BurstOptions, prefix, run string) 
 	if err != nil {
 		return arm, nil, err
 	}
-	period := time.Duration(float64(time.Second) / o.Execute)
+	// One worker (Concurrency 1) calls the reconciler, so one pacer serves.
+	pace := &pacer{period: time.Duration(float64(time.Second) / o.Execute)}
 	var completed atomic.Int64
 	rec := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		name := req.Key[len(run)+1:]
-		if err := workFor(ctx, e.Etcd, prefix+name, period); err != nil {
+		if err := workFor(ctx, e.Etcd, prefix+name, pace); err != nil {
 			return reconcile.Result{}, err
 		}
 		completed.Add(1)
 		return reconcile.Result{}, nil
 	})
-	actx, acancel := context.WithCancel(ctx)
-	defer acancel()
-	ann := startAnnouncer(actx, e, prefix, rev+1, QueueBurst, queueKey(run), false)
+	ann := startAnnouncer(ctx, e, prefix, rev+1, QueueBurst, queueKey(run), false)
+	defer ann.stop()
 	wk, err := startWorker(ctx, e, QueueBurst, "batonctl-experiment-"+run, rec)
 	if err != nil {
 		return arm, nil, err
@@ -308,8 +324,7 @@ func burstBaton(ctx context.Context, e Env, o BurstOptions, prefix, run string) 
 	err = waitFor(ctx, 30*time.Second, "the announcer to reach revision "+strconv.FormatInt(lastRev, 10), func() (bool, error) {
 		return ann.rev.Load() >= lastRev, ann.failed()
 	})
-	acancel()
-	<-ann.done
+	ann.stop()
 	keys := ann.announcedKeys()
 	if err != nil {
 		return arm, keys, err

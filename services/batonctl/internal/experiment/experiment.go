@@ -130,14 +130,24 @@ func depthOf(s *queuev1.QueueStats) Depth {
 	return Depth{Pending: s.GetPending(), Delayed: s.GetDelayed(), Leased: s.GetLeased(), Parked: s.GetParked()}
 }
 
-// cleanup deletes a run's objects and forgets its queue keys. It runs on a
-// fresh context so that an interrupted run (Ctrl-C) still cleans up.
-func cleanup(e Env, runPrefix, queue string, keys []string) error {
+// cleanup deletes a run's objects and forgets its queue keys: those it
+// announced and any other of the run's keys the queue still lists. It runs
+// on a fresh context so that an interrupted run (Ctrl-C) still cleans up.
+func cleanup(e Env, run, queue string, keys []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var errs []error
-	if _, err := e.Etcd.Delete(ctx, runPrefix, clientv3.WithPrefix()); err != nil {
-		errs = append(errs, fmt.Errorf("delete %s: %w", runPrefix, err))
+	if _, err := e.Etcd.Delete(ctx, Prefix+run+"/", clientv3.WithPrefix()); err != nil {
+		errs = append(errs, fmt.Errorf("delete %s: %w", Prefix+run+"/", err))
+	}
+	items, err := e.Queue.List(ctx, queue, queuev1.ItemState_ITEM_STATE_UNSPECIFIED, 1000)
+	if err != nil && status.Code(errors.Unwrap(err)) != codes.NotFound && status.Code(err) != codes.NotFound {
+		errs = append(errs, err)
+	}
+	for _, it := range items {
+		if strings.HasPrefix(it.GetKey(), run+"/") {
+			keys = append(keys, it.GetKey())
+		}
 	}
 	if len(keys) > 0 {
 		if _, err := e.Queue.Forget(ctx, queue, keys); err != nil {
@@ -199,6 +209,8 @@ type announcer struct {
 	collapsed atomic.Int64
 	rev       atomic.Int64 // the newest revision announced
 
+	cancel context.CancelFunc
+
 	mu    sync.Mutex
 	adds  []AddOutcome
 	keys  map[string]bool
@@ -215,7 +227,8 @@ type AddOutcome struct {
 }
 
 func startAnnouncer(ctx context.Context, e Env, prefix string, fromRev int64, queue string, keyOf func(string) string, perEvent bool) *announcer {
-	a := &announcer{q: e.Queue, queue: queue, keyOf: keyOf, perEvent: perEvent, keys: map[string]bool{}, done: make(chan struct{}), start: time.Now()}
+	ctx, cancel := context.WithCancel(ctx)
+	a := &announcer{q: e.Queue, queue: queue, keyOf: keyOf, perEvent: perEvent, keys: map[string]bool{}, done: make(chan struct{}), start: time.Now(), cancel: cancel}
 	a.rev.Store(fromRev - 1)
 	wch := e.Etcd.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev))
 	go func() {
@@ -265,6 +278,12 @@ func startAnnouncer(ctx context.Context, e Env, prefix string, fromRev int64, qu
 		}
 	}()
 	return a
+}
+
+// stop stops watching and returns once no Add is in flight.
+func (a *announcer) stop() {
+	a.cancel()
+	<-a.done
 }
 
 func (a *announcer) fail(err error) {

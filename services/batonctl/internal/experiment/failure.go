@@ -159,7 +159,7 @@ func Failure(ctx context.Context, e Env, o FailureOptions) (*FailureResult, erro
 	res := &FailureResult{Experiment: "failure", RunID: run, Queue: QueueFailure, Key: qkey, Replicas: o.Replicas, Failures: o.Failures,
 		Direct: FailureArm{Architecture: "direct reaction"}, Baton: FailureArm{Architecture: "baton"}}
 	defer func() {
-		if err := cleanup(e, runPrefix, QueueFailure, []string{qkey}); err != nil {
+		if err := cleanup(e, run, QueueFailure, []string{qkey}); err != nil {
 			e.log().Warn("experiment cleanup", "err", err)
 		}
 	}()
@@ -197,9 +197,8 @@ func Failure(ctx context.Context, e Env, o FailureOptions) (*FailureResult, erro
 
 	// Baton: the announcer Adds the set's key; the worker retries it until
 	// the reconcile succeeds, and records Inspect at each attempt.
-	actx, acancel := context.WithCancel(ctx)
-	defer acancel()
-	ann := startAnnouncer(actx, e, batonPrefix+"set", rev+1, QueueFailure, queueKey(run), false)
+	ann := startAnnouncer(ctx, e, batonPrefix+"set", rev+1, QueueFailure, queueKey(run), false)
+	defer ann.stop()
 	var (
 		mu      sync.Mutex
 		steps   []FailureStep

@@ -33,10 +33,12 @@ type RepeatResult struct {
 	RunID      string `json:"run_id"`
 	Queue      string `json:"queue"`
 	Key        string `json:"key"`
-	// Notifications is how many changes were written to the object, and
-	// Observed how many watch events each architecture received for them.
-	Notifications int `json:"notifications"`
-	Observed      int `json:"notifications_observed"`
+	// Notifications is how many changes were written to the object;
+	// DirectObserved and Observed how many watch events the direct-reaction
+	// handler and the work queue's announcer received for them.
+	Notifications  int `json:"notifications"`
+	DirectObserved int `json:"direct_reaction_notifications_observed"`
+	Observed       int `json:"work_queue_notifications_observed"`
 	// DirectReconciles counts the direct-reaction handler's reconciles, and
 	// DirectReconciledSeqs the change (spec.seq) each one acted on.
 	DirectReconciles     int     `json:"direct_reaction_reconciles"`
@@ -90,7 +92,7 @@ func Repeat(ctx context.Context, e Env, o RepeatOptions) (*RepeatResult, error) 
 	qkey := queueKey(run)(objKey)
 	res := &RepeatResult{Experiment: "repeat", RunID: run, Queue: QueueRepeat, Key: qkey, Notifications: o.Notifications, Needed: 1}
 	defer func() {
-		if err := cleanup(e, runPrefix, QueueRepeat, []string{qkey}); err != nil {
+		if err := cleanup(e, run, QueueRepeat, []string{qkey}); err != nil {
 			e.log().Warn("experiment cleanup", "err", err)
 		}
 	}()
@@ -109,8 +111,9 @@ func Repeat(ctx context.Context, e Env, o RepeatOptions) (*RepeatResult, error) 
 	hctx, hcancel := context.WithCancel(ctx)
 	defer hcancel()
 	var (
-		mu         sync.Mutex
-		directSeqs []int64
+		mu             sync.Mutex
+		directSeqs     []int64
+		directObserved int
 	)
 	wch := e.Etcd.Watch(hctx, objKey, clientv3.WithRev(rev+1))
 	go func() {
@@ -119,6 +122,9 @@ func Repeat(ctx context.Context, e Env, o RepeatOptions) (*RepeatResult, error) 
 				if ev.Type != clientv3.EventTypePut {
 					continue
 				}
+				mu.Lock()
+				directObserved++
+				mu.Unlock()
 				sleepCtx(hctx, 10*time.Millisecond) // the reconcile's work
 				mu.Lock()
 				directSeqs = append(directSeqs, seqOf(ev.Kv.Value))
@@ -128,9 +134,8 @@ func Repeat(ctx context.Context, e Env, o RepeatOptions) (*RepeatResult, error) 
 	}()
 
 	// Baton: the announcer Adds the key once per event; no worker runs yet.
-	actx, acancel := context.WithCancel(ctx)
-	defer acancel()
-	ann := startAnnouncer(actx, e, objKey, rev+1, QueueRepeat, queueKey(run), true)
+	ann := startAnnouncer(ctx, e, objKey, rev+1, QueueRepeat, queueKey(run), true)
+	defer ann.stop()
 
 	for i := 1; i <= o.Notifications; i++ {
 		if _, err := e.Etcd.Put(ctx, objKey, marshalObject("Experiment", run, "web", map[string]any{"seq": i})); err != nil {
@@ -147,8 +152,7 @@ func Repeat(ctx context.Context, e Env, o RepeatOptions) (*RepeatResult, error) 
 	if err != nil {
 		return nil, err
 	}
-	acancel()
-	<-ann.done
+	ann.stop()
 	res.Observed = int(ann.events.Load())
 	res.Adds = ann.outcomes()
 	item, err := e.Queue.Inspect(ctx, QueueRepeat, qkey)
@@ -201,6 +205,7 @@ func Repeat(ctx context.Context, e Env, o RepeatOptions) (*RepeatResult, error) 
 	hcancel()
 	mu.Lock()
 	defer mu.Unlock()
+	res.DirectObserved = directObserved
 	res.DirectReconciles = len(directSeqs)
 	res.DirectReconciledSeqs = append([]int64(nil), directSeqs...)
 	res.QueueReconciles = len(queueSeqs)
