@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -101,22 +103,26 @@ func (s *stack) idle(tb testing.TB, rev int64) bool {
 
 // BenchmarkColdStart: N ReplicaSets × 3 pods written at once into an empty
 // stack (real etcd, queue and observer, one worker with replicasets and pods
-// at concurrency 16), until every set reports 3 ready pods. Reports the
+// at concurrency 64), until every set reports 3 ready pods. Reports the
 // convergence time, etcd writes (revisions) per ReplicaSet, and reconciles
 // per ReplicaSet. Run with -benchtime 1x:
 //
 //	go test -run '^$' -bench ColdStart -benchtime 1x ./services/worker/service
 func BenchmarkColdStart(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
+	sizes := []int{1000, 10000}
+	if v, err := strconv.Atoi(os.Getenv("BATON_BENCH_SETS")); err == nil && v > 0 {
+		sizes = []int{v} // an ad hoc size
+	}
+	for _, n := range sizes {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			for range b.N {
 				s := startStack(b)
 				var reconciles atomic.Int64
 				cfg := s.workerConfig()
-				cfg.Controllers, cfg.Concurrency = "replicasets,pods", 16
+				cfg.Controllers, cfg.Concurrency = "replicasets,pods", 64
 				cfg.LeaseDuration = 30 * time.Second
 				cfg.Wrap = countReconciles(&reconciles)
-				s.startWorker(cfg)
+				w := s.startWorker(cfg)
 
 				kvs := map[string]string{}
 				for i := range n {
@@ -138,6 +144,11 @@ func BenchmarkColdStart(b *testing.B) {
 				b.ReportMetric(took.Seconds(), "s/converge")
 				b.ReportMetric(float64(head.Header.Revision-written)/float64(n), "etcd-writes/rs")
 				b.ReportMetric(float64(reconciles.Load())/float64(n), "reconciles/rs")
+				for _, c := range []string{"replicasets", "pods"} {
+					sum := w.metric(b, `baton_worker_reconcile_duration_seconds_sum{controller="`+c+`"}`)
+					count := w.metric(b, `baton_worker_reconcile_duration_seconds_count{controller="`+c+`"}`)
+					b.Logf("%s: %s reconciles took %s s in all", c, count, sum)
+				}
 			}
 		})
 	}
