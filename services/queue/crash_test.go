@@ -254,7 +254,8 @@ func (l *ledger) note(k, format string, args ...any) {
 }
 
 // TestCrashRestart SIGKILLs a real baton-queue at random moments under
-// concurrent Adds and Lease/Ack workers, restarts it, and checks after every
+// concurrent Adds and Lease/Ack workers (mostly success, some failures and
+// requeues; two failures park a key), restarts it, and checks after every
 // restart that each key whose Add returned OK and that no success ack took
 // away is still stored, that tokens from before the crash are LEASE_LOST, and
 // at the end that every added key was worked to success.
@@ -270,8 +271,9 @@ func TestCrashRestart(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Second)
 	defer cancel()
-	// Failures retry after 1-20 ms, so they churn through the test.
-	p := newProc(t, "--backoff-base", "1ms", "--backoff-max", "20ms", "--grace-period", "1s")
+	// Failures retry after 1-20 ms, so they churn through the test; a key
+	// parks after two, and the final drain revives parked keys with an Add.
+	p := newProc(t, "--backoff-base", "1ms", "--backoff-max", "20ms", "--grace-period", "1s", "--max-attempts", "2")
 	p.start()
 	conn := dial(t, p.grpcAddr)
 	p.waitServing(ctx, conn)
@@ -348,8 +350,11 @@ func TestCrashRestart(t *testing.T) {
 			acks := make([]client.Ack, len(leases))
 			for i, le := range leases {
 				acks[i] = client.Ack{Key: le.Key, Token: le.Token, Outcome: client.Success()}
-				if rng.IntN(10) == 0 {
+				switch rng.IntN(10) {
+				case 0:
 					acks[i].Outcome = client.Failure("simulated failure")
+				case 1:
+					acks[i].Outcome = client.RequeueAfter(time.Duration(rng.IntN(5)) * time.Millisecond)
 				}
 			}
 			g.enter()
@@ -453,7 +458,7 @@ func TestCrashRestart(t *testing.T) {
 				t.Fatal(err)
 			}
 			switch it.GetState() {
-			case queuev1.ItemState_ITEM_STATE_PENDING, queuev1.ItemState_ITEM_STATE_DELAYED, queuev1.ItemState_ITEM_STATE_LEASED:
+			case queuev1.ItemState_ITEM_STATE_PENDING, queuev1.ItemState_ITEM_STATE_DELAYED, queuev1.ItemState_ITEM_STATE_LEASED, queuev1.ItemState_ITEM_STATE_PARKED:
 			default:
 				t.Fatalf("restart %d: unfinished key %s is %v", r, k, it.GetState())
 			}
@@ -502,6 +507,19 @@ func TestCrashRestart(t *testing.T) {
 		s := st[0]
 		if s.GetPending()+s.GetDelayed()+s.GetLeased()+s.GetParked() == 0 {
 			break
+		}
+		if s.GetParked() > 0 && s.GetPending()+s.GetDelayed()+s.GetLeased() == 0 {
+			parked, err := once.List(dctx, queue, queuev1.ItemState_ITEM_STATE_PARKED, 10000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for _, it := range parked {
+				keys = append(keys, it.GetKey())
+			}
+			if _, err := once.Add(dctx, queue, keys, client.AddOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if dctx.Err() != nil {
 			t.Fatalf("queue not drained: %v", s)
