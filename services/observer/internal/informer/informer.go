@@ -50,6 +50,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 // Sink receives the keys a change announces; it must not block.
@@ -105,7 +106,8 @@ type Informer struct {
 	relists  atomic.Uint64
 	restarts atomic.Uint64
 	listed   atomic.Bool
-	changed  atomic.Int64 // revision of the last change seen (event or list)
+	streams  atomic.Uint64 // watches opened, to give each its own stream
+	changed  atomic.Int64  // revision of the last change seen (event or list)
 
 	mu      sync.Mutex
 	watchCx context.Context // the watch's context, for RequestProgress; nil when not watching
@@ -394,12 +396,27 @@ func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
 	return nil
 }
 
+// ownStream returns a context for opening one watch on a gRPC stream of its
+// own, with WithRequireLeader: a member cut off from its cluster closes the
+// watch instead of silently serving nothing, and we resume elsewhere.
+//
+// clientv3 puts every watch opened with equal context metadata on one
+// stream, and etcd answers RequestProgress on a stream with one
+// notification that clientv3 hands to every watch on it. On a shared stream
+// that notification, computed before a new watch existed, can reach the new
+// watch after its creation and before the events it must catch up on (etcd
+// sends the creation and the notification on different internal channels);
+// trusting it would skip those events. A stream per watch rules that out:
+// etcd notifies a stream only when all its watches have caught up.
+func (in *Informer) ownStream(ctx context.Context) context.Context {
+	id := fmt.Sprintf("%p-%d", in, in.streams.Add(1))
+	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "baton-watch-stream", id)
+}
+
 // watch follows the prefix from the observed revision + 1 until the watch
 // breaks; it returns why.
 func (in *Informer) watch(ctx context.Context) error {
-	// WithRequireLeader: a member cut off from its cluster closes the watch
-	// instead of silently serving nothing, and we resume elsewhere.
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(in.ownStream(ctx))
 	defer cancel()
 	in.mu.Lock()
 	in.watchCx = wctx
@@ -479,7 +496,7 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 // not touched (the list at `to` already holds the outcome).
 func (in *Informer) replay(ctx context.Context, from, to int64) error {
 	start := time.Now()
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(in.ownStream(ctx))
 	defer cancel()
 	wch := in.cli.Watch(wctx, in.prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
 	// etcd sends progress only to a watch that has caught up, so ask until
