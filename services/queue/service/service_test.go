@@ -339,16 +339,7 @@ func TestRefusedRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call(ctxT(t), h.raw)
 			got := status.Code(err)
-			switch {
-			case got == tc.code:
-			case strings.Contains(tc.name, "not utf-8") && got == codes.Internal:
-				// Known deviation, reported to the lead: keys are proto3
-				// strings, so grpc-go's codec refuses invalid UTF-8 while
-				// decoding, before the handler runs, and grpc-go answers
-				// every decode failure with Internal. The call is still
-				// refused; the check below shows nothing was stored.
-				t.Logf("DEVIATION from DESIGN.md: %v (want %v)", err, tc.code)
-			default:
+			if got != tc.code {
 				t.Fatalf("code %v (%v), want %v", got, err, tc.code)
 			}
 			if after := snap(t, h, q); !after.equal(beforeQ) {

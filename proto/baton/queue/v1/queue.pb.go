@@ -212,16 +212,16 @@ func (AckStatus) EnumDescriptor() ([]byte, []int) {
 type AddRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name, a DNS label.
-	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
 	// Keys to announce, 1 to 10,000 of them; each non-empty UTF-8 of at most
 	// 1024 bytes.
-	Keys []string `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	Keys []string `protobuf:"bytes,2,rep,name=keys" json:"keys,omitempty"`
 	// If set and positive, the keys become ready no sooner than now + delay.
-	Delay *durationpb.Duration `protobuf:"bytes,3,opt,name=delay,proto3" json:"delay,omitempty"`
+	Delay *durationpb.Duration `protobuf:"bytes,3,opt,name=delay" json:"delay,omitempty"`
 	// The priority of the announcement; a higher one raises a waiting key.
-	Priority Priority `protobuf:"varint,4,opt,name=priority,proto3,enum=baton.queue.v1.Priority" json:"priority,omitempty"`
+	Priority Priority `protobuf:"varint,4,opt,name=priority,enum=baton.queue.v1.Priority" json:"priority,omitempty"`
 	// Who announced the keys (for logs), e.g. "observer".
-	Source        string `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	Source        string `protobuf:"bytes,5,opt,name=source" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,10 +296,10 @@ type AddResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Keys whose next offer became sooner: absent to pending or delayed, leased
 	// to leased and dirty, delayed to pending or sooner, parked to pending.
-	Queued uint32 `protobuf:"varint,1,opt,name=queued,proto3" json:"queued,omitempty"`
+	Queued uint32 `protobuf:"varint,1,opt,name=queued" json:"queued,omitempty"`
 	// Keys whose next offer the Add did not change (already pending, leased and
 	// dirty, or delayed no later than requested, or repeated in the request).
-	Collapsed     uint32 `protobuf:"varint,2,opt,name=collapsed,proto3" json:"collapsed,omitempty"`
+	Collapsed     uint32 `protobuf:"varint,2,opt,name=collapsed" json:"collapsed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -352,16 +352,16 @@ func (x *AddResponse) GetCollapsed() uint32 {
 type LeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name.
-	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
 	// Who holds the lease (shown in Inspect), e.g. a host name and pid.
-	Worker string `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	Worker string `protobuf:"bytes,2,opt,name=worker" json:"worker,omitempty"`
 	// The most keys to return; 0 means 1, at most 10,000.
-	MaxItems uint32 `protobuf:"varint,3,opt,name=max_items,json=maxItems,proto3" json:"max_items,omitempty"`
+	MaxItems uint32 `protobuf:"varint,3,opt,name=max_items,json=maxItems" json:"max_items,omitempty"`
 	// How long the lease lasts; 0 means the server default (30 s), at most 10
 	// minutes.
-	LeaseDuration *durationpb.Duration `protobuf:"bytes,4,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
+	LeaseDuration *durationpb.Duration `protobuf:"bytes,4,opt,name=lease_duration,json=leaseDuration" json:"lease_duration,omitempty"`
 	// How long to wait for a ready key; 0 answers at once, at most 30 s.
-	Wait          *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait          *durationpb.Duration `protobuf:"bytes,5,opt,name=wait" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -435,7 +435,7 @@ func (x *LeaseRequest) GetWait() *durationpb.Duration {
 type LeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The leases granted.
-	Leases        []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	Leases        []*Lease `protobuf:"bytes,1,rep,name=leases" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -481,15 +481,15 @@ func (x *LeaseResponse) GetLeases() []*Lease {
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key.
-	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,1,opt,name=key" json:"key,omitempty"`
 	// The fencing token; acks and extensions must present it.
-	Token uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Token uint64 `protobuf:"varint,2,opt,name=token" json:"token,omitempty"`
 	// Failures so far (failed acks and lease expiries since the last success).
-	Attempt uint32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt uint32 `protobuf:"varint,3,opt,name=attempt" json:"attempt,omitempty"`
 	// When the lease lapses unless extended.
-	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt" json:"expires_at,omitempty"`
 	// When the key became ready.
-	PendingSince  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=pending_since,json=pendingSince,proto3" json:"pending_since,omitempty"`
+	PendingSince  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=pending_since,json=pendingSince" json:"pending_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -563,9 +563,9 @@ func (x *Lease) GetPendingSince() *timestamppb.Timestamp {
 type AckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name.
-	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
 	// The outcomes, at most 10,000.
-	Acks          []*Ack `protobuf:"bytes,2,rep,name=acks,proto3" json:"acks,omitempty"`
+	Acks          []*Ack `protobuf:"bytes,2,rep,name=acks" json:"acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -618,9 +618,9 @@ func (x *AckRequest) GetAcks() []*Ack {
 type Ack struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key.
-	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,1,opt,name=key" json:"key,omitempty"`
 	// The token from Lease.
-	Token uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Token uint64 `protobuf:"varint,2,opt,name=token" json:"token,omitempty"`
 	// What happened; exactly one must be set.
 	//
 	// Types that are valid to be assigned to Outcome:
@@ -717,17 +717,17 @@ type isAck_Outcome interface {
 
 type Ack_Success struct {
 	// The key is reconciled: forget it (unless it was announced meanwhile).
-	Success *AckSuccess `protobuf:"bytes,3,opt,name=success,proto3,oneof"`
+	Success *AckSuccess `protobuf:"bytes,3,opt,name=success,oneof"`
 }
 
 type Ack_Failure struct {
 	// The reconcile failed: retry after backoff.
-	Failure *AckFailure `protobuf:"bytes,4,opt,name=failure,proto3,oneof"`
+	Failure *AckFailure `protobuf:"bytes,4,opt,name=failure,oneof"`
 }
 
 type Ack_RequeueAfter struct {
 	// The reconcile succeeded but wants another look after this long.
-	RequeueAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=requeue_after,json=requeueAfter,proto3,oneof"`
+	RequeueAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=requeue_after,json=requeueAfter,oneof"`
 }
 
 func (*Ack_Success) isAck_Outcome() {}
@@ -777,7 +777,7 @@ func (*AckSuccess) Descriptor() ([]byte, []int) {
 type AckFailure struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The error, kept as the item's last_error.
-	Error         string `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Error         string `protobuf:"bytes,1,opt,name=error" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -823,7 +823,7 @@ func (x *AckFailure) GetError() string {
 type AckResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The results.
-	Results       []*AckResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results       []*AckResult `protobuf:"bytes,1,rep,name=results" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -869,9 +869,9 @@ func (x *AckResponse) GetResults() []*AckResult {
 type AckResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key.
-	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,1,opt,name=key" json:"key,omitempty"`
 	// OK or LEASE_LOST.
-	Status        AckStatus `protobuf:"varint,2,opt,name=status,proto3,enum=baton.queue.v1.AckStatus" json:"status,omitempty"`
+	Status        AckStatus `protobuf:"varint,2,opt,name=status,enum=baton.queue.v1.AckStatus" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -924,12 +924,12 @@ func (x *AckResult) GetStatus() AckStatus {
 type ExtendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name.
-	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
 	// The leases to extend, at most 10,000.
-	Leases []*LeaseRef `protobuf:"bytes,2,rep,name=leases,proto3" json:"leases,omitempty"`
+	Leases []*LeaseRef `protobuf:"bytes,2,rep,name=leases" json:"leases,omitempty"`
 	// The new lease length from now; 0 means the server default, at most 10
 	// minutes.
-	LeaseDuration *durationpb.Duration `protobuf:"bytes,3,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
+	LeaseDuration *durationpb.Duration `protobuf:"bytes,3,opt,name=lease_duration,json=leaseDuration" json:"lease_duration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -989,9 +989,9 @@ func (x *ExtendRequest) GetLeaseDuration() *durationpb.Duration {
 type LeaseRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key.
-	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,1,opt,name=key" json:"key,omitempty"`
 	// The token from Lease.
-	Token         uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Token         uint64 `protobuf:"varint,2,opt,name=token" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1044,7 +1044,7 @@ func (x *LeaseRef) GetToken() uint64 {
 type ExtendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The results.
-	Results       []*ExtendResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results       []*ExtendResult `protobuf:"bytes,1,rep,name=results" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1090,11 +1090,11 @@ func (x *ExtendResponse) GetResults() []*ExtendResult {
 type ExtendResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key.
-	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,1,opt,name=key" json:"key,omitempty"`
 	// OK or LEASE_LOST.
-	Status AckStatus `protobuf:"varint,2,opt,name=status,proto3,enum=baton.queue.v1.AckStatus" json:"status,omitempty"`
+	Status AckStatus `protobuf:"varint,2,opt,name=status,enum=baton.queue.v1.AckStatus" json:"status,omitempty"`
 	// The new expiry, when OK.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1154,9 +1154,9 @@ func (x *ExtendResult) GetExpiresAt() *timestamppb.Timestamp {
 type ForgetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name.
-	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
 	// The keys, at most 10,000.
-	Keys          []string `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	Keys          []string `protobuf:"bytes,2,rep,name=keys" json:"keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1209,7 +1209,7 @@ func (x *ForgetRequest) GetKeys() []string {
 type ForgetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Keys that were present and are now absent.
-	Forgotten     uint32 `protobuf:"varint,1,opt,name=forgotten,proto3" json:"forgotten,omitempty"`
+	Forgotten     uint32 `protobuf:"varint,1,opt,name=forgotten" json:"forgotten,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1255,9 +1255,9 @@ func (x *ForgetResponse) GetForgotten() uint32 {
 type InspectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name.
-	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
 	// The key.
-	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Key           string `protobuf:"bytes,2,opt,name=key" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1310,7 +1310,7 @@ func (x *InspectRequest) GetKey() string {
 type InspectResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The item; state ABSENT when the queue holds nothing for the key.
-	Item          *Item `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	Item          *Item `protobuf:"bytes,1,opt,name=item" json:"item,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1356,13 +1356,13 @@ func (x *InspectResponse) GetItem() *Item {
 type ListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name.
-	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
 	// Only items in this state; unspecified means all.
-	State ItemState `protobuf:"varint,2,opt,name=state,proto3,enum=baton.queue.v1.ItemState" json:"state,omitempty"`
+	State ItemState `protobuf:"varint,2,opt,name=state,enum=baton.queue.v1.ItemState" json:"state,omitempty"`
 	// Items per page; 0 means 100, at most 10,000.
-	PageSize uint32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize uint32 `protobuf:"varint,3,opt,name=page_size,json=pageSize" json:"page_size,omitempty"`
 	// From a previous next_page_token; empty for the first page.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1429,9 +1429,9 @@ func (x *ListRequest) GetPageToken() string {
 type ListResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The items.
-	Items []*Item `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Items []*Item `protobuf:"bytes,1,rep,name=items" json:"items,omitempty"`
 	// Pass to the next List for the next page; empty on the last page.
-	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1484,28 +1484,28 @@ func (x *ListResponse) GetNextPageToken() string {
 type Item struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key.
-	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,1,opt,name=key" json:"key,omitempty"`
 	// Its state.
-	State ItemState `protobuf:"varint,2,opt,name=state,proto3,enum=baton.queue.v1.ItemState" json:"state,omitempty"`
+	State ItemState `protobuf:"varint,2,opt,name=state,enum=baton.queue.v1.ItemState" json:"state,omitempty"`
 	// Leased and announced again meanwhile: offered again after the ack.
-	Dirty bool `protobuf:"varint,3,opt,name=dirty,proto3" json:"dirty,omitempty"`
+	Dirty bool `protobuf:"varint,3,opt,name=dirty" json:"dirty,omitempty"`
 	// Failures since the last success (failed acks and lease expiries).
-	Attempts uint32 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Attempts uint32 `protobuf:"varint,4,opt,name=attempts" json:"attempts,omitempty"`
 	// The error of the last failure, or "lease expired".
-	LastError string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastError string `protobuf:"bytes,5,opt,name=last_error,json=lastError" json:"last_error,omitempty"`
 	// When the key last became ready (pending or leased items).
-	PendingSince *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=pending_since,json=pendingSince,proto3" json:"pending_since,omitempty"`
+	PendingSince *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=pending_since,json=pendingSince" json:"pending_since,omitempty"`
 	// When a delayed key becomes ready.
-	NotBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=not_before,json=notBefore" json:"not_before,omitempty"`
 	// The worker holding the lease.
-	Worker string `protobuf:"bytes,8,opt,name=worker,proto3" json:"worker,omitempty"`
+	Worker string `protobuf:"bytes,8,opt,name=worker" json:"worker,omitempty"`
 	// When the lease lapses.
-	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
+	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=lease_expires_at,json=leaseExpiresAt" json:"lease_expires_at,omitempty"`
 	// Adds of this key since it was last leased or first appeared, collapsed
 	// ones included.
-	Announcements uint64 `protobuf:"varint,10,opt,name=announcements,proto3" json:"announcements,omitempty"`
+	Announcements uint64 `protobuf:"varint,10,opt,name=announcements" json:"announcements,omitempty"`
 	// Its priority.
-	Priority      Priority `protobuf:"varint,11,opt,name=priority,proto3,enum=baton.queue.v1.Priority" json:"priority,omitempty"`
+	Priority      Priority `protobuf:"varint,11,opt,name=priority,enum=baton.queue.v1.Priority" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1621,7 +1621,7 @@ func (x *Item) GetPriority() Priority {
 type StatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name; empty means every queue.
-	Queue         string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue         string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1667,7 +1667,7 @@ func (x *StatsRequest) GetQueue() string {
 type StatsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queues.
-	Queues        []*QueueStats `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	Queues        []*QueueStats `protobuf:"bytes,1,rep,name=queues" json:"queues,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1713,33 +1713,33 @@ func (x *StatsResponse) GetQueues() []*QueueStats {
 type QueueStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name.
-	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
 	// Keys ready to be leased.
-	Pending uint64 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	Pending uint64 `protobuf:"varint,2,opt,name=pending" json:"pending,omitempty"`
 	// Keys waiting for not_before.
-	Delayed uint64 `protobuf:"varint,3,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Delayed uint64 `protobuf:"varint,3,opt,name=delayed" json:"delayed,omitempty"`
 	// Keys held by workers.
-	Leased uint64 `protobuf:"varint,4,opt,name=leased,proto3" json:"leased,omitempty"`
+	Leased uint64 `protobuf:"varint,4,opt,name=leased" json:"leased,omitempty"`
 	// Leased keys announced again meanwhile.
-	Dirty uint64 `protobuf:"varint,5,opt,name=dirty,proto3" json:"dirty,omitempty"`
+	Dirty uint64 `protobuf:"varint,5,opt,name=dirty" json:"dirty,omitempty"`
 	// Keys parked after max_attempts failures.
-	Parked uint64 `protobuf:"varint,6,opt,name=parked,proto3" json:"parked,omitempty"`
+	Parked uint64 `protobuf:"varint,6,opt,name=parked" json:"parked,omitempty"`
 	// Keys announced by Add, collapsed ones included.
-	AddsTotal uint64 `protobuf:"varint,7,opt,name=adds_total,json=addsTotal,proto3" json:"adds_total,omitempty"`
+	AddsTotal uint64 `protobuf:"varint,7,opt,name=adds_total,json=addsTotal" json:"adds_total,omitempty"`
 	// Announcements that changed nothing.
-	CollapsedTotal uint64 `protobuf:"varint,8,opt,name=collapsed_total,json=collapsedTotal,proto3" json:"collapsed_total,omitempty"`
+	CollapsedTotal uint64 `protobuf:"varint,8,opt,name=collapsed_total,json=collapsedTotal" json:"collapsed_total,omitempty"`
 	// Keys handed out by Lease.
-	LeasesTotal uint64 `protobuf:"varint,9,opt,name=leases_total,json=leasesTotal,proto3" json:"leases_total,omitempty"`
+	LeasesTotal uint64 `protobuf:"varint,9,opt,name=leases_total,json=leasesTotal" json:"leases_total,omitempty"`
 	// Accepted acks of any outcome.
-	AcksTotal uint64 `protobuf:"varint,10,opt,name=acks_total,json=acksTotal,proto3" json:"acks_total,omitempty"`
+	AcksTotal uint64 `protobuf:"varint,10,opt,name=acks_total,json=acksTotal" json:"acks_total,omitempty"`
 	// Accepted failure acks (lease expiries are counted apart).
-	FailuresTotal uint64 `protobuf:"varint,11,opt,name=failures_total,json=failuresTotal,proto3" json:"failures_total,omitempty"`
+	FailuresTotal uint64 `protobuf:"varint,11,opt,name=failures_total,json=failuresTotal" json:"failures_total,omitempty"`
 	// Leases that lapsed.
-	LeaseExpirationsTotal uint64 `protobuf:"varint,12,opt,name=lease_expirations_total,json=leaseExpirationsTotal,proto3" json:"lease_expirations_total,omitempty"`
+	LeaseExpirationsTotal uint64 `protobuf:"varint,12,opt,name=lease_expirations_total,json=leaseExpirationsTotal" json:"lease_expirations_total,omitempty"`
 	// How long the oldest pending key has waited.
-	OldestPendingAge *durationpb.Duration `protobuf:"bytes,13,opt,name=oldest_pending_age,json=oldestPendingAge,proto3" json:"oldest_pending_age,omitempty"`
+	OldestPendingAge *durationpb.Duration `protobuf:"bytes,13,opt,name=oldest_pending_age,json=oldestPendingAge" json:"oldest_pending_age,omitempty"`
 	// How long the oldest live lease has been held.
-	LongestLeaseAge *durationpb.Duration `protobuf:"bytes,14,opt,name=longest_lease_age,json=longestLeaseAge,proto3" json:"longest_lease_age,omitempty"`
+	LongestLeaseAge *durationpb.Duration `protobuf:"bytes,14,opt,name=longest_lease_age,json=longestLeaseAge" json:"longest_lease_age,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -2018,7 +2018,7 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\x06Forget\x12\x1d.baton.queue.v1.ForgetRequest\x1a\x1e.baton.queue.v1.ForgetResponse\"\x03\x90\x02\x02\x12O\n" +
 	"\aInspect\x12\x1e.baton.queue.v1.InspectRequest\x1a\x1f.baton.queue.v1.InspectResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\x04List\x12\x1b.baton.queue.v1.ListRequest\x1a\x1c.baton.queue.v1.ListResponse\"\x03\x90\x02\x01\x12I\n" +
-	"\x05Stats\x12\x1c.baton.queue.v1.StatsRequest\x1a\x1d.baton.queue.v1.StatsResponse\"\x03\x90\x02\x01B8Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1b\x06proto3"
+	"\x05Stats\x12\x1c.baton.queue.v1.StatsRequest\x1a\x1d.baton.queue.v1.StatsResponse\"\x03\x90\x02\x01B?Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_baton_queue_v1_queue_proto_rawDescOnce sync.Once
