@@ -44,7 +44,8 @@ func (h *timerHeap) fixAt(i int) {
 // deadlines fire is deterministic (the model-based test relies on it).
 func (h timerHeap) less(i, j int) bool {
 	a, b := h[i], h[j]
-	return a.deadline < b.deadline || (a.deadline == b.deadline && a.key < b.key)
+	da, db := a.deadline(), b.deadline()
+	return da < db || (da == db && a.key < b.key)
 }
 
 func (h timerHeap) swap(i, j int) {

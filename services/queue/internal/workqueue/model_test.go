@@ -366,7 +366,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			if onDisk.State == record.StateDelayed && onDisk.NotBefore <= now {
 				onDisk.State, onDisk.PendingSince, onDisk.NotBefore = record.StatePending, onDisk.NotBefore, 0
 			}
-			if want := stored("q", q.items[k]); onDisk != want {
+			if want := stored("q", q.items.get(k)); onDisk != want {
 				fail("key %s stored %+v, want %+v", k, disk[k], want)
 			}
 		}

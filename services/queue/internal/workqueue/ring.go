@@ -13,7 +13,7 @@ type ring struct {
 }
 
 func (r *ring) push(it *item) {
-	it.pos = r.base + uint64(len(r.buf))
+	it.pos = uint32(r.base + uint64(len(r.buf)))
 	r.buf = append(r.buf, it)
 }
 
@@ -21,7 +21,7 @@ func (r *ring) push(it *item) {
 func (r *ring) front() *item {
 	for r.off < len(r.buf) {
 		it := r.buf[r.off]
-		if it.state == Pending && it.prio.rank() == r.rank && it.pos == r.base+uint64(r.off) {
+		if it.state == Pending && it.prio().rank() == r.rank && it.pos == uint32(r.base+uint64(r.off)) {
 			return it
 		}
 		r.buf[r.off] = nil

@@ -20,9 +20,11 @@
 package workqueue
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -127,26 +129,53 @@ type Tokens interface {
 	Next() uint64
 }
 
-// item is one key's state. Field order keeps it at 64 bytes.
+// item is one key's state. Field order keeps it at 48 bytes, Go's size
+// class below 64: it is most of a pending key's memory.
 type item struct {
-	key          string
-	pendingSince int64    // when it last became ready (pending, leased)
-	deadline     int64    // delayed: not_before; leased: lease expiry
-	pos          uint64   // position in its priority's ring, while pending
-	ext          *itemExt // lease and failure details, when there are any
-	attempts     uint32   // failures since the last success
-	announced    uint32   // Adds since last leased or first seen
-	hidx         int32    // index in the timer heap, -1 when not in it
-	state        State    //
-	prio         Priority //
-	dirty        bool     // leased and announced again
-	_            [1]uint8 //
+	key       string
+	at        int64    // pending, leased: when it became ready; delayed: not_before
+	ext       *itemExt // lease and failure details, when there are any
+	pos       uint32   // low bits of its position in its priority's ring
+	attempts  uint32   // failures since the last success
+	hidx      int32    // index in the timer heap, -1 when not in it
+	announced uint16   // Adds since last leased or first seen (saturates)
+	state     State
+	pf        uint8 // priority, and dirtyBit: leased and announced again
+}
+
+const dirtyBit = 0x80
+
+func (it *item) prio() Priority     { return Priority(it.pf &^ dirtyBit) }
+func (it *item) setPrio(p Priority) { it.pf = it.pf&dirtyBit | uint8(p) }
+func (it *item) dirty() bool        { return it.pf&dirtyBit != 0 }
+func (it *item) setDirty(d bool) {
+	if d {
+		it.pf |= dirtyBit
+	} else {
+		it.pf &^= dirtyBit
+	}
+}
+
+// deadline is when the timer heap acts on it: a delayed key's not_before, a
+// leased key's expiry.
+func (it *item) deadline() int64 {
+	if it.state == Leased {
+		return it.ext.expires
+	}
+	return it.at
+}
+
+func (it *item) announce() {
+	if it.announced < math.MaxUint16 {
+		it.announced++
+	}
 }
 
 type itemExt struct {
 	token      uint64
 	worker     string
 	leaseStart int64
+	expires    int64
 	lastError  string
 }
 
@@ -158,7 +187,7 @@ type Queue struct {
 	sink   Sink
 	rec    record.Record // scratch, reused for every record
 
-	items  map[string]*item
+	items  table
 	ready  [3]ring // by priority rank
 	timers timerHeap
 
@@ -176,7 +205,7 @@ func New(name string, cfg *Config, tokens Tokens, sink Sink) *Queue {
 	if sink == nil {
 		sink = func(*record.Record) {}
 	}
-	q := &Queue{name: name, cfg: cfg, tokens: tokens, sink: sink, items: map[string]*item{}}
+	q := &Queue{name: name, cfg: cfg, tokens: tokens, sink: sink}
 	for i := range q.ready {
 		q.ready[i].rank = i
 	}
@@ -190,7 +219,7 @@ func (q *Queue) Name() string { return q.name }
 func (q *Queue) PendingCount() int { return q.pending }
 
 // Len returns the number of keys the queue holds.
-func (q *Queue) Len() int { return len(q.items) }
+func (q *Queue) Len() int { return q.items.len() }
 
 // Add announces key at priority p; delay > 0 asks for it no sooner than
 // now+delay. It reports whether the key was queued (its next offer became
@@ -200,10 +229,10 @@ func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (que
 	if p < Normal || p > High {
 		p = Normal
 	}
-	it := q.items[key]
+	it := q.items.get(key)
 	if it == nil {
-		it = &item{key: key, prio: p, hidx: -1, announced: 1}
-		q.items[key] = it
+		it = &item{key: key, pf: uint8(p), hidx: -1, announced: 1}
+		q.items.put(it)
 		if delay > 0 {
 			q.toDelayed(it, now+int64(delay))
 		} else {
@@ -212,10 +241,10 @@ func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (que
 		q.store(it)
 		return true
 	}
-	it.announced++
-	raised := p.rank() > it.prio.rank()
+	it.announce()
+	raised := p.rank() > it.prio().rank()
 	if raised {
-		it.prio = p
+		it.setPrio(p)
 	}
 	switch it.state {
 	case Pending:
@@ -227,7 +256,7 @@ func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (que
 		if delay > 0 {
 			at = now + int64(delay)
 		}
-		if at < it.deadline {
+		if at < it.at {
 			q.timers.remove(it)
 			q.delayed--
 			if delay > 0 {
@@ -239,8 +268,8 @@ func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (que
 			return true
 		}
 	case Leased:
-		if !it.dirty {
-			it.dirty = true
+		if !it.dirty() {
+			it.setDirty(true)
 			q.dirty++
 			if raised {
 				q.store(it)
@@ -284,7 +313,7 @@ func (q *Queue) Lease(dst []Grant, max int, worker string, d time.Duration, now 
 		if it == nil {
 			break
 		}
-		q.ready[it.prio.rank()].pop()
+		q.ready[it.prio().rank()].pop()
 		q.pending--
 		it.state = Leased
 		it.announced = 0
@@ -294,11 +323,11 @@ func (q *Queue) Lease(dst []Grant, max int, worker string, d time.Duration, now 
 		it.ext.token = q.tokens.Next()
 		it.ext.worker = worker
 		it.ext.leaseStart = now
-		it.deadline = now + int64(d)
+		it.ext.expires = now + int64(d)
 		q.timers.push(it)
 		q.leased++
 		q.stats.Leases++
-		dst = append(dst, Grant{Key: it.key, Token: it.ext.token, Attempt: it.attempts, ExpiresAt: it.deadline, PendingSince: it.pendingSince})
+		dst = append(dst, Grant{Key: it.key, Token: it.ext.token, Attempt: it.attempts, ExpiresAt: it.ext.expires, PendingSince: it.at})
 	}
 	return dst
 }
@@ -313,10 +342,10 @@ func (q *Queue) nextReady(now int64) *item {
 			continue
 		}
 		r := i
-		if q.cfg.AgingBound > 0 && it.pendingSince < aged {
+		if q.cfg.AgingBound > 0 && it.at < aged {
 			r = 2
 		}
-		if r > bestRank || (r == bestRank && it.pendingSince < best.pendingSince) {
+		if r > bestRank || (r == bestRank && it.at < best.at) {
 			best, bestRank = it, r
 		}
 	}
@@ -341,7 +370,7 @@ type AckResult struct {
 // Ack applies a worker's outcome for (key, token). It returns false, and
 // changes nothing, when token is not the key's live lease.
 func (q *Queue) Ack(key string, token uint64, o Outcome, now int64) (AckResult, bool) {
-	it := q.items[key]
+	it := q.items.get(key)
 	if it == nil || it.state != Leased || it.ext.token != token {
 		return AckResult{}, false
 	}
@@ -353,7 +382,7 @@ func (q *Queue) Ack(key string, token uint64, o Outcome, now int64) (AckResult, 
 		q.stats.Failures++
 		it.ext.lastError = o.Error
 		q.fail(it, now, true)
-	case it.dirty:
+	case it.dirty():
 		// Announced while leased: offered again exactly once, afresh.
 		it.attempts = 0
 		q.clearDirty(it)
@@ -372,18 +401,18 @@ func (q *Queue) Ack(key string, token uint64, o Outcome, now int64) (AckResult, 
 // Extend moves the expiry of (key, token) to now+d. It returns the new
 // expiry, or false if token is not the key's live lease.
 func (q *Queue) Extend(key string, token uint64, d time.Duration, now int64) (int64, bool) {
-	it := q.items[key]
+	it := q.items.get(key)
 	if it == nil || it.state != Leased || it.ext.token != token {
 		return 0, false
 	}
-	it.deadline = now + int64(d)
+	it.ext.expires = now + int64(d)
 	q.timers.fix(it)
-	return it.deadline, true
+	return it.ext.expires, true
 }
 
 // Forget removes key in any state; a leased key's token stops being valid.
 func (q *Queue) Forget(key string) bool {
-	it := q.items[key]
+	it := q.items.get(key)
 	if it == nil {
 		return false
 	}
@@ -407,14 +436,14 @@ func (q *Queue) Forget(key string) bool {
 // pending, lapsed leases end. It returns how many keys became ready.
 func (q *Queue) Advance(now int64) int {
 	n := 0
-	for len(q.timers) > 0 && q.timers[0].deadline <= now {
+	for len(q.timers) > 0 && q.timers[0].deadline() <= now {
 		it := q.timers[0]
 		switch it.state {
 		case Delayed:
 			q.timers.remove(it)
 			q.delayed--
 			// It became ready at not_before, not at the moment we noticed.
-			q.toPending(it, it.deadline)
+			q.toPending(it, it.at)
 			n++
 		case Leased:
 			q.stats.Expirations++
@@ -433,7 +462,7 @@ func (q *Queue) NextDeadline() (int64, bool) {
 	if len(q.timers) == 0 {
 		return 0, false
 	}
-	return q.timers[0].deadline, true
+	return q.timers[0].deadline(), true
 }
 
 // fail counts a failure of a lease that has just ended and moves the key on:
@@ -443,7 +472,7 @@ func (q *Queue) NextDeadline() (int64, bool) {
 func (q *Queue) fail(it *item, now int64, backoff bool) State {
 	it.attempts++
 	switch {
-	case it.dirty:
+	case it.dirty():
 		q.clearDirty(it)
 		q.toPending(it, now)
 	case q.cfg.MaxAttempts > 0 && it.attempts >= q.cfg.MaxAttempts:
@@ -466,30 +495,29 @@ func (q *Queue) endLease(it *item) {
 }
 
 func (q *Queue) clearDirty(it *item) {
-	if it.dirty {
-		it.dirty = false
+	if it.dirty() {
+		it.setDirty(false)
 		q.dirty--
 	}
 }
 
 func (q *Queue) toPending(it *item, since int64) {
 	it.state = Pending
-	it.pendingSince = since
-	it.deadline = 0
-	q.ready[it.prio.rank()].push(it)
+	it.at = since
+	q.ready[it.prio().rank()].push(it)
 	q.pending++
 }
 
 func (q *Queue) toDelayed(it *item, at int64) {
 	it.state = Delayed
-	it.deadline = at
+	it.at = at
 	q.timers.push(it)
 	q.delayed++
 }
 
 func (q *Queue) remove(it *item) {
 	it.state = Absent // stale ring slots see this
-	delete(q.items, it.key)
+	q.items.del(it)
 	q.rec = record.Record{Kind: record.KindDelete, Queue: q.name, Key: it.key}
 	q.sink(&q.rec)
 }
@@ -503,17 +531,17 @@ func (q *Queue) store(it *item) {
 // stored is what survives a restart of it: a lease is not stored, so a
 // leased key is stored as pending.
 func stored(queue string, it *item) record.Record {
-	r := record.Record{Kind: record.KindPut, Queue: queue, Key: it.key, Priority: uint8(it.prio), Attempts: it.attempts}
+	r := record.Record{Kind: record.KindPut, Queue: queue, Key: it.key, Priority: uint8(it.prio()), Attempts: it.attempts}
 	if it.ext != nil {
 		r.LastError = it.ext.lastError
 	}
 	switch it.state {
 	case Delayed:
-		r.State, r.NotBefore = record.StateDelayed, it.deadline
+		r.State, r.NotBefore = record.StateDelayed, it.at
 	case Parked:
 		r.State = record.StateParked
 	default:
-		r.State, r.PendingSince = record.StatePending, it.pendingSince
+		r.State, r.PendingSince = record.StatePending, it.at
 	}
 	return r
 }
@@ -530,7 +558,7 @@ func (q *Queue) SetSink(s Sink) {
 // Call Settle when every record is loaded. It never reports to the sink: the
 // log already holds what it replays.
 func (q *Queue) Restore(r *record.Record) {
-	if q.items[r.Key] != nil {
+	if q.items.get(r.Key) != nil {
 		sink := q.sink
 		q.sink = func(*record.Record) {}
 		q.Forget(r.Key)
@@ -539,11 +567,11 @@ func (q *Queue) Restore(r *record.Record) {
 	if r.Kind != record.KindPut {
 		return
 	}
-	it := &item{key: r.Key, prio: Priority(r.Priority), attempts: r.Attempts, hidx: -1, pendingSince: r.PendingSince}
+	it := &item{key: r.Key, pf: r.Priority, attempts: r.Attempts, hidx: -1, at: r.PendingSince}
 	if r.LastError != "" {
 		it.ext = &itemExt{lastError: r.LastError}
 	}
-	q.items[r.Key] = it
+	q.items.put(it)
 	switch r.State {
 	case record.StateDelayed:
 		q.toDelayed(it, r.NotBefore)
@@ -560,40 +588,41 @@ func (q *Queue) Restore(r *record.Record) {
 // pending since their not_before, and every pending key enters its ring in
 // order of pending_since, as if the queue had never stopped.
 func (q *Queue) Settle(now int64) {
-	for len(q.timers) > 0 && q.timers[0].deadline <= now {
+	for len(q.timers) > 0 && q.timers[0].deadline() <= now {
 		it := q.timers[0]
 		q.timers.remove(it)
 		q.delayed--
-		it.state, it.pendingSince, it.deadline = Pending, it.deadline, 0
+		it.state = Pending // since its not_before, already in it.at
 		q.pending++
 	}
-	var ps []*item
-	for _, it := range q.items {
+	ps := make([]*item, 0, q.pending)
+	q.items.each(func(it *item) bool {
 		if it.state == Pending {
 			ps = append(ps, it)
 		}
-	}
-	sort.Slice(ps, func(i, j int) bool {
-		a, b := ps[i], ps[j]
-		return a.pendingSince < b.pendingSince || (a.pendingSince == b.pendingSince && a.key < b.key)
+		return true
+	})
+	slices.SortFunc(ps, func(a, b *item) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.key, b.key)
 	})
 	for i := range q.ready {
 		q.ready[i] = ring{rank: i}
 	}
 	for _, it := range ps {
-		q.ready[it.prio.rank()].push(it)
+		q.ready[it.prio().rank()].push(it)
 	}
 }
 
 // Each calls f with the stored state of every key, for a snapshot. It stops
 // early if f returns false.
 func (q *Queue) Each(f func(*record.Record) bool) {
-	for _, it := range q.items {
+	q.items.each(func(it *item) bool {
 		r := stored(q.name, it)
-		if !f(&r) {
-			return
-		}
-	}
+		return f(&r)
+	})
 }
 
 // View is a copy of one key's state, for Inspect and List.
@@ -613,7 +642,7 @@ type View struct {
 
 // Inspect returns key's view; State is Absent when the queue holds nothing.
 func (q *Queue) Inspect(key string) View {
-	it := q.items[key]
+	it := q.items.get(key)
 	if it == nil {
 		return View{Key: key, State: Absent}
 	}
@@ -621,19 +650,19 @@ func (q *Queue) Inspect(key string) View {
 }
 
 func view(it *item) View {
-	v := View{Key: it.key, State: it.state, Dirty: it.dirty, Attempts: it.attempts, Announcements: it.announced, Priority: it.prio}
+	v := View{Key: it.key, State: it.state, Dirty: it.dirty(), Attempts: it.attempts, Announcements: uint32(it.announced), Priority: it.prio()}
 	if it.ext != nil {
 		v.LastError = it.ext.lastError
 	}
 	switch it.state {
 	case Pending:
-		v.PendingSince = it.pendingSince
+		v.PendingSince = it.at
 	case Delayed:
-		v.NotBefore = it.deadline
+		v.NotBefore = it.at
 	case Leased:
-		v.PendingSince = it.pendingSince
+		v.PendingSince = it.at
 		v.Worker = it.ext.worker
-		v.LeaseExpiresAt = it.deadline
+		v.LeaseExpiresAt = it.ext.expires
 	}
 	return v
 }
@@ -642,20 +671,20 @@ func view(it *item) View {
 // state (0 for all). more reports whether keys remain after the last one.
 // It scans every key: listing is for operators, not for the hot path.
 func (q *Queue) List(state State, after string, limit int) (views []View, more bool) {
-	var keys []string
-	for k, it := range q.items {
-		if k <= after || (state != 0 && it.state != state) {
-			continue
+	var its []*item
+	q.items.each(func(it *item) bool {
+		if it.key > after && (state == 0 || it.state == state) {
+			its = append(its, it)
 		}
-		keys = append(keys, k)
+		return true
+	})
+	slices.SortFunc(its, func(a, b *item) int { return strings.Compare(a.key, b.key) })
+	if len(its) > limit {
+		its, more = its[:limit], true
 	}
-	sort.Strings(keys)
-	if len(keys) > limit {
-		keys, more = keys[:limit], true
-	}
-	views = make([]View, len(keys))
-	for i, k := range keys {
-		views[i] = view(q.items[k])
+	views = make([]View, len(its))
+	for i, it := range its {
+		views[i] = view(it)
 	}
 	return views, more
 }
@@ -674,8 +703,8 @@ type Stats struct {
 func (q *Queue) Stats(now int64) Stats {
 	s := Stats{Counters: q.stats, Pending: q.pending, Delayed: q.delayed, Leased: q.leased, Dirty: q.dirty, Parked: q.parked}
 	for i := range q.ready {
-		if it := q.ready[i].front(); it != nil && now-it.pendingSince > s.OldestPending {
-			s.OldestPending = now - it.pendingSince
+		if it := q.ready[i].front(); it != nil && now-it.at > s.OldestPending {
+			s.OldestPending = now - it.at
 		}
 	}
 	if q.leased > 0 {
