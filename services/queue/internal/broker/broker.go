@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -89,6 +90,10 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	opts.Logger = log
 	start := time.Now()
 	restored := 0
+	// Recovery allocates every item at once and keeps them all: collecting
+	// garbage at the default pace would scan the growing heap again and
+	// again for nothing.
+	gc := debug.SetGCPercent(800)
 	st, err := store.Open(opts, func(r *record.Record) {
 		sh := b.shardLocked(r.Queue)
 		sh.exists = true
@@ -98,6 +103,7 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 		}
 	})
 	if err != nil {
+		debug.SetGCPercent(gc)
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	b.st = st
@@ -111,6 +117,7 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 		keys += sh.q.Len()
 		b.reschedule(sh)
 	}
+	debug.SetGCPercent(gc)
 	log.Info("recovered", "queues", len(b.queues), "keys", keys, "records", restored, "epoch", st.Epoch(), "took", time.Since(start))
 	b.wg.Add(1)
 	go b.healer()

@@ -65,3 +65,29 @@ func BenchmarkCycle(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "keys/s")
 }
+
+// BenchmarkRestart1M measures recovery of a million unfinished keys from the
+// log (no snapshot yet: the slowest case, every record replayed).
+func BenchmarkRestart1M(b *testing.B) {
+	dir := b.TempDir()
+	br := open(b, dir, 1<<40)
+	keys := make([]string, 10000)
+	for round := range 100 {
+		for i := range keys {
+			keys[i] = fmt.Sprintf("ns/%02d-%05d", round, i)
+		}
+		if _, _, err := br.Add(b.Context(), "q", keys, 0, workqueue.Normal); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		br := open(b, dir, 1<<40)
+		if st, _ := br.Stats("q"); st[0].Pending != 1_000_000 {
+			b.Fatalf("recovered %d keys", st[0].Pending)
+		}
+		br.Close()
+	}
+}

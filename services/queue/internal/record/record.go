@@ -89,9 +89,18 @@ func appendString(dst []byte, s string) []byte {
 
 // Decode decodes one record from the front of src and returns it with the
 // number of bytes it used.
-func Decode(src []byte) (Record, int, error) {
+func Decode(src []byte) (Record, int, error) { return decode(src, nil) }
+
+// Names interns queue names while decoding a log: a million records of one
+// queue then share one string instead of allocating a million copies.
+type Names map[string]string
+
+// Decode is the package's Decode, with queue names interned in n.
+func (n Names) Decode(src []byte) (Record, int, error) { return decode(src, n) }
+
+func decode(src []byte, names Names) (Record, int, error) {
 	var r Record
-	d := decoder{b: src}
+	d := decoder{b: src, names: names}
 	if len(src) == 0 {
 		return r, 0, fmt.Errorf("%w: empty", ErrCorrupt)
 	}
@@ -101,7 +110,7 @@ func Decode(src []byte) (Record, int, error) {
 	default:
 		return r, 0, fmt.Errorf("%w: unknown kind %#x", ErrCorrupt, byte(r.Kind))
 	}
-	r.Queue = d.string(maxName)
+	r.Queue = d.name()
 	if r.Kind != KindQueue {
 		r.Key = d.string(maxKey)
 	}
@@ -135,9 +144,34 @@ func Decode(src []byte) (Record, int, error) {
 }
 
 type decoder struct {
-	b   []byte
-	off int
-	err error
+	b     []byte
+	off   int
+	err   error
+	names Names
+}
+
+// name decodes a queue name, interned when the decoder has Names.
+func (d *decoder) name() string {
+	if d.names == nil {
+		return d.string(maxName)
+	}
+	start := d.off
+	n := d.uvarint()
+	if d.err != nil || n > maxName || n > uint64(len(d.b)-d.off) {
+		d.off = start
+		return d.string(maxName) // reports the error
+	}
+	b := d.b[d.off : d.off+int(n)]
+	if s, ok := d.names[string(b)]; ok {
+		d.off += int(n)
+		return s
+	}
+	d.off = start
+	s := d.string(maxName)
+	if d.err == nil {
+		d.names[s] = s
+	}
+	return s
 }
 
 func (d *decoder) fail(why string) {

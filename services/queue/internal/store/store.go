@@ -80,6 +80,7 @@ type Store struct {
 	segSeq  uint64
 	segSize int64
 
+	names   record.Names // interned queue names, during recovery only
 	epochMu sync.Mutex
 	epoch   uint64
 	stopped chan struct{}
@@ -144,6 +145,7 @@ func Open(opts Options, apply func(*record.Record)) (*Store, error) {
 	if err := s.recover(apply); err != nil {
 		return nil, err
 	}
+	s.names = nil
 	go s.writer()
 	return s, nil
 }
@@ -332,7 +334,7 @@ func (s *Store) loadSnapshot(name string, apply func(*record.Record)) error {
 		if err != nil {
 			return fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, p, off, err)
 		}
-		if err := decodeAll(payload, p, off+frameHeader, apply); err != nil {
+		if err := s.decodeAll(payload, p, off+frameHeader, apply); err != nil {
 			return err
 		}
 		off += n
@@ -386,7 +388,7 @@ func (s *Store) replaySegment(name string, last bool, apply func(*record.Record)
 			}
 			return int64(off), nil
 		}
-		if err := decodeAll(payload, p, off+frameHeader, apply); err != nil {
+		if err := s.decodeAll(payload, p, off+frameHeader, apply); err != nil {
 			return 0, err
 		}
 		off += n
@@ -394,9 +396,12 @@ func (s *Store) replaySegment(name string, last bool, apply func(*record.Record)
 	return int64(off), nil
 }
 
-func decodeAll(payload []byte, file string, base int, apply func(*record.Record)) error {
+func (s *Store) decodeAll(payload []byte, file string, base int, apply func(*record.Record)) error {
+	if s.names == nil {
+		s.names = record.Names{}
+	}
 	for i := 0; i < len(payload); {
-		r, n, err := record.Decode(payload[i:])
+		r, n, err := s.names.Decode(payload[i:])
 		if err != nil {
 			return fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, file, base+i, err)
 		}
