@@ -157,8 +157,10 @@ converged() {
   return 1
 }
 
-count() { # count <prefix>: keys under prefix
-  etcdctl get --prefix "$1" --keys-only | grep -c . || true
+count() { # count <prefix>: keys under prefix; fails (prints nothing) if etcd does
+  local keys
+  keys=$(etcdctl get --prefix "$1" --keys-only) || return 1
+  grep -c . <<<"$keys" || true
 }
 
 # load_manifest <replicas>: JOBS Jobs of 2 pods that run for 30 s, then LOAD
