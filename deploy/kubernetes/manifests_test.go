@@ -689,3 +689,36 @@ func TestFlagTableMatchesBinaries(t *testing.T) {
 		})
 	}
 }
+
+// etcdFlagLine matches a flag in `etcd --help` ("  --data-dir '${name}.etcd'").
+var etcdFlagLine = regexp.MustCompile(`(?m)^\s+--([a-z][a-z0-9-]*)`)
+
+// TestEtcdVariablesAreFlags checks every ETCD_* variable of the etcd
+// container against the flags of the etcd binary that scripts/images.sh
+// builds (etcd only warns about, and ignores, a variable it does not know).
+func TestEtcdVariablesAreFlags(t *testing.T) {
+	path := filepath.Join("..", "..", "bin", "etcd")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("%s is not built (scripts/images.sh etcd): %v", path, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("etcd --help: %v\n%s", err, out)
+	}
+	flags := map[string]bool{}
+	for _, m := range etcdFlagLine.FindAllStringSubmatch(string(out), -1) {
+		flags[envName("ETCD", m[1])] = true
+	}
+	c := index(t, manifests(t))
+	for _, w := range c.workloads {
+		for _, ctr := range w.template.Spec.Containers {
+			for _, e := range ctr.Env {
+				if strings.HasPrefix(e.Name, "ETCD_") && !flags[e.Name] {
+					t.Errorf("%s container %s: %s is no flag of etcd", w.where, ctr.Name, e.Name)
+				}
+			}
+		}
+	}
+}
