@@ -22,6 +22,8 @@ const experimentUse = `usage: batonctl experiment <name> [flags] [-o json]
            how many reconciles do rapid changes to one object cost?
   failure  [--replicas 3] [--failures 2]
            does the work survive a reconcile that fails half-way?
+  clean    remove what killed runs left: objects under /registry/experiments/
+           and the keys of the experiment-* queues (not while one runs)
 
 Each runs against the live etcd and queue (--etcd-endpoints, --queue-addr),
 once through direct reaction and once through Baton. See docs/experiments.md.`
@@ -64,6 +66,16 @@ func cmdExperiment(ctx context.Context, a *app, args []string) error {
 			return experiment.Failure(ctx, e, experiment.FailureOptions{Replicas: *replicas, Failures: *failures})
 		}
 		print = func(w io.Writer, r any) error { return printFailure(w, r.(*experiment.FailureResult)) }
+	case "clean":
+		run = func(ctx context.Context, e experiment.Env) (any, error) { return experiment.Clean(ctx, e) }
+		print = func(w io.Writer, r any) error {
+			c := r.(*experiment.Cleaned)
+			fmt.Fprintf(w, "deleted %d objects under %s\n", c.Objects, experiment.Prefix)
+			for _, q := range []string{experiment.QueueBurst, experiment.QueueRepeat, experiment.QueueFailure} {
+				fmt.Fprintf(w, "forgot %d keys in queue %s\n", c.Keys[q], q)
+			}
+			return nil
+		}
 	default:
 		return usagef("unknown experiment %q\n%s", name, experimentUse)
 	}
@@ -166,14 +178,21 @@ func printBurst(w io.Writer, r *experiment.BurstResult) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nDirect reaction: %d changes, %d reconciled. The handler took only %d of the %d\n", d.Changes, d.Completed, d.HandlerSaw, d.Changes)
-	fmt.Fprintf(w, "watch events: it takes the next one after reconciling, so observation waited on\n")
-	fmt.Fprintf(w, "execution. The other %d sat in the watch stream, owned by no one, and were\n", d.Changes-d.HandlerSaw)
-	fmt.Fprintf(w, "dropped when the run ended.\n")
+	fmt.Fprintf(w, "\nDirect reaction: %d changes, %d reconciled. ", d.Changes, d.Completed)
+	if d.HandlerSaw < d.Changes {
+		fmt.Fprintf(w, "The handler took only %d of the %d\n", d.HandlerSaw, d.Changes)
+		fmt.Fprintf(w, "watch events: it takes the next one after reconciling, so observation waited on\n")
+		fmt.Fprintf(w, "execution. The other %d sat in the watch stream, owned by no one, and were\n", d.Changes-d.HandlerSaw)
+		fmt.Fprintf(w, "dropped when the run ended.\n")
+	} else {
+		fmt.Fprintf(w, "The handler kept up: it took all %d watch events.\n", d.Changes)
+	}
 	fmt.Fprintf(w, "Baton: %d changes, %d keys announced (%d queued, %d collapsed), %d reconciled.\n", b.Changes, b.Announced, b.Queued, b.Collapsed, b.Completed)
-	if q := b.QueueDepth; q != nil {
+	if q := b.QueueDepth; q != nil && q.Total() > 0 {
 		fmt.Fprintf(w, "The queue held %d keys after the run (pending %d, delayed %d, leased %d, parked %d)\n", q.Total(), q.Pending, q.Delayed, q.Leased, q.Parked)
 		fmt.Fprintf(w, "until a worker acked each; this run then forgot them and deleted its objects.\n")
+	} else if q != nil {
+		fmt.Fprintf(w, "The queue was empty after the run: the worker kept up.\n")
 	}
 	return nil
 }
@@ -189,16 +208,27 @@ func printRepeat(w io.Writer, r *experiment.RepeatResult) error {
 		return err
 	}
 	fmt.Fprintf(w, "\nWork queue, while no worker was free (one Add per notification):\n")
-	for i, a := range r.Adds {
+	// Consecutive Adds with the same answer are one line: "Add #2-#10".
+	for i := 0; i < len(r.Adds); {
+		j := i
+		for j+1 < len(r.Adds) && (r.Adds[j+1].Collapsed > 0) == (r.Adds[i].Collapsed > 0) {
+			j++
+		}
 		what := "queued"
-		if a.Collapsed > 0 {
+		if r.Adds[i].Collapsed > 0 {
 			what = "collapsed: the key was already pending"
 		}
-		fmt.Fprintf(w, "  Add #%d: %s\n", i+1, what)
+		if i == j {
+			fmt.Fprintf(w, "  Add #%d: %s\n", i+1, what)
+		} else {
+			fmt.Fprintf(w, "  Add #%d-#%d: %s\n", i+1, j+1, what)
+		}
+		i = j + 1
 	}
 	b := r.BeforeWorker
 	fmt.Fprintf(w, "  Inspect: %s, announced %d times, attempts %d\n", b.State, b.Announcements, b.Attempts)
-	fmt.Fprintf(w, "Then a worker leased the key %d time(s) and reconciled the object as it was then.\n", r.QueueLeases)
+	fmt.Fprintf(w, "Then a worker was free: the queue handed the key out %s (leases_total +%d), and\n", times(int(r.QueueLeases)), r.QueueLeases)
+	fmt.Fprintf(w, "the worker reconciled the object as it was then.\n")
 	return nil
 }
 
@@ -207,7 +237,7 @@ func printFailure(w io.Writer, r *experiment.FailureResult) error {
 	fmt.Fprintf(w, "second pod write is refused (an injected fault), so the attempt creates one pod\n")
 	fmt.Fprintf(w, "and fails.\n\n")
 	d := r.Direct
-	fmt.Fprintf(w, "Direct reaction: the handler ran %d time(s) and returned\n  %q\n", d.Attempts, d.Error)
+	fmt.Fprintf(w, "Direct reaction: the handler ran %s and returned\n  %q\n", times(d.Attempts), d.Error)
 	fmt.Fprintf(w, "  pods %d/%d, counted again %s after the handler returned.\n\n", d.Pods, r.Replicas, printer.Duration(time.Duration(r.DirectCheckedAfterMS*float64(time.Millisecond))))
 	fmt.Fprintf(w, "Baton (queue %s, key %s), Inspect at the start of each attempt:\n", r.Queue, r.Key)
 	t := printer.NewTable(w, "ATTEMPT", "AT", "STATE", "ATTEMPTS", "PODS", "RESULT", "LAST ERROR")
@@ -230,6 +260,16 @@ func printFailure(w io.Writer, r *experiment.FailureResult) error {
 	t.Row("Reconcile attempts", strconv.Itoa(d.Attempts), strconv.Itoa(r.Baton.Attempts))
 	t.Row("Unfinished work held by", d.RemainingWork, r.Baton.RemainingWork)
 	return t.Flush()
+}
+
+func times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return strconv.Itoa(n) + " times"
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }

@@ -92,8 +92,8 @@ func checkIdle(ctx context.Context, q *client.Client, queue string) error {
 		return err
 	}
 	if n := st.GetPending() + st.GetDelayed() + st.GetLeased() + st.GetParked(); n > 0 {
-		return fmt.Errorf("%w: queue %s holds %d keys (another run of this experiment, or one that was killed); see `batonctl queue list %s`, and `batonctl queue forget %s <key>...` to drop leftovers",
-			ErrQueueBusy, queue, n, queue, queue)
+		return fmt.Errorf("%w: queue %s holds %d keys (another run of this experiment, or one that was killed); see `batonctl queue list %s`, and `batonctl experiment clean` to drop a killed run's leftovers",
+			ErrQueueBusy, queue, n, queue)
 	}
 	return nil
 }
@@ -155,6 +155,44 @@ func cleanup(e Env, run, queue string, keys []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Cleaned counts what Clean removed.
+type Cleaned struct {
+	Objects int64          `json:"objects"`
+	Keys    map[string]int `json:"queue_keys"`
+}
+
+// Clean removes what runs that could not clean up (killed with SIGKILL, say)
+// left behind: every object under Prefix and every key of the experiments'
+// queues. It must not run while an experiment runs, whose objects and keys it
+// would remove too.
+func Clean(ctx context.Context, e Env) (*Cleaned, error) {
+	out := &Cleaned{Keys: map[string]int{}}
+	resp, err := e.Etcd.Delete(ctx, Prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("delete %s: %w", Prefix, err)
+	}
+	out.Objects = resp.Deleted
+	for _, q := range []string{QueueBurst, QueueRepeat, QueueFailure} {
+		items, err := e.Queue.List(ctx, q, queuev1.ItemState_ITEM_STATE_UNSPECIFIED, 1000)
+		if status.Code(errors.Unwrap(err)) == codes.NotFound || status.Code(err) == codes.NotFound {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		keys := make([]string, len(items))
+		for i, it := range items {
+			keys[i] = it.GetKey()
+		}
+		n, err := e.Queue.Forget(ctx, q, keys)
+		out.Keys[q] = n
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // object is the JSON the experiments store: a small object in DESIGN.md's

@@ -17,8 +17,8 @@ import (
 )
 
 // startEnv starts an embedded etcd and the real queue service on free
-// ports for the test.
-func startEnv(t *testing.T) Env {
+// ports for the test; configure, if given, adjusts the queue's settings.
+func startEnv(t *testing.T, configure ...func(*queueservice.Config)) Env {
 	t.Helper()
 	srv := etcdembed.StartForTest(t)
 	c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -31,6 +31,9 @@ func startEnv(t *testing.T) Env {
 	cfg := queueservice.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	cfg.GracePeriod = time.Second
+	for _, f := range configure {
+		f(&cfg)
+	}
 	addrs := make(chan string, 1)
 	cfg.OnListen = func(g, _ net.Addr) { addrs <- g.String() }
 	done := make(chan error, 1)
@@ -108,7 +111,7 @@ func TestExperiments(t *testing.T) {
 		if len(r.Adds) != 3 || queued != 1 || collapsed != 2 {
 			t.Errorf("adds %+v: want 3 Adds, 1 queued and 2 collapsed", r.Adds)
 		}
-		if b := r.BeforeWorker; b.State != "PENDING" || b.Announcements != 3 {
+		if b := r.BeforeWorker; b.Key != r.Key || b.State != "PENDING" || b.Announcements != 3 {
 			t.Errorf("item before the worker: %+v, want PENDING with 3 announcements", b)
 		}
 		if r.Needed != 1 {
@@ -194,6 +197,25 @@ func TestExperiments(t *testing.T) {
 		assertClean(t, e, QueueBurst)
 	})
 
+	t.Run("clean removes a killed run's leftovers", func(t *testing.T) {
+		for _, k := range []string{Prefix + "xdead/direct/obj-1", Prefix + "xdead/baton/obj-1"} {
+			if _, err := e.Etcd.Put(t.Context(), k, "{}"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := e.Queue.Add(t.Context(), QueueBurst, []string{"xdead/obj-1", "xdead/obj-2"}, client.AddOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Clean(t.Context(), e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Objects != 2 || c.Keys[QueueBurst] != 2 {
+			t.Errorf("cleaned %+v, want 2 objects and 2 keys of %s", c, QueueBurst)
+		}
+		assertClean(t, e, QueueBurst)
+	})
+
 	t.Run("failure", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
@@ -211,7 +233,7 @@ func TestExperiments(t *testing.T) {
 			t.Fatalf("baton: %d attempts, steps %+v; want 3", r.Baton.Attempts, r.Baton.Steps)
 		}
 		for i, s := range r.Baton.Steps {
-			if s.Item.State != "LEASED" || int(s.Item.Attempts) != i {
+			if s.Item.Key != r.Key || s.Item.State != "LEASED" || int(s.Item.Attempts) != i {
 				t.Errorf("attempt %d: Inspect said %+v, want LEASED with %d attempts", i+1, s.Item, i)
 			}
 			if i > 0 && !strings.Contains(s.Item.LastError, "write refused") {
@@ -221,11 +243,25 @@ func TestExperiments(t *testing.T) {
 				t.Errorf("attempt %d: pods %d → %d, want one more", i+1, s.PodsBefore, s.PodsAfter)
 			}
 		}
-		if r.Baton.Final == nil || r.Baton.Final.State != "ABSENT" {
+		if r.Baton.Final == nil || r.Baton.Final.Key != r.Key || r.Baton.Final.State != "ABSENT" {
 			t.Errorf("final item %+v, want ABSENT", r.Baton.Final)
 		}
 		assertClean(t, e, QueueFailure)
 	})
+}
+
+// TestFailureParked: a queue that parks keys after fewer failures than the
+// experiment injects stops the experiment with the reason, and the run
+// still cleans up.
+func TestFailureParked(t *testing.T) {
+	e := startEnv(t, func(c *queueservice.Config) { c.MaxAttempts = 2 })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, err := Failure(ctx, e, FailureOptions{Replicas: 3, Failures: 2})
+	if err == nil || !strings.Contains(err.Error(), "parked") || !strings.Contains(err.Error(), "--max-attempts") {
+		t.Errorf("Failure on a queue with --max-attempts 2: %v, want the parked key explained", err)
+	}
+	assertClean(t, e, QueueFailure)
 }
 
 func TestOptionsValidate(t *testing.T) {

@@ -155,7 +155,7 @@ func Failure(ctx context.Context, e Env, o FailureOptions) (*FailureResult, erro
 	run := newRunID()
 	runPrefix := Prefix + run + "/"
 	directPrefix, batonPrefix := runPrefix+"direct/", runPrefix+"baton/"
-	qkey := run + "/web"
+	qkey := queueKey(run)(batonPrefix + "sets/web")
 	res := &FailureResult{Experiment: "failure", RunID: run, Queue: QueueFailure, Key: qkey, Replicas: o.Replicas, Failures: o.Failures,
 		Direct: FailureArm{Architecture: "direct reaction"}, Baton: FailureArm{Architecture: "baton"}}
 	defer func() {
@@ -179,7 +179,7 @@ func Failure(ctx context.Context, e Env, o FailureOptions) (*FailureResult, erro
 		at  time.Time
 	}
 	directDone := make(chan handled, 1)
-	wch := e.Etcd.Watch(hctx, directPrefix+"set", clientv3.WithRev(rev+1))
+	wch := e.Etcd.Watch(hctx, directPrefix+"sets/web", clientv3.WithRev(rev+1))
 	go func() {
 		for resp := range wch {
 			for _, ev := range resp.Events {
@@ -197,7 +197,7 @@ func Failure(ctx context.Context, e Env, o FailureOptions) (*FailureResult, erro
 
 	// Baton: the announcer Adds the set's key; the worker retries it until
 	// the reconcile succeeds, and records Inspect at each attempt.
-	ann := startAnnouncer(ctx, e, batonPrefix+"set", rev+1, QueueFailure, queueKey(run), false)
+	ann := startAnnouncer(ctx, e, batonPrefix+"sets/web", rev+1, QueueFailure, queueKey(run), false)
 	defer ann.stop()
 	var (
 		mu      sync.Mutex
@@ -242,10 +242,10 @@ func Failure(ctx context.Context, e Env, o FailureOptions) (*FailureResult, erro
 	mu.Lock()
 	created = time.Now()
 	mu.Unlock()
-	if _, err := e.Etcd.Put(ctx, directPrefix+"set", set("web")); err != nil {
+	if _, err := e.Etcd.Put(ctx, directPrefix+"sets/web", set("web")); err != nil {
 		return nil, err
 	}
-	if _, err := e.Etcd.Put(ctx, batonPrefix+"set", set("web")); err != nil {
+	if _, err := e.Etcd.Put(ctx, batonPrefix+"sets/web", set("web")); err != nil {
 		return nil, err
 	}
 
@@ -264,12 +264,18 @@ func Failure(ctx context.Context, e Env, o FailureOptions) (*FailureResult, erro
 		if err := ann.failed(); err != nil {
 			return false, err
 		}
-		n, err := baton.pods(ctx)
-		if err != nil || n < o.Replicas {
+		it, err := e.Queue.Inspect(ctx, QueueFailure, qkey)
+		if err != nil {
 			return false, err
 		}
-		it, err := e.Queue.Inspect(ctx, QueueFailure, qkey)
-		return it.GetState() == queuev1.ItemState_ITEM_STATE_ABSENT, err
+		if it.GetState() == queuev1.ItemState_ITEM_STATE_PARKED {
+			return false, fmt.Errorf("the queue parked %s after %d failed attempts (it runs with --max-attempts); run with fewer --failures", qkey, it.GetAttempts())
+		}
+		if it.GetState() != queuev1.ItemState_ITEM_STATE_ABSENT {
+			return false, nil
+		}
+		n, err := baton.pods(ctx)
+		return n >= o.Replicas, err
 	})
 	if err != nil {
 		return nil, err

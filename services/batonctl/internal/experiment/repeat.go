@@ -59,6 +59,7 @@ type RepeatResult struct {
 
 // ItemView is the part of a queue item the experiments show.
 type ItemView struct {
+	Key           string `json:"key"`
 	State         string `json:"state"`
 	Attempts      uint32 `json:"attempts"`
 	LastError     string `json:"last_error,omitempty"`
@@ -72,7 +73,7 @@ func viewOf(it *queuev1.Item) ItemView {
 	if len(st) > len("ITEM_STATE_") {
 		st = st[len("ITEM_STATE_"):]
 	}
-	return ItemView{State: st, Attempts: it.GetAttempts(), LastError: it.GetLastError(),
+	return ItemView{Key: it.GetKey(), State: st, Attempts: it.GetAttempts(), LastError: it.GetLastError(),
 		Announcements: it.GetAnnouncements(), Dirty: it.GetDirty(), Worker: it.GetWorker()}
 }
 
