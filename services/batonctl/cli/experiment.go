@@ -39,8 +39,13 @@ func cmdExperiment(ctx context.Context, a *app, args []string) error {
 	name := args[0]
 	fs := flag.NewFlagSet("experiment "+name, flag.ContinueOnError)
 	output := fs.String("o", "", "output format: json (default: tables)")
-	var run func(context.Context, experiment.Env) (any, error)
-	var print func(io.Writer, any) error
+	var (
+		run   func(context.Context, experiment.Env) (any, error)
+		print func(io.Writer, any) error
+		// validate checks the options before any connection is made, so
+		// a mistake is reported as one even when the stack is down.
+		validate = func() error { return nil }
+	)
 	switch name {
 	case "burst":
 		discover := rateFlag(1000)
@@ -49,22 +54,26 @@ func cmdExperiment(ctx context.Context, a *app, args []string) error {
 		fs.Var(&execute, "execute", "reconciles the worker finishes per second (N or N/s, N/m)")
 		duration := fs.Duration("duration", time.Second, "how long changes keep arriving")
 		keys := fs.Int("keys", 0, "cycle the changes over N objects (0: every change a new object)")
-		run = func(ctx context.Context, e experiment.Env) (any, error) {
-			return experiment.Burst(ctx, e, experiment.BurstOptions{Discover: float64(discover), Execute: float64(execute), Duration: *duration, Keys: *keys})
+		opts := func() experiment.BurstOptions {
+			return experiment.BurstOptions{Discover: float64(discover), Execute: float64(execute), Duration: *duration, Keys: *keys}
 		}
+		validate = func() error { return opts().Validate() }
+		run = func(ctx context.Context, e experiment.Env) (any, error) { return experiment.Burst(ctx, e, opts()) }
 		print = func(w io.Writer, r any) error { return printBurst(w, r.(*experiment.BurstResult)) }
 	case "repeat":
 		notes := fs.Int("notifications", 3, "rapid changes made to the one object")
-		run = func(ctx context.Context, e experiment.Env) (any, error) {
-			return experiment.Repeat(ctx, e, experiment.RepeatOptions{Notifications: *notes})
-		}
+		opts := func() experiment.RepeatOptions { return experiment.RepeatOptions{Notifications: *notes} }
+		validate = func() error { return opts().Validate() }
+		run = func(ctx context.Context, e experiment.Env) (any, error) { return experiment.Repeat(ctx, e, opts()) }
 		print = func(w io.Writer, r any) error { return printRepeat(w, r.(*experiment.RepeatResult)) }
 	case "failure":
 		replicas := fs.Int("replicas", 3, "pods the set needs")
 		failures := fs.Int("failures", 2, "reconcile attempts whose second pod write is refused")
-		run = func(ctx context.Context, e experiment.Env) (any, error) {
-			return experiment.Failure(ctx, e, experiment.FailureOptions{Replicas: *replicas, Failures: *failures})
+		opts := func() experiment.FailureOptions {
+			return experiment.FailureOptions{Replicas: *replicas, Failures: *failures}
 		}
+		validate = func() error { return opts().Validate() }
+		run = func(ctx context.Context, e experiment.Env) (any, error) { return experiment.Failure(ctx, e, opts()) }
 		print = func(w io.Writer, r any) error { return printFailure(w, r.(*experiment.FailureResult)) }
 	case "clean":
 		run = func(ctx context.Context, e experiment.Env) (any, error) { return experiment.Clean(ctx, e) }
@@ -89,6 +98,9 @@ func cmdExperiment(ctx context.Context, a *app, args []string) error {
 	if *output != "" && *output != "json" {
 		return usagef("unknown output format %q (json)", *output)
 	}
+	if err := validate(); err != nil {
+		return usagef("experiment %s: --%s", name, err)
+	}
 	etcd, err := a.etcd(ctx)
 	if err != nil {
 		return err
@@ -106,26 +118,12 @@ func cmdExperiment(ctx context.Context, a *app, args []string) error {
 	}
 	res, err := run(ctx, experiment.Env{Etcd: etcd, Queue: q})
 	if err != nil {
-		if isOptionError(err) {
-			return usagef("experiment %s: --%s", name, err)
-		}
 		return fmt.Errorf("experiment %s: %w", name, err)
 	}
 	if *output == "json" {
 		return printer.JSON(a.Stdout, res)
 	}
 	return print(a.Stdout, res)
-}
-
-// isOptionError tells a refused option (the experiment's Validate names the
-// option first) from a failure of the run.
-func isOptionError(err error) bool {
-	for _, opt := range []string{"discover", "execute", "duration", "keys", "notifications", "replicas", "failures"} {
-		if strings.HasPrefix(err.Error(), opt+":") || strings.HasPrefix(err.Error(), opt+" ×") {
-			return true
-		}
-	}
-	return false
 }
 
 // rateFlag is a per-second rate written "1000", "1000/s" or "60/m".

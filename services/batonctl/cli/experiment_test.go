@@ -82,6 +82,11 @@ func TestExperimentCommand(t *testing.T) {
 		t.Errorf("busy queue: exit %d, stderr %q", r.code, r.stderr)
 	}
 
+	// A bad option is a usage error even when nothing answers.
+	if r := (env{}).run(t, "", "experiment", "failure", "--replicas", "1"); r.code != 2 || !strings.Contains(r.stderr, "--replicas") {
+		t.Errorf("bad option, no stack: exit %d, stderr %q", r.code, r.stderr)
+	}
+
 	// Nothing answers: the error names the endpoint and its flag.
 	r = env{etcd: e.etcd}.run(t, "", "experiment", "repeat")
 	if r.code != 1 || !strings.Contains(r.stderr, "cannot reach the queue at "+deadAddr+" (set --queue-addr)") {

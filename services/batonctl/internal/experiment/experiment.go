@@ -237,8 +237,6 @@ func revisionNow(ctx context.Context, c *clientv3.Client) (int64, error) {
 // when perEvent is set. It never waits on a worker.
 type announcer struct {
 	q        *client.Client
-	queue    string
-	keyOf    func(etcdKey string) string
 	perEvent bool
 
 	events    atomic.Int64 // watch events received
@@ -249,12 +247,11 @@ type announcer struct {
 
 	cancel context.CancelFunc
 
-	mu    sync.Mutex
-	adds  []AddOutcome
-	keys  map[string]bool
-	err   error
-	done  chan struct{}
-	start time.Time
+	mu   sync.Mutex
+	adds []AddOutcome
+	keys map[string]bool
+	err  error
+	done chan struct{}
 }
 
 // AddOutcome is what one Add answered.
@@ -266,7 +263,7 @@ type AddOutcome struct {
 
 func startAnnouncer(ctx context.Context, e Env, prefix string, fromRev int64, queue string, keyOf func(string) string, perEvent bool) *announcer {
 	ctx, cancel := context.WithCancel(ctx)
-	a := &announcer{q: e.Queue, queue: queue, keyOf: keyOf, perEvent: perEvent, keys: map[string]bool{}, done: make(chan struct{}), start: time.Now(), cancel: cancel}
+	a := &announcer{q: e.Queue, perEvent: perEvent, keys: map[string]bool{}, done: make(chan struct{}), cancel: cancel}
 	a.rev.Store(fromRev - 1)
 	wch := e.Etcd.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev))
 	go func() {
