@@ -12,7 +12,7 @@ type metrics struct {
 	latency *prometheus.HistogramVec
 
 	events, relists, restarts, observed, head, lag *prometheus.Desc
-	outbox, delivered, failures, objects           *prometheus.Desc
+	outbox, delivered, failures, dropped, objects  *prometheus.Desc
 }
 
 func newMetrics(o *observer) *metrics {
@@ -36,6 +36,7 @@ func newMetrics(o *observer) *metrics {
 		outbox:    d("outbox_size", "Distinct keys waiting to be added to a queue.", "queue"),
 		delivered: d("delivered_keys_total", "Keys the queue accepted from the outbox.", "queue"),
 		failures:  d("add_failures_total", "Add calls to the queue that failed (and were retried).", "queue"),
+		dropped:   d("dropped_keys_total", "Keys not announced because the queue would refuse them (empty, over 1024 bytes, not UTF-8).", "queue"),
 		objects:   d("cache_objects", "Objects in the cache."),
 	}
 }
@@ -49,7 +50,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.objects} {
+	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.objects} {
 		ch <- d
 	}
 }
@@ -70,6 +71,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.outbox, prometheus.GaugeValue, float64(b.Len()), q)
 		ch <- prometheus.MustNewConstMetric(m.delivered, prometheus.CounterValue, float64(b.Delivered()), q)
 		ch <- prometheus.MustNewConstMetric(m.failures, prometheus.CounterValue, float64(b.Failures()), q)
+		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(b.Dropped()), q)
 	}
 	ch <- prometheus.MustNewConstMetric(m.objects, prometheus.GaugeValue, float64(m.o.cache.Len()))
 }

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/client"
@@ -111,6 +112,17 @@ type Box struct {
 	wake      chan struct{}
 	delivered atomic.Uint64
 	failures  atomic.Uint64
+	dropped   atomic.Uint64
+}
+
+// MaxKeyBytes is the longest key the queue accepts.
+const MaxKeyBytes = 1024
+
+// validKey reports whether the queue would accept k. A key it refuses would
+// fail its whole batch forever, so such keys are dropped (and counted)
+// instead of delivered.
+func validKey(k string) bool {
+	return k != "" && len(k) <= MaxKeyBytes && utf8.ValidString(k)
 }
 
 // Set holds the outbox of every queue.
@@ -190,6 +202,11 @@ func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time, rev int64)
 	}
 	b.mu.Lock()
 	for _, k := range keys {
+		if !validKey(k) {
+			b.dropped.Add(1)
+			b.opts.Logger.Warn("dropping a key the queue would refuse (empty, over 1024 bytes or not UTF-8)", "queue", b.queue, "key", k)
+			continue
+		}
 		b.seq++
 		e := b.items[k]
 		if e == nil {
@@ -245,6 +262,9 @@ func (b *Box) Delivered() uint64 { return b.delivered.Load() }
 
 // Failures counts failed Add calls.
 func (b *Box) Failures() uint64 { return b.failures.Load() }
+
+// Dropped counts keys refused by Put because the queue would refuse them.
+func (b *Box) Dropped() uint64 { return b.dropped.Load() }
 
 type sent struct {
 	key   string

@@ -166,3 +166,16 @@ func TestFlushOnStop(t *testing.T) {
 		t.Errorf("flushed %v, want x and y", got)
 	}
 }
+
+func TestDropsKeysTheQueueRefuses(t *testing.T) {
+	q := &fakeQueue{got: map[string]queuev1.Priority{}}
+	s := NewSet([]string{"pods"}, q, Options{})
+	long := string(make([]byte, MaxKeyBytes+1))
+	_ = s.Put("pods", []string{"", long, "bad\xff", "ns/ok"}, 0, time.Now(), 1)
+	if got, want := s.Len(), 1; got != want {
+		t.Errorf("outbox holds %d keys, want %d", got, want)
+	}
+	if got := s.Box("pods").Dropped(); got != 3 {
+		t.Errorf("Dropped = %d, want 3", got)
+	}
+}
