@@ -12,9 +12,15 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
+# Every module runs even when one fails, so one run shows every failure.
+failed=()
 for m in $(modules); do
   log "go test -race: $m"
   out="$ROOT/test-output/$m"
   mkdir -p "$out"
-  (cd "$m" && go test -race -count=1 -timeout 20m -artifacts -outputdir "$out" "$@" ./...)
+  (cd "$m" && go test -race -count=1 -timeout 20m -artifacts -outputdir "$out" "$@" ./...) || failed+=("$m")
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED modules: ${failed[*]}" >&2
+  exit 1
+fi
