@@ -143,7 +143,7 @@ Commands:
   queue forget <queue> <key>...  drop keys from a queue
   watch                          a live table of queue depth, rates and oldest age
   status                         each service's health, the observer's revision and lag
-  experiment burst|repeat|failure  run an investigation's experiment against the stack (-o json)
+  experiment <name>              an investigation's experiment: burst, repeat, failure (-o json)
 
 Resources: deployments (deploy), replicasets (rs), statefulsets (sts), jobs, pods (po), all (get only)
 
