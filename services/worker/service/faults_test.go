@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,9 +43,13 @@ func runChild() int {
 	cfg.Wrap = func(_ string, mc manager.Controller) manager.Controller {
 		inner := mc.Reconciler
 		mc.Reconciler = reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			if req.Key == "default/victim" {
+			switch req.Key {
+			case "default/victim":
 				os.WriteFile(marker, []byte("inside"), 0o644)
 				select {} // mid-reconcile, heartbeats keep the lease, until SIGKILL
+			case "default/slow":
+				os.WriteFile(marker, []byte("inside"), 0o644)
+				time.Sleep(time.Second) // SIGTERM arrives meanwhile; the grace period lets this finish
 			}
 			return inner.Reconcile(ctx, req)
 		})
@@ -73,18 +78,7 @@ func settledRS(s *stack, name string, n int) func() bool {
 func TestWorkerKilledMidReconcile(t *testing.T) {
 	s := startStack(t)
 	marker := filepath.Join(t.TempDir(), "inside")
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(),
-		"BATON_WORKER_TEST_CHILD=1",
-		"BATON_WORKER_TEST_QUEUE="+s.queueAddr,
-		"BATON_WORKER_TEST_OBSERVER="+s.observerAddr,
-		"BATON_WORKER_TEST_ETCD="+strings.Join(s.etcd.Endpoints(), ","),
-		"BATON_WORKER_TEST_MARKER="+marker,
-	)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd := startChild(t, s, marker)
 	killed := false
 	t.Cleanup(func() {
 		if !killed {
@@ -114,6 +108,62 @@ func TestWorkerKilledMidReconcile(t *testing.T) {
 	})
 	s.startWorker(s.workerConfig())
 	waitFor(t, converge, "another worker converging victim", settledRS(s, "victim", 3))
+}
+
+// startChild starts this test binary as a worker process (see TestMain).
+func startChild(t *testing.T, s *stack, marker string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(),
+		"BATON_WORKER_TEST_CHILD=1",
+		"BATON_WORKER_TEST_QUEUE="+s.queueAddr,
+		"BATON_WORKER_TEST_OBSERVER="+s.observerAddr,
+		"BATON_WORKER_TEST_ETCD="+strings.Join(s.etcd.Endpoints(), ","),
+		"BATON_WORKER_TEST_MARKER="+marker,
+	)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+func TestSigtermFinishesInFlight(t *testing.T) {
+	s := startStack(t)
+	marker := filepath.Join(t.TempDir(), "inside")
+	cmd := startChild(t, s, marker)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	s.apply("replicasets", "slow", rsObj(2))
+	waitFor(t, converge, "the child inside the reconcile", func() bool {
+		_, err := os.Stat(marker)
+		return err == nil
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("worker exited with %v after SIGTERM, want status 0", err)
+		}
+	case <-time.After(converge):
+		t.Fatal("worker did not exit after SIGTERM")
+	}
+	// The reconcile in flight finished and was acked before the exit: its
+	// pods exist (Pending: the child ran only the replicasets controller,
+	// and it is gone) and the key is not left leased.
+	if pods := s.pods("ReplicaSet", "slow"); len(pods) != 2 {
+		t.Errorf("pods of slow = %d, want 2: the reconcile in flight did not finish", len(pods))
+	}
+	if it := s.inspect("replicasets", "default/slow"); it.GetState() == queuev1.ItemState_ITEM_STATE_LEASED {
+		t.Errorf("slow left leased after a graceful stop: %v", it)
+	}
 }
 
 func TestPanickingReconcileIsRetried(t *testing.T) {
