@@ -36,6 +36,8 @@ type Config struct {
 	DefaultLease time.Duration
 	// GracePeriod bounds the drain on SIGTERM.
 	GracePeriod time.Duration
+	// EnablePprof serves /debug/pprof/ on the HTTP address.
+	EnablePprof bool
 	// OnListen, if set, learns the bound addresses (tests listen on :0).
 	OnListen func(grpcAddr, httpAddr net.Addr)
 }
@@ -59,6 +61,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxAttempts, "max-attempts", c.MaxAttempts, "park a key after this many failures (0 = never park)")
 	fs.DurationVar(&c.DefaultLease, "default-lease", c.DefaultLease, "lease length when a worker asks for none")
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
+	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
 }
 
 // Validate names the first bad field.
@@ -147,6 +150,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Logger:      log,
 		OnListen:    cfg.OnListen,
 		Handle:      dash.Handle,
+		Pprof:       cfg.EnablePprof,
 	})
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause

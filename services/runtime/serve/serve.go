@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -54,6 +55,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Handle adds HTTP handlers (e.g. a dashboard at /) beside the defaults.
 	Handle func(*http.ServeMux)
+	// Pprof serves net/http/pprof under /debug/pprof/ (as etcd's
+	// --enable-pprof does), for profiling a live process.
+	Pprof bool
 	// GracePeriod bounds the drain on shutdown; 0 means 10 s.
 	GracePeriod time.Duration
 	// Logger receives the request log; nil discards.
@@ -118,6 +122,13 @@ func Run(ctx context.Context, o Options) error {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if o.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	if o.Handle != nil {
 		o.Handle(mux)
 	}
