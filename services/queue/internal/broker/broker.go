@@ -436,22 +436,47 @@ func (b *Broker) walk(locked bool) func(emit func([]byte) error) error {
 		}
 		var buf []byte
 		for _, sh := range shards {
-			sh.mu.Lock()
-			if sh.exists {
-				buf = record.Append(buf[:0], &record.Record{Kind: record.KindQueue, Queue: sh.q.Name()})
-				sh.q.Each(func(r *record.Record) bool {
-					buf = record.Append(buf, r)
-					return true
-				})
-			}
-			sh.mu.Unlock()
-			if err := emit(buf); err != nil {
+			if err := b.walkShard(sh, locked, &buf, emit); err != nil {
 				return err
 			}
-			buf = buf[:0]
 		}
 		return nil
 	}
+}
+
+// walkShard emits one queue's stored state in steps of a few thousand keys,
+// holding its lock only for each step (unless the caller holds every lock),
+// so a snapshot of millions of keys never stalls the queue for long.
+func (b *Broker) walkShard(sh *shard, locked bool, buf *[]byte, emit func([]byte) error) error {
+	const step = 4096
+	sh.mu.Lock()
+	exists := sh.exists
+	sh.mu.Unlock()
+	if !exists {
+		return nil
+	}
+	*buf = record.Append((*buf)[:0], &record.Record{Kind: record.KindQueue, Queue: sh.q.Name()})
+	cursor, startGen := 0, uint64(0)
+	for first := true; cursor >= 0; first = false {
+		if !locked {
+			sh.mu.Lock()
+		}
+		next, gen := sh.q.EachStep(cursor, step, func(r *record.Record) { *buf = record.Append(*buf, r) })
+		if !first && gen != startGen {
+			// Resized between steps: items moved, so start over.
+			next, gen = sh.q.EachStep(0, step, func(r *record.Record) { *buf = record.Append(*buf, r) })
+		}
+		startGen = gen
+		if !locked {
+			sh.mu.Unlock()
+		}
+		cursor = next
+		if err := emit(*buf); err != nil {
+			return err
+		}
+		*buf = (*buf)[:0]
+	}
+	return nil
 }
 
 func (b *Broker) maybeCompact() {

@@ -616,6 +616,23 @@ func (q *Queue) Settle(now int64) {
 	}
 }
 
+// EachStep calls f with the stored state of the keys in the next stretch of
+// the key table, starting at cursor 0, and returns the next cursor (-1 when
+// done) and a generation. A snapshot walks a queue in steps, releasing the
+// queue's lock in between; if the generation changes between two steps the
+// table was resized and the walk must start again from 0 (records visited
+// twice are harmless: each states a key's whole state).
+func (q *Queue) EachStep(cursor, n int, f func(*record.Record)) (next int, gen uint64) {
+	next, gen = q.items.eachFrom(cursor, n, func(it *item) {
+		r := stored(q.name, it)
+		f(&r)
+	})
+	if next >= len(q.items.slots) {
+		next = -1
+	}
+	return next, gen
+}
+
 // Each calls f with the stored state of every key, for a snapshot. It stops
 // early if f returns false.
 func (q *Queue) Each(f func(*record.Record) bool) {
