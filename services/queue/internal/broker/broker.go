@@ -54,6 +54,7 @@ type Broker struct {
 	queues map[string]*shard
 
 	compacting atomic.Bool
+	walkStep   int // keys per locked step of a snapshot walk
 	closed     chan struct{}
 	draining   chan struct{} // closed by Drain
 	drainOnce  sync.Once
@@ -448,7 +449,10 @@ func (b *Broker) walk(locked bool) func(emit func([]byte) error) error {
 // holding its lock only for each step (unless the caller holds every lock),
 // so a snapshot of millions of keys never stalls the queue for long.
 func (b *Broker) walkShard(sh *shard, locked bool, buf *[]byte, emit func([]byte) error) error {
-	const step = 4096
+	step := b.walkStep
+	if step <= 0 {
+		step = 4096
+	}
 	sh.mu.Lock()
 	exists := sh.exists
 	sh.mu.Unlock()
