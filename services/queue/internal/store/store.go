@@ -67,6 +67,7 @@ type Store struct {
 	mu       sync.Mutex
 	wake     *sync.Cond
 	cur      *Batch // collecting records
+	spare    []byte // the last written frame's buffer, for the next batch
 	inflight *Batch // being written
 	fatal    error
 	degraded bool
@@ -527,6 +528,11 @@ func (s *Store) writer() {
 		b := s.cur
 		if len(b.buf) > frameHeader {
 			s.cur = newBatch()
+			if s.spare != nil {
+				// Reuse the last committed frame's buffer: a busy log
+				// would otherwise regrow megabytes for every group.
+				s.cur.buf, s.spare = s.spare, nil
+			}
 			s.inflight = b
 		} else {
 			b = nil
@@ -552,6 +558,12 @@ func (s *Store) writer() {
 			if !b.early {
 				b.err = err
 			}
+			// Only this goroutine reads a batch's bytes; its waiters read
+			// done and err.
+			if cap(b.buf) <= 64<<20 {
+				s.spare = b.buf[:frameHeader]
+			}
+			b.buf = nil
 			s.mu.Unlock()
 			if !b.early {
 				close(b.done)
