@@ -12,13 +12,9 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"log/slog"
 	"os"
-	"time"
 
-	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/worker/service"
 )
@@ -28,36 +24,12 @@ func main() {
 }
 
 func run(args []string) int {
-	health := len(args) > 0 && args[0] == "healthcheck"
-	if health {
-		args = args[1:]
-	}
 	cfg := service.DefaultConfig()
-	fs := flag.NewFlagSet("baton-worker", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	level := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := flagenv.Parse(fs, "BATON_WORKER", args, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "baton-worker:", err)
-		return 2
-	}
-	if health {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		if err := serve.Probe(ctx, "", cfg.HTTPAddr); err != nil {
-			fmt.Fprintln(os.Stderr, "baton-worker: unhealthy:", err)
-			return 1
-		}
-		return 0
-	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
-		fmt.Fprintln(os.Stderr, "baton-worker: --log-level:", err)
-		return 2
-	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-	if err := service.Run(serve.SignalContext(), cfg, log); err != nil {
-		log.Error("baton-worker failed", "error", err)
-		return 1
-	}
-	return 0
+	return serve.Main(serve.Command{
+		Name:      "baton-worker",
+		EnvPrefix: "BATON_WORKER",
+		Flags:     cfg.RegisterFlags,
+		Probe:     func() (string, string) { return "", cfg.HTTPAddr },
+		Run:       func(ctx context.Context, log *slog.Logger) error { return service.Run(ctx, cfg, log) },
+	}, args)
 }
