@@ -62,6 +62,19 @@ func checkKey(i int, k string) error {
 	return nil
 }
 
+// checkKeys validates the keys of an Add or Forget.
+func checkKeys(keys []string) error {
+	if err := checkCount("keys", len(keys)); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		if err := checkKey(i, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func checkCount(what string, n int) error {
 	if n > MaxItems {
 		return status.Errorf(codes.InvalidArgument, "%d %s in one call, over %d", n, what, MaxItems)
@@ -123,13 +136,8 @@ func (s *server) Add(ctx context.Context, req *queuev1.AddRequest) (*queuev1.Add
 	if err := checkQueue(req.GetQueue()); err != nil {
 		return nil, err
 	}
-	if err := checkCount("keys", len(req.GetKeys())); err != nil {
+	if err := checkKeys(req.GetKeys()); err != nil {
 		return nil, err
-	}
-	for i, k := range req.GetKeys() {
-		if err := checkKey(i, k); err != nil {
-			return nil, err
-		}
 	}
 	delay, err := duration("delay", req.GetDelay(), 0)
 	if err != nil {
@@ -263,13 +271,8 @@ func (s *server) Forget(ctx context.Context, req *queuev1.ForgetRequest) (*queue
 	if err := checkQueue(req.GetQueue()); err != nil {
 		return nil, err
 	}
-	if err := checkCount("keys", len(req.GetKeys())); err != nil {
+	if err := checkKeys(req.GetKeys()); err != nil {
 		return nil, err
-	}
-	for i, k := range req.GetKeys() {
-		if err := checkKey(i, k); err != nil {
-			return nil, err
-		}
 	}
 	n, err := s.b.Forget(ctx, req.GetQueue(), req.GetKeys())
 	if err != nil {
