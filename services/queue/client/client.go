@@ -207,7 +207,7 @@ func (c *Client) Lease(ctx context.Context, queue string, o LeaseOptions) ([]Lea
 
 // Outcome is the result of a reconcile, reported by Ack.
 type Outcome struct {
-	kind  int // 0 success, 1 failure, 2 requeue
+	kind  int // 0 success, 1 failure, 2 requeue, 3 terminal
 	err   string
 	after time.Duration
 }
@@ -220,6 +220,10 @@ func Failure(err string) Outcome { return Outcome{kind: 1, err: err} }
 
 // RequeueAfter offers the key again after d, with attempts reset.
 func RequeueAfter(d time.Duration) Outcome { return Outcome{kind: 2, after: d} }
+
+// Terminal parks the key with err as its last error: retrying cannot help.
+// It is offered again if it is announced again (also while leased).
+func Terminal(err string) Outcome { return Outcome{kind: 3, err: err} }
 
 // Ack reports the outcome of one lease.
 type Ack struct {
@@ -273,6 +277,8 @@ func (c *Client) Ack(ctx context.Context, queue string, acks []Ack) ([]Result, e
 				pa.Outcome = &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}}
 			case 1:
 				pa.Outcome = &queuev1.Ack_Failure{Failure: &queuev1.AckFailure{Error: a.Outcome.err}}
+			case 3:
+				pa.Outcome = &queuev1.Ack_Terminal{Terminal: &queuev1.AckTerminal{Error: a.Outcome.err}}
 			default:
 				pa.Outcome = &queuev1.Ack_RequeueAfter{RequeueAfter: durationpb.New(a.Outcome.after)}
 			}

@@ -185,6 +185,15 @@ func (f *fakeQueue) Ack(_ context.Context, req *queuev1.AckRequest) (*queuev1.Ac
 			} else {
 				it.state, it.notBefore = queuev1.ItemState_ITEM_STATE_DELAYED, time.Now().Add(f.backoff)
 			}
+		case *queuev1.Ack_Terminal:
+			it.attempts++
+			it.lastError = o.Terminal.GetError()
+			if it.dirty {
+				it.state, it.dirty = queuev1.ItemState_ITEM_STATE_PENDING, false
+				f.order = append(f.order, a.GetKey())
+			} else {
+				it.state = queuev1.ItemState_ITEM_STATE_PARKED
+			}
 		case *queuev1.Ack_RequeueAfter:
 			it.attempts = 0
 			if it.dirty {
@@ -244,8 +253,15 @@ func (f *fakeQueue) item(key string) *fakeItem {
 	return &c
 }
 
+// empty reports whether no key is left to work on (parked keys wait for a
+// new announcement).
 func (f *fakeQueue) empty() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.items) == 0
+	for _, it := range f.items {
+		if it.state != queuev1.ItemState_ITEM_STATE_PARKED {
+			return false
+		}
+	}
+	return true
 }

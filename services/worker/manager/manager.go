@@ -31,8 +31,9 @@
 //
 // See package reconcile: success → Ack success; RequeueAfter → Ack
 // requeue_after; error or panic → Ack failure (retried with backoff by the
-// queue); reconcile.Terminal → Ack success, logged at error level and counted
-// as result="terminal".
+// queue); reconcile.Terminal → Ack terminal (parked with the error as its
+// last_error until the key is announced again), logged at error level and
+// counted as result="terminal".
 package manager
 
 import (
@@ -328,7 +329,7 @@ func (r *runner) process(ctx context.Context, j *job) {
 		result, out = ResultPanic, client.Failure(truncate(err.Error()))
 		log.Error("reconcile panicked", "err", err)
 	case err != nil && reconcile.IsTerminal(err):
-		result, out = ResultTerminal, client.Success()
+		result, out = ResultTerminal, client.Terminal(err.Error())
 		log.Error("reconcile failed terminally, not retrying", "err", err)
 	case err != nil:
 		result, out = ResultError, client.Failure(truncate(err.Error()))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -124,6 +125,11 @@ func TestOutcomes(t *testing.T) {
 			defer mu.Unlock()
 			if len(attempts) != tt.wantCalls {
 				t.Errorf("reconciles = %d, want %d", len(attempts), tt.wantCalls)
+			}
+			if tt.wantResult == ResultTerminal {
+				if it := f.item("ns/a"); it == nil || it.state != queuev1.ItemState_ITEM_STATE_PARKED || !strings.Contains(it.lastError, "malformed") {
+					t.Errorf("after a terminal error the key is %+v, want parked with its error", it)
+				}
 			}
 			mfs, _ := reg.Gather()
 			found := false

@@ -63,16 +63,12 @@ func (e *terminalError) Unwrap() error { return e.err }
 
 // Terminal marks err as permanent: the key is not retried.
 //
-// The queue contract (baton.queue.v1) has no terminal outcome: a failure ack
-// is always retried with backoff (or parked only if the operator set
-// --max-attempts, which the worker cannot see), and a requeue or success ack
-// drops last_error. So the SDK acks a terminal error as a success — the key
-// leaves the queue and comes back only when the object changes again, which
-// is what a permanent error needs (controller-runtime's TerminalError behaves
-// the same) — and records the error where an operator looks: an error log
-// line with the queue, key and error, and the reconcile_total metric with
-// result="terminal". The error is therefore not visible in the queue's
-// Inspect; an explicit terminal outcome in the queue API would let it be.
+// The SDK acks it with the queue's terminal outcome: the key is parked with
+// the error as its last_error (visible in Inspect, batonctl describe and the
+// dashboard) and comes back only when it is announced again, that is when
+// the object changes (controller-runtime's TerminalError behaves the same).
+// The error is also logged at error level and counted in reconcile_total
+// with result="terminal".
 //
 // Terminal(nil) returns nil.
 func Terminal(err error) error {

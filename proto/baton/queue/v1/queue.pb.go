@@ -628,6 +628,7 @@ type Ack struct {
 	//	*Ack_Success
 	//	*Ack_Failure
 	//	*Ack_RequeueAfter
+	//	*Ack_Terminal
 	Outcome       isAck_Outcome `protobuf_oneof:"outcome"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -711,6 +712,15 @@ func (x *Ack) GetRequeueAfter() *durationpb.Duration {
 	return nil
 }
 
+func (x *Ack) GetTerminal() *AckTerminal {
+	if x != nil {
+		if x, ok := x.Outcome.(*Ack_Terminal); ok {
+			return x.Terminal
+		}
+	}
+	return nil
+}
+
 type isAck_Outcome interface {
 	isAck_Outcome()
 }
@@ -730,11 +740,21 @@ type Ack_RequeueAfter struct {
 	RequeueAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=requeue_after,json=requeueAfter,oneof"`
 }
 
+type Ack_Terminal struct {
+	// The reconcile failed in a way retrying cannot fix: the key is parked
+	// with the error as last_error (not retried until announced again), or
+	// offered again at once if it was announced while leased. An addition to
+	// DESIGN.md's table.
+	Terminal *AckTerminal `protobuf:"bytes,6,opt,name=terminal,oneof"`
+}
+
 func (*Ack_Success) isAck_Outcome() {}
 
 func (*Ack_Failure) isAck_Outcome() {}
 
 func (*Ack_RequeueAfter) isAck_Outcome() {}
+
+func (*Ack_Terminal) isAck_Outcome() {}
 
 // AckSuccess marks a successful reconcile.
 type AckSuccess struct {
@@ -819,6 +839,52 @@ func (x *AckFailure) GetError() string {
 	return ""
 }
 
+// AckTerminal marks a reconcile that failed for good.
+type AckTerminal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The error, kept as the item's last_error.
+	Error         string `protobuf:"bytes,1,opt,name=error" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckTerminal) Reset() {
+	*x = AckTerminal{}
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckTerminal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckTerminal) ProtoMessage() {}
+
+func (x *AckTerminal) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckTerminal.ProtoReflect.Descriptor instead.
+func (*AckTerminal) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AckTerminal) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // AckResponse has one result per ack, in request order.
 type AckResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -830,7 +896,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[9]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +908,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[9]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +921,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{9}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AckResponse) GetResults() []*AckResult {
@@ -878,7 +944,7 @@ type AckResult struct {
 
 func (x *AckResult) Reset() {
 	*x = AckResult{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[10]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +956,7 @@ func (x *AckResult) String() string {
 func (*AckResult) ProtoMessage() {}
 
 func (x *AckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[10]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +969,7 @@ func (x *AckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResult.ProtoReflect.Descriptor instead.
 func (*AckResult) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{10}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AckResult) GetKey() string {
@@ -936,7 +1002,7 @@ type ExtendRequest struct {
 
 func (x *ExtendRequest) Reset() {
 	*x = ExtendRequest{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[11]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1014,7 @@ func (x *ExtendRequest) String() string {
 func (*ExtendRequest) ProtoMessage() {}
 
 func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[11]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1027,7 @@ func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendRequest.ProtoReflect.Descriptor instead.
 func (*ExtendRequest) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{11}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExtendRequest) GetQueue() string {
@@ -998,7 +1064,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[12]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1076,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[12]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1089,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{12}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaseRef) GetKey() string {
@@ -1051,7 +1117,7 @@ type ExtendResponse struct {
 
 func (x *ExtendResponse) Reset() {
 	*x = ExtendResponse{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[13]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1129,7 @@ func (x *ExtendResponse) String() string {
 func (*ExtendResponse) ProtoMessage() {}
 
 func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[13]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1142,7 @@ func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendResponse.ProtoReflect.Descriptor instead.
 func (*ExtendResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{13}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExtendResponse) GetResults() []*ExtendResult {
@@ -1101,7 +1167,7 @@ type ExtendResult struct {
 
 func (x *ExtendResult) Reset() {
 	*x = ExtendResult{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[14]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1179,7 @@ func (x *ExtendResult) String() string {
 func (*ExtendResult) ProtoMessage() {}
 
 func (x *ExtendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[14]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1192,7 @@ func (x *ExtendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendResult.ProtoReflect.Descriptor instead.
 func (*ExtendResult) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{14}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExtendResult) GetKey() string {
@@ -1163,7 +1229,7 @@ type ForgetRequest struct {
 
 func (x *ForgetRequest) Reset() {
 	*x = ForgetRequest{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[15]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1241,7 @@ func (x *ForgetRequest) String() string {
 func (*ForgetRequest) ProtoMessage() {}
 
 func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[15]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1254,7 @@ func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetRequest.ProtoReflect.Descriptor instead.
 func (*ForgetRequest) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{15}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForgetRequest) GetQueue() string {
@@ -1216,7 +1282,7 @@ type ForgetResponse struct {
 
 func (x *ForgetResponse) Reset() {
 	*x = ForgetResponse{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[16]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1294,7 @@ func (x *ForgetResponse) String() string {
 func (*ForgetResponse) ProtoMessage() {}
 
 func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[16]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1307,7 @@ func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetResponse.ProtoReflect.Descriptor instead.
 func (*ForgetResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{16}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ForgetResponse) GetForgotten() uint32 {
@@ -1264,7 +1330,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[17]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1342,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[17]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1355,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{17}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InspectRequest) GetQueue() string {
@@ -1317,7 +1383,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[18]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1395,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[18]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1408,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{18}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InspectResponse) GetItem() *Item {
@@ -1369,7 +1435,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[19]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1447,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[19]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1460,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{19}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRequest) GetQueue() string {
@@ -1438,7 +1504,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[20]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1516,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[20]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1529,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{20}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResponse) GetItems() []*Item {
@@ -1512,7 +1578,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[21]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1590,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[21]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1603,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{21}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Item) GetKey() string {
@@ -1628,7 +1694,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[22]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1706,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[22]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1719,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{22}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatsRequest) GetQueue() string {
@@ -1674,7 +1740,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[23]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1752,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[23]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1765,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{23}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatsResponse) GetQueues() []*QueueStats {
@@ -1746,7 +1812,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[24]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1824,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_queue_proto_msgTypes[24]
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1837,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -1905,18 +1971,21 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\n" +
 	"AckRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12'\n" +
-	"\x04acks\x18\x02 \x03(\v2\x13.baton.queue.v1.AckR\x04acks\"\xea\x01\n" +
+	"\x04acks\x18\x02 \x03(\v2\x13.baton.queue.v1.AckR\x04acks\"\xa5\x02\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x126\n" +
 	"\asuccess\x18\x03 \x01(\v2\x1a.baton.queue.v1.AckSuccessH\x00R\asuccess\x126\n" +
 	"\afailure\x18\x04 \x01(\v2\x1a.baton.queue.v1.AckFailureH\x00R\afailure\x12@\n" +
-	"\rrequeue_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationH\x00R\frequeueAfterB\t\n" +
+	"\rrequeue_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationH\x00R\frequeueAfter\x129\n" +
+	"\bterminal\x18\x06 \x01(\v2\x1b.baton.queue.v1.AckTerminalH\x00R\bterminalB\t\n" +
 	"\aoutcome\"\f\n" +
 	"\n" +
 	"AckSuccess\"\"\n" +
 	"\n" +
 	"AckFailure\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\"#\n" +
+	"\vAckTerminal\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\"B\n" +
 	"\vAckResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.baton.queue.v1.AckResultR\aresults\"P\n" +
@@ -2033,7 +2102,7 @@ func file_baton_queue_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_baton_queue_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_baton_queue_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_baton_queue_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_baton_queue_v1_queue_proto_goTypes = []any{
 	(Priority)(0),                 // 0: baton.queue.v1.Priority
 	(ItemState)(0),                // 1: baton.queue.v1.ItemState
@@ -2047,76 +2116,78 @@ var file_baton_queue_v1_queue_proto_goTypes = []any{
 	(*Ack)(nil),                   // 9: baton.queue.v1.Ack
 	(*AckSuccess)(nil),            // 10: baton.queue.v1.AckSuccess
 	(*AckFailure)(nil),            // 11: baton.queue.v1.AckFailure
-	(*AckResponse)(nil),           // 12: baton.queue.v1.AckResponse
-	(*AckResult)(nil),             // 13: baton.queue.v1.AckResult
-	(*ExtendRequest)(nil),         // 14: baton.queue.v1.ExtendRequest
-	(*LeaseRef)(nil),              // 15: baton.queue.v1.LeaseRef
-	(*ExtendResponse)(nil),        // 16: baton.queue.v1.ExtendResponse
-	(*ExtendResult)(nil),          // 17: baton.queue.v1.ExtendResult
-	(*ForgetRequest)(nil),         // 18: baton.queue.v1.ForgetRequest
-	(*ForgetResponse)(nil),        // 19: baton.queue.v1.ForgetResponse
-	(*InspectRequest)(nil),        // 20: baton.queue.v1.InspectRequest
-	(*InspectResponse)(nil),       // 21: baton.queue.v1.InspectResponse
-	(*ListRequest)(nil),           // 22: baton.queue.v1.ListRequest
-	(*ListResponse)(nil),          // 23: baton.queue.v1.ListResponse
-	(*Item)(nil),                  // 24: baton.queue.v1.Item
-	(*StatsRequest)(nil),          // 25: baton.queue.v1.StatsRequest
-	(*StatsResponse)(nil),         // 26: baton.queue.v1.StatsResponse
-	(*QueueStats)(nil),            // 27: baton.queue.v1.QueueStats
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*AckTerminal)(nil),           // 12: baton.queue.v1.AckTerminal
+	(*AckResponse)(nil),           // 13: baton.queue.v1.AckResponse
+	(*AckResult)(nil),             // 14: baton.queue.v1.AckResult
+	(*ExtendRequest)(nil),         // 15: baton.queue.v1.ExtendRequest
+	(*LeaseRef)(nil),              // 16: baton.queue.v1.LeaseRef
+	(*ExtendResponse)(nil),        // 17: baton.queue.v1.ExtendResponse
+	(*ExtendResult)(nil),          // 18: baton.queue.v1.ExtendResult
+	(*ForgetRequest)(nil),         // 19: baton.queue.v1.ForgetRequest
+	(*ForgetResponse)(nil),        // 20: baton.queue.v1.ForgetResponse
+	(*InspectRequest)(nil),        // 21: baton.queue.v1.InspectRequest
+	(*InspectResponse)(nil),       // 22: baton.queue.v1.InspectResponse
+	(*ListRequest)(nil),           // 23: baton.queue.v1.ListRequest
+	(*ListResponse)(nil),          // 24: baton.queue.v1.ListResponse
+	(*Item)(nil),                  // 25: baton.queue.v1.Item
+	(*StatsRequest)(nil),          // 26: baton.queue.v1.StatsRequest
+	(*StatsResponse)(nil),         // 27: baton.queue.v1.StatsResponse
+	(*QueueStats)(nil),            // 28: baton.queue.v1.QueueStats
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
 }
 var file_baton_queue_v1_queue_proto_depIdxs = []int32{
-	28, // 0: baton.queue.v1.AddRequest.delay:type_name -> google.protobuf.Duration
+	29, // 0: baton.queue.v1.AddRequest.delay:type_name -> google.protobuf.Duration
 	0,  // 1: baton.queue.v1.AddRequest.priority:type_name -> baton.queue.v1.Priority
-	28, // 2: baton.queue.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
-	28, // 3: baton.queue.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
+	29, // 2: baton.queue.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
+	29, // 3: baton.queue.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
 	7,  // 4: baton.queue.v1.LeaseResponse.leases:type_name -> baton.queue.v1.Lease
-	29, // 5: baton.queue.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 6: baton.queue.v1.Lease.pending_since:type_name -> google.protobuf.Timestamp
+	30, // 5: baton.queue.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 6: baton.queue.v1.Lease.pending_since:type_name -> google.protobuf.Timestamp
 	9,  // 7: baton.queue.v1.AckRequest.acks:type_name -> baton.queue.v1.Ack
 	10, // 8: baton.queue.v1.Ack.success:type_name -> baton.queue.v1.AckSuccess
 	11, // 9: baton.queue.v1.Ack.failure:type_name -> baton.queue.v1.AckFailure
-	28, // 10: baton.queue.v1.Ack.requeue_after:type_name -> google.protobuf.Duration
-	13, // 11: baton.queue.v1.AckResponse.results:type_name -> baton.queue.v1.AckResult
-	2,  // 12: baton.queue.v1.AckResult.status:type_name -> baton.queue.v1.AckStatus
-	15, // 13: baton.queue.v1.ExtendRequest.leases:type_name -> baton.queue.v1.LeaseRef
-	28, // 14: baton.queue.v1.ExtendRequest.lease_duration:type_name -> google.protobuf.Duration
-	17, // 15: baton.queue.v1.ExtendResponse.results:type_name -> baton.queue.v1.ExtendResult
-	2,  // 16: baton.queue.v1.ExtendResult.status:type_name -> baton.queue.v1.AckStatus
-	29, // 17: baton.queue.v1.ExtendResult.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 18: baton.queue.v1.InspectResponse.item:type_name -> baton.queue.v1.Item
-	1,  // 19: baton.queue.v1.ListRequest.state:type_name -> baton.queue.v1.ItemState
-	24, // 20: baton.queue.v1.ListResponse.items:type_name -> baton.queue.v1.Item
-	1,  // 21: baton.queue.v1.Item.state:type_name -> baton.queue.v1.ItemState
-	29, // 22: baton.queue.v1.Item.pending_since:type_name -> google.protobuf.Timestamp
-	29, // 23: baton.queue.v1.Item.not_before:type_name -> google.protobuf.Timestamp
-	29, // 24: baton.queue.v1.Item.lease_expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 25: baton.queue.v1.Item.priority:type_name -> baton.queue.v1.Priority
-	27, // 26: baton.queue.v1.StatsResponse.queues:type_name -> baton.queue.v1.QueueStats
-	28, // 27: baton.queue.v1.QueueStats.oldest_pending_age:type_name -> google.protobuf.Duration
-	28, // 28: baton.queue.v1.QueueStats.longest_lease_age:type_name -> google.protobuf.Duration
-	3,  // 29: baton.queue.v1.QueueService.Add:input_type -> baton.queue.v1.AddRequest
-	5,  // 30: baton.queue.v1.QueueService.Lease:input_type -> baton.queue.v1.LeaseRequest
-	8,  // 31: baton.queue.v1.QueueService.Ack:input_type -> baton.queue.v1.AckRequest
-	14, // 32: baton.queue.v1.QueueService.Extend:input_type -> baton.queue.v1.ExtendRequest
-	18, // 33: baton.queue.v1.QueueService.Forget:input_type -> baton.queue.v1.ForgetRequest
-	20, // 34: baton.queue.v1.QueueService.Inspect:input_type -> baton.queue.v1.InspectRequest
-	22, // 35: baton.queue.v1.QueueService.List:input_type -> baton.queue.v1.ListRequest
-	25, // 36: baton.queue.v1.QueueService.Stats:input_type -> baton.queue.v1.StatsRequest
-	4,  // 37: baton.queue.v1.QueueService.Add:output_type -> baton.queue.v1.AddResponse
-	6,  // 38: baton.queue.v1.QueueService.Lease:output_type -> baton.queue.v1.LeaseResponse
-	12, // 39: baton.queue.v1.QueueService.Ack:output_type -> baton.queue.v1.AckResponse
-	16, // 40: baton.queue.v1.QueueService.Extend:output_type -> baton.queue.v1.ExtendResponse
-	19, // 41: baton.queue.v1.QueueService.Forget:output_type -> baton.queue.v1.ForgetResponse
-	21, // 42: baton.queue.v1.QueueService.Inspect:output_type -> baton.queue.v1.InspectResponse
-	23, // 43: baton.queue.v1.QueueService.List:output_type -> baton.queue.v1.ListResponse
-	26, // 44: baton.queue.v1.QueueService.Stats:output_type -> baton.queue.v1.StatsResponse
-	37, // [37:45] is the sub-list for method output_type
-	29, // [29:37] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	29, // 10: baton.queue.v1.Ack.requeue_after:type_name -> google.protobuf.Duration
+	12, // 11: baton.queue.v1.Ack.terminal:type_name -> baton.queue.v1.AckTerminal
+	14, // 12: baton.queue.v1.AckResponse.results:type_name -> baton.queue.v1.AckResult
+	2,  // 13: baton.queue.v1.AckResult.status:type_name -> baton.queue.v1.AckStatus
+	16, // 14: baton.queue.v1.ExtendRequest.leases:type_name -> baton.queue.v1.LeaseRef
+	29, // 15: baton.queue.v1.ExtendRequest.lease_duration:type_name -> google.protobuf.Duration
+	18, // 16: baton.queue.v1.ExtendResponse.results:type_name -> baton.queue.v1.ExtendResult
+	2,  // 17: baton.queue.v1.ExtendResult.status:type_name -> baton.queue.v1.AckStatus
+	30, // 18: baton.queue.v1.ExtendResult.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 19: baton.queue.v1.InspectResponse.item:type_name -> baton.queue.v1.Item
+	1,  // 20: baton.queue.v1.ListRequest.state:type_name -> baton.queue.v1.ItemState
+	25, // 21: baton.queue.v1.ListResponse.items:type_name -> baton.queue.v1.Item
+	1,  // 22: baton.queue.v1.Item.state:type_name -> baton.queue.v1.ItemState
+	30, // 23: baton.queue.v1.Item.pending_since:type_name -> google.protobuf.Timestamp
+	30, // 24: baton.queue.v1.Item.not_before:type_name -> google.protobuf.Timestamp
+	30, // 25: baton.queue.v1.Item.lease_expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 26: baton.queue.v1.Item.priority:type_name -> baton.queue.v1.Priority
+	28, // 27: baton.queue.v1.StatsResponse.queues:type_name -> baton.queue.v1.QueueStats
+	29, // 28: baton.queue.v1.QueueStats.oldest_pending_age:type_name -> google.protobuf.Duration
+	29, // 29: baton.queue.v1.QueueStats.longest_lease_age:type_name -> google.protobuf.Duration
+	3,  // 30: baton.queue.v1.QueueService.Add:input_type -> baton.queue.v1.AddRequest
+	5,  // 31: baton.queue.v1.QueueService.Lease:input_type -> baton.queue.v1.LeaseRequest
+	8,  // 32: baton.queue.v1.QueueService.Ack:input_type -> baton.queue.v1.AckRequest
+	15, // 33: baton.queue.v1.QueueService.Extend:input_type -> baton.queue.v1.ExtendRequest
+	19, // 34: baton.queue.v1.QueueService.Forget:input_type -> baton.queue.v1.ForgetRequest
+	21, // 35: baton.queue.v1.QueueService.Inspect:input_type -> baton.queue.v1.InspectRequest
+	23, // 36: baton.queue.v1.QueueService.List:input_type -> baton.queue.v1.ListRequest
+	26, // 37: baton.queue.v1.QueueService.Stats:input_type -> baton.queue.v1.StatsRequest
+	4,  // 38: baton.queue.v1.QueueService.Add:output_type -> baton.queue.v1.AddResponse
+	6,  // 39: baton.queue.v1.QueueService.Lease:output_type -> baton.queue.v1.LeaseResponse
+	13, // 40: baton.queue.v1.QueueService.Ack:output_type -> baton.queue.v1.AckResponse
+	17, // 41: baton.queue.v1.QueueService.Extend:output_type -> baton.queue.v1.ExtendResponse
+	20, // 42: baton.queue.v1.QueueService.Forget:output_type -> baton.queue.v1.ForgetResponse
+	22, // 43: baton.queue.v1.QueueService.Inspect:output_type -> baton.queue.v1.InspectResponse
+	24, // 44: baton.queue.v1.QueueService.List:output_type -> baton.queue.v1.ListResponse
+	27, // 45: baton.queue.v1.QueueService.Stats:output_type -> baton.queue.v1.StatsResponse
+	38, // [38:46] is the sub-list for method output_type
+	30, // [30:38] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_baton_queue_v1_queue_proto_init() }
@@ -2128,6 +2199,7 @@ func file_baton_queue_v1_queue_proto_init() {
 		(*Ack_Success)(nil),
 		(*Ack_Failure)(nil),
 		(*Ack_RequeueAfter)(nil),
+		(*Ack_Terminal)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2135,7 +2207,7 @@ func file_baton_queue_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_queue_v1_queue_proto_rawDesc), len(file_baton_queue_v1_queue_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

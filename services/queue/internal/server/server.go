@@ -202,6 +202,8 @@ func (s *server) Ack(ctx context.Context, req *queuev1.AckRequest) (*queuev1.Ack
 		case *queuev1.Ack_Success:
 		case *queuev1.Ack_Failure:
 			it.Outcome = workqueue.Outcome{Failed: true, Error: o.Failure.GetError()}
+		case *queuev1.Ack_Terminal:
+			it.Outcome = workqueue.Outcome{Terminal: true, Error: o.Terminal.GetError()}
 		case *queuev1.Ack_RequeueAfter:
 			d, err := duration(fmt.Sprintf("acks[%d].requeue_after", i), o.RequeueAfter, 0)
 			if err != nil {

@@ -149,6 +149,17 @@ func (m *model) ack(key string, token uint64, o Outcome, now int64) bool {
 		return false
 	}
 	switch {
+	case o.Terminal:
+		it.lastErr = o.Error
+		it.attempts++
+		it.token, it.worker = 0, ""
+		if it.dirty {
+			it.dirty = false
+			m.pend(it, now)
+		} else {
+			it.state, it.deadline = Parked, 0
+		}
+		return true
 	case o.Failed:
 		it.lastErr = o.Error
 		m.fail(it, now, true)
@@ -302,9 +313,11 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			i := rng.IntN(len(live))
 			g := live[i]
 			var o Outcome
-			switch rng.IntN(3) {
+			switch rng.IntN(4) {
 			case 0:
 				o = Outcome{Failed: true, Error: fmt.Sprint("err", step)}
+			case 3:
+				o = Outcome{Terminal: true, Error: fmt.Sprint("fatal", step)}
 			case 1:
 				o = Outcome{RequeueAfter: time.Duration(1+rng.IntN(5000)) * time.Millisecond}
 			}

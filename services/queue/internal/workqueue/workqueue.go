@@ -357,6 +357,9 @@ type Outcome struct {
 	// Failed marks a failed reconcile with Error as its message.
 	Failed bool
 	Error  string
+	// Terminal marks a failure retrying cannot fix (with Error): the key is
+	// parked, unless it was announced while leased.
+	Terminal bool
 	// RequeueAfter > 0 marks success with another look after it.
 	RequeueAfter time.Duration
 }
@@ -378,6 +381,19 @@ func (q *Queue) Ack(key string, token uint64, o Outcome, now int64) (AckResult, 
 	q.stats.Acks++
 	q.endLease(it)
 	switch {
+	case o.Terminal:
+		q.stats.Failures++
+		it.ext.lastError = o.Error
+		it.attempts++
+		if it.dirty() {
+			// Announced meanwhile: the object changed, so look again.
+			q.clearDirty(it)
+			q.toPending(it, now)
+		} else {
+			it.state = Parked
+			q.parked++
+		}
+		q.store(it)
 	case o.Failed:
 		q.stats.Failures++
 		it.ext.lastError = o.Error

@@ -103,6 +103,9 @@ func TestTransitions(t *testing.T) {
 		// Ack failure
 		{"leased", "failure", want{state: Delayed, attempts: 1, notBefore: now + sec, stored: "put", ok: true}},
 		{"leased+dirty", "failure", want{state: Pending, attempts: 1, stored: "put", ok: true}},
+		// Ack terminal (an addition to DESIGN.md's table)
+		{"leased", "terminal", want{state: Parked, attempts: 1, stored: "put", ok: true}},
+		{"leased+dirty", "terminal", want{state: Pending, attempts: 1, stored: "put", ok: true}},
 		// Ack requeue_after 7s
 		{"leased", "requeue", want{state: Delayed, notBefore: now + 7*sec, stored: "put", ok: true}},
 		{"leased+dirty", "requeue", want{state: Pending, stored: "put", ok: true}},
@@ -138,6 +141,8 @@ func TestTransitions(t *testing.T) {
 				_, ok = f.q.Ack("k", tok, Outcome{}, now)
 			case "failure":
 				_, ok = f.q.Ack("k", tok, Outcome{Failed: true, Error: "boom"}, now)
+			case "terminal":
+				_, ok = f.q.Ack("k", tok, Outcome{Terminal: true, Error: "bad spec"}, now)
 			case "requeue":
 				_, ok = f.q.Ack("k", tok, Outcome{RequeueAfter: 7 * time.Second}, now)
 			case "badtoken":
