@@ -14,4 +14,4 @@ fi
 mkdir -p "$ROOT/bench/out"
 rev=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
 log "batonbench $* (baton-queue from $rev)"
-go run ./cmd/batonbench -bin "$ROOT/bin/baton-queue" -dir "$ROOT/bench/out" -doc "$ROOT/docs/benchmarks.md" -rev "$rev" "$@"
+go run ./cmd/batonbench -bin "$ROOT/bin/baton-queue" -dir "$ROOT/bench/out" -doc "$ROOT/docs/benchmarks.md" -plot "$ROOT/docs/benchmarks-cycle.png" -rev "$rev" "$@"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"path/filepath"
 	"strings"
 	"text/template"
 	"time"
@@ -19,6 +20,9 @@ type docData struct {
 	Took    time.Duration
 	Records []report.Record
 	Targets []report.Target
+	Dur     time.Duration // each timed workload
+	Side    bool          // the side-by-side contenders ran (issue 6)
+	Plot    string        // the cycle chart's path, if drawn
 }
 
 func writeDoc(w io.Writer, d docData) error {
@@ -41,7 +45,7 @@ func writeDoc(w io.Writer, d docData) error {
 	}
 	return docTemplate.Execute(w, map[string]any{
 		"D": d, "Date": d.Started.UTC().Format("2006-01-02 15:04 MST"), "Took": d.Took.Round(time.Second),
-		"Figures": figures.String(), "TargetTable": targets.String(), "Missed": missed,
+		"PlotFile": filepath.Base(d.Plot), "Figures": figures.String(), "TargetTable": targets.String(), "Missed": missed,
 	})
 }
 
@@ -82,7 +86,7 @@ scripts/bench.sh -quick             # smoke run (does not build bin/ first)
 in the ` + "`bench/`" + ` module (its own go.mod, so the services never depend on client-go).
 The queue's data directory is under ` + "`bench/out/`" + `, on the repository's disk, not a tmpfs.
 
-## Targets (issue 2)
+## Targets (issues 2 and 6)
 
 {{.TargetTable}}
 {{if .Missed}}Not met in this run: {{range $i, $m := .Missed}}{{if $i}}; {{end}}{{$m}}{{end}}.
@@ -96,7 +100,85 @@ rounds (highest rate, lowest latency). The cycle, restart and heap figures
 ran once.
 
 {{.Figures}}
-## What each number means
+{{if .D.Side}}## Side by side (issue 6)
+
+{{if .D.Plot}}![Add→Lease→Ack cycle throughput per contender]({{.PlotFile}})
+
+{{end}}The same workloads against Baton and the queues a user might pick
+instead, in the same run (the figures are in the table above, the targets
+with the others). Each contender starts fresh for each workload, with its
+data on the repository's disk (under ` + "`bench/out/`" + `), never a tmpfs.
+
+**How each contender is configured**
+
+- **baton**: the real ` + "`bin/baton-queue`" + ` as a child process, over loopback gRPC
+  through ` + "`services/queue/client`" + `; every Add and Ack is fsynced before its OK
+  (group commit). Leases of one minute.
+- **client-go**: ` + "`k8s.io/client-go/util/workqueue`" + ` v0.37.2, a typed
+  rate-limiting queue in the bench process: the semantic ceiling, not
+  durable, no network. Lease = ` + "`Get`" + ` (after checking ` + "`Len`" + `, under a mutex, so it
+  never blocks), Ack = ` + "`Forget`" + ` + ` + "`Done`" + `.
+- **nats**: an embedded NATS JetStream server (nats-server v2.15.2, nats.go
+  v1.55.0 over loopback TCP), one stream with file storage, WorkQueue
+  retention and a 2-minute duplicate window, one durable pull consumer with
+  explicit acks (AckWait 1 minute). Add = a publish per key with
+  ` + "`Nats-Msg-Id`" + ` = the key (asynchronous publishes for a batch, then
+  wait for every publish acknowledgement); Lease = ` + "`Fetch`" + ` of up to the batch;
+  Ack = the message's ` + "`Ack()`" + ` (the client's default, which does not wait for the
+  server). Default sync settings: JetStream fsyncs every 2 minutes, so its
+  OK does not mean the key is on disk.
+- **nats (sync always)**: the same with the server option ` + "`SyncAlways`" + `
+  (` + "`sync_interval: always`" + ` in the config file): fsync per write, what
+  Baton promises.
+- **etcd-queue**: "just use etcd", against an embedded etcd v3.6.16
+  (` + "`services/etcdembed`" + `, default fsync) through clientv3 over loopback. One
+  key per item under ` + "`/q/`" + `; Add puts the key with an empty value (in
+  transactions of up to 128 puts, etcd's default limit); Lease ranges over
+  the prefix for free keys and claims them by transaction (compare each
+  key's mod_revision, put ` + "`holder|expiry`" + `), retrying key by key when a batch
+  loses a race; Ack deletes the key if its mod_revision is still the lease's
+  (otherwise it was announced again and stays for another delivery).
+
+**What each side-by-side number means**
+
+- **cycle Add→Lease→Ack, distinct keys, batch B, C callers** (workload 1): C
+  goroutines, each in rounds: Add B new keys, then Lease (up to what it
+  still owes) and Ack until it has acked B keys (anyone's: the queue is
+  shared). keys/s = keys acked in {{.D.Dur}}; **round p50/p99** = the latency of
+  one such round (an Add plus the leases and acks that follow).
+  Contenders that cannot batch a call (client-go, nats) loop over the batch
+  inside one round.
+- **collapse** (workload 2): announcements of 1,000 distinct keys in calls of
+  1000 from 4 callers before any worker runs, then one worker drains the
+  queue: deliveries (the ideal is 1,000). etcd-queue gets a tenth of the
+  announcements (each is a raft write; a million take minutes here).
+- **change while leased** (workload 3): 1,000 keys; 4 workers lease up to
+  16 keys, announce each leased key again while holding it (one event per
+  key and lease, until the events are made), then ack; finally the queue
+  is drained. A checker (` + "`bench/internal/violation`" + `) follows the contract:
+  a key announced while held must be delivered exactly once more after the
+  ack, never to two workers at once. **violations** = delivered to two
+  workers at once + announcement lost (owed a delivery that never came) +
+  duplicate delivery (delivered when nothing was owed). The checker
+  records an ack before sending it and a delivery after the lease returns,
+  so an overlap whose records interleave can escape it: the concurrency
+  count is a lower bound.
+- **crash** (workload 4, baton only): 2 adders and 4 workers run the cycle
+  in batches of 1000 (leases of 2 s) against baton-queue; halfway through
+  {{.D.Dur}} it is SIGKILLed and restarted on the same data, then drained.
+  **acknowledged but lost** = keys whose Add was answered OK that were
+  neither acked before the kill nor delivered after it (keys whose Add or
+  Ack was in flight at the kill are left out). nats and etcd-queue run
+  embedded in the bench process, so they cannot be SIGKILLed apart from it:
+  **n/a (in-process)**.
+
+**Not measured side by side (yet)**: workload 5 (restart with 1,000,000
+unfinished keys) and workload 6 (memory per pending key) for nats and
+etcd-queue — baton's and client-go's figures are in the tables above; the
+crash for nats and etcd-queue (see above); workload 7 (the pipeline through
+observer and worker) is not part of this benchmark.
+
+{{end}}## What each number means
 
 Every **baton** figure is measured against the real ` + "`bin/baton-queue`" + ` binary,
 started as a child process on 127.0.0.1 with a fresh data directory for each

@@ -40,6 +40,10 @@ type config struct {
 	bigKeys            int           // restart and heap
 	cycleKeys          int
 	batchKeys          int // durable batch-1000 Adds, per caller count
+	collapse           int // workload 2's announcements (issue 6)
+	changes            int // workload 3's change-while-leased events
+	plot               string
+	side               bool // run the side-by-side contenders (issue 6)
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -52,13 +56,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.doc, "doc", "", "regenerate this Markdown report, e.g. docs/benchmarks.md")
 	fs.StringVar(&c.rev, "rev", "", "source revision of the binary (git describe), shown in the report")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: short workloads, 100,000 keys instead of 1,000,000, one round")
+	fs.StringVar(&c.plot, "plot", "", "draw the cycle throughput per contender as a PNG here, e.g. docs/benchmarks-cycle.png")
+	fs.BoolVar(&c.side, "peers", true, "also run the side-by-side contenders: client-go, NATS JetStream, a queue on etcd (issue 6)")
 	fs.IntVar(&c.rounds, "rounds", 0, "rounds of the paired reference/baton workloads, keeping each figure's best (default 2, 1 with -quick)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	c.dur, c.bigKeys, c.cycleKeys, c.batchKeys = 3*time.Second, 1_000_000, 1_000_000, 2_000_000
+	c.collapse, c.changes = 1_000_000, 10_000
 	if c.quick {
 		c.dur, c.bigKeys, c.cycleKeys, c.batchKeys = 500*time.Millisecond, 100_000, 100_000, 200_000
+		c.collapse, c.changes = 100_000, 1_000
 	}
 	if c.rounds <= 0 {
 		c.rounds = 2
@@ -119,9 +127,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "batonbench: wrote", c.out)
 	}
+	if c.plot != "" && c.side {
+		if err := writeCyclePlot(c.plot, b.set.Records); err != nil {
+			fmt.Fprintln(stderr, "batonbench: plot:", err)
+			return 1
+		}
+		fmt.Fprintln(stderr, "batonbench: wrote", c.plot)
+	}
 	if c.doc != "" {
 		var doc strings.Builder
-		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Rev: c.rev, Took: took, Records: b.set.Records, Targets: targets, Started: started}); err != nil {
+		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Rev: c.rev, Took: took, Records: b.set.Records, Targets: targets, Started: started, Side: c.side, Plot: c.plot, Dur: c.dur}); err != nil {
 			fmt.Fprintln(stderr, "batonbench: render doc:", err)
 			return 1
 		}

@@ -95,6 +95,9 @@ func (b *bench) all(ctx context.Context) error {
 			return err
 		}
 	}
+	if b.cfg.side {
+		return b.sideBySide(ctx)
+	}
 	return nil
 }
 
@@ -410,5 +413,8 @@ func (b *bench) targets() []report.Target {
 	hc, ok2 := get(clientGo, wHeap, "live heap")
 	add(report.Target{Name: "heap per pending key", Measured: hb, Limit: 1.5 * hc, Unit: "B/key",
 		Basis: "1.5 × client-go's workqueue"}, ok1, ok2)
+	if b.cfg.side {
+		ts = append(ts, b.sideTargets()...)
+	}
 	return ts
 }

@@ -1,0 +1,55 @@
+package peers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/client"
+)
+
+// Baton adapts a baton-queue client to Queue, on one named queue.
+type Baton struct {
+	Client *client.Client
+	Name   string
+}
+
+// Add implements Queue.
+func (b Baton) Add(ctx context.Context, keys []string) error {
+	_, err := b.Client.Add(ctx, b.Name, keys, client.AddOptions{})
+	return err
+}
+
+// Lease implements Queue.
+func (b Baton) Lease(ctx context.Context, worker string, max int, wait time.Duration) ([]Leased, error) {
+	ls, err := b.Client.Lease(ctx, b.Name, client.LeaseOptions{Worker: worker, MaxItems: max, Wait: wait, Duration: time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Leased, len(ls))
+	for i, l := range ls {
+		out[i] = Leased{Key: l.Key, handle: l.Token}
+	}
+	return out, nil
+}
+
+// Ack implements Queue; a refused ack is an error.
+func (b Baton) Ack(ctx context.Context, _ string, ls []Leased) error {
+	acks := make([]client.Ack, len(ls))
+	for i, l := range ls {
+		acks[i] = client.Ack{Key: l.Key, Token: l.handle.(uint64), Outcome: client.Success()}
+	}
+	res, err := b.Client.Ack(ctx, b.Name, acks)
+	if err != nil {
+		return err
+	}
+	for i, r := range res {
+		if r.Status != client.OK {
+			return fmt.Errorf("ack of %s refused: %v", acks[i].Key, r.Status)
+		}
+	}
+	return nil
+}
+
+// Close implements Queue; the server's owner closes the client.
+func (Baton) Close() error { return nil }
