@@ -144,8 +144,11 @@ data on the repository's disk (under ` + "`bench/out/`" + `), never a tmpfs.
 - **cycle Add→Lease→Ack, distinct keys, batch B, C callers** (workload 1): C
   goroutines, each in rounds: Add B new keys, then Lease (up to what it
   still owes) and Ack until it has acked B keys (anyone's: the queue is
-  shared). keys/s = keys acked in {{.D.Dur}}; **round p50/p99** = the latency of
-  one such round (an Add plus the leases and acks that follow).
+  shared). No round starts after {{.D.Dur}}; the rounds in flight may finish
+  for up to 10 s more (or 3× the duration, if longer) and are then abandoned.
+  keys/s = keys acked over the elapsed time; **round p50/p99** = the latency of
+  one whole round (an Add plus the leases and acks that follow). A 0 means not
+  one key went through in that time, and the ratio against it is not judged.
   Contenders that cannot batch a call (client-go, nats) loop over the batch
   inside one round.
 - **collapse** (workload 2): announcements of 1,000 distinct keys in calls of
@@ -154,8 +157,11 @@ data on the repository's disk (under ` + "`bench/out/`" + `), never a tmpfs.
   announcements (each is a raft write; a million take minutes here).
 - **change while leased** (workload 3): 1,000 keys; 4 workers lease up to
   16 keys, announce each leased key again while holding it (one event per
-  key and lease, until the events are made), then ack; finally the queue
-  is drained. A checker (` + "`bench/internal/violation`" + `) follows the contract:
+  key and lease, until the events are made), hold the keys 2 ms more (the
+  rest of a reconcile), then ack; finally the queue is drained. A queue that
+  drops those announcements runs dry before the events are made: the
+  workers stop after half a second without a key, and **events made** says
+  how many there were. A checker (` + "`bench/internal/violation`" + `) follows the contract:
   a key announced while held must be delivered exactly once more after the
   ack, never to two workers at once. **violations** = delivered to two
   workers at once + announcement lost (owed a delivery that never came) +
@@ -163,8 +169,9 @@ data on the repository's disk (under ` + "`bench/out/`" + `), never a tmpfs.
   records an ack before sending it and a delivery after the lease returns,
   so an overlap whose records interleave can escape it: the concurrency
   count is a lower bound.
-- **crash** (workload 4, baton only): 2 adders and 4 workers run the cycle
-  in batches of 1000 (leases of 2 s) against baton-queue; halfway through
+- **crash** (workload 4, baton only): 2 adders (batches of 1000) and 4
+  workers (leases of up to 100 keys for 2 s, so they fall behind and the
+  kill finds keys pending and leased) run the cycle against baton-queue; halfway through
   {{.D.Dur}} it is SIGKILLed and restarted on the same data, then drained.
   **acknowledged but lost** = keys whose Add was answered OK that were
   neither acked before the kill nor delivered after it (keys whose Add or

@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonrun/baton/services/etcdembed"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // EtcdQueue is the obvious "just use etcd" queue: one key per item under a
@@ -33,7 +34,7 @@ func StartEtcdQueue(ctx context.Context, dir string) (*EtcdQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 10 * time.Second, MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 64 << 20})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 10 * time.Second, MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 64 << 20, Logger: zap.NewNop()})
 	if err != nil {
 		srv.Close()
 		return nil, err
