@@ -149,6 +149,9 @@ data on the repository's disk (under ` + "`bench/out/`" + `), never a tmpfs.
   keys/s = keys acked over the elapsed time; **round p50/p99** = the latency of
   one whole round (an Add plus the leases and acks that follow). A 0 means not
   one key went through in that time, and the ratio against it is not judged.
+  A peer whose call fails under the load (etcd answers "request timed out"
+  to 64 callers racing for the same keys) stops there: its rate counts the
+  keys acked before, and **stopped by an error** = 1 says so.
   Contenders that cannot batch a call (client-go, nats) loop over the batch
   inside one round.
 - **collapse** (workload 2): announcements of 1,000 distinct keys in calls of
@@ -179,11 +182,23 @@ data on the repository's disk (under ` + "`bench/out/`" + `), never a tmpfs.
   embedded in the bench process, so they cannot be SIGKILLed apart from it:
   **n/a (in-process)**.
 
-**Not measured side by side (yet)**: workload 5 (restart with 1,000,000
-unfinished keys) and workload 6 (memory per pending key) for nats and
-etcd-queue — baton's and client-go's figures are in the tables above; the
-crash for nats and etcd-queue (see above); workload 7 (the pipeline through
-observer and worker) is not part of this benchmark.
+- **heap per pending key, in process** (workload 6, nats and etcd-queue):
+  the bench process's live heap (after two ` + "`runtime.GC`" + ` calls) before and after
+  adding a fifth of baton's keys (filling etcd with a million keys takes
+  minutes here) to the embedded server, per key; server and client share
+  the process, so both are in it (and nothing the server keeps off-heap,
+  such as bbolt's mmap). Compare with baton's live heap and client-go's.
+- **restart with unfinished keys** (workload 5, nats default and etcd-queue):
+  the same keys, then the embedded server is stopped gracefully (it cannot
+  be SIGKILLed apart from the bench process) and started on the same data;
+  the time until the stream reports every message (nats) or a count of the
+  prefix returns every key (etcd). Baton's figure is for a SIGKILL and five
+  times the keys: not a like-for-like ratio.
+
+**Not measured side by side**: the crash for nats and etcd-queue (see above);
+workloads 5 and 6 for nats with sync always (the same store as the default);
+workload 7 (the pipeline through observer and worker), which this benchmark
+skips.
 
 {{end}}## What each number means
 

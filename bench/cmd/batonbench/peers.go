@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batonrun/baton/bench/internal/baton"
+	"github.com/batonrun/baton/bench/internal/heap"
 	"github.com/batonrun/baton/bench/internal/peers"
 	"github.com/batonrun/baton/bench/internal/plot"
 	"github.com/batonrun/baton/bench/internal/refs"
@@ -61,7 +62,60 @@ func (b *bench) sideBySide(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	return b.crash(ctx)
+	if err := b.crash(ctx); err != nil {
+		return err
+	}
+	for _, name := range []string{natsDefault, etcdQueue} {
+		if err := b.peerHeapAndRestart(ctx, name); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// peerHeapAndRestart is workloads 5 and 6 for the embedded peers, with a
+// fifth of baton's keys (filling etcd with a million keys takes minutes
+// here): the bench process's live heap per pending key, then a graceful
+// restart timed until the keys are served again.
+func (b *bench) peerHeapAndRestart(ctx context.Context, name string) error {
+	q, closeQ, err := b.open(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer closeQ()
+	n := b.cfg.bigKeys / 5
+	done := b.step(fmt.Sprintf("%s: fill %d keys", name, n))
+	before := heap.Live()
+	for i := 0; i < n; i += 1000 {
+		if err := q.Add(ctx, refs.Keys("big", i, min(1000, n-i))); err != nil {
+			return err
+		}
+	}
+	after := heap.Live()
+	done()
+	b.record(name, wPeerHeap(n), "live heap (bench process)", (float64(after)-float64(before))/float64(n), "B/key")
+	done = b.step(name + ": " + wPeerRestart(n))
+	var took time.Duration
+	switch q := q.(type) {
+	case *peers.NATS:
+		took, err = q.Restart(ctx, uint64(n))
+	case *peers.EtcdQueue:
+		took, err = q.Restart(ctx, int64(n))
+	}
+	if err != nil {
+		return err
+	}
+	done()
+	b.record(name, wPeerRestart(n), "time", took.Seconds(), "s")
+	return nil
+}
+
+func wPeerHeap(n int) string {
+	return fmt.Sprintf("heap per pending key (%s 11-byte keys, in process)", report.Format(float64(n), "keys"))
+}
+
+func wPeerRestart(n int) string {
+	return fmt.Sprintf("restart with %s unfinished keys (graceful stop, start → serving them)", report.Format(float64(n), "keys"))
 }
 
 // open starts a fresh instance of a contender (nothing inherited from the
@@ -111,10 +165,17 @@ func (b *bench) contender(ctx context.Context, name string) error {
 		if err := with(func(q peers.Queue) error {
 			done := b.step(name + ": " + w)
 			r, err := peers.Cycle(ctx, q, "cyc", sh[0], sh[1], b.cfg.dur)
-			if err != nil {
+			if err != nil && (name == batonQ || ctx.Err() != nil) {
 				return fmt.Errorf("%s: %w", w, err)
 			}
 			done()
+			if err != nil {
+				// A peer that fails under the load (etcd answers "request
+				// timed out" to 64 callers racing for the same keys) keeps
+				// the keys it acked before; the failure is a figure too.
+				fmt.Fprintf(b.log, "batonbench: %s: %s stopped by an error: %v\n", name, w, err)
+				b.record(name, w, "stopped by an error", 1, "count")
+			}
 			b.record(name, w, mRate, r.Rate(), "keys/s")
 			if r.P50 > 0 {
 				b.record(name, w, "round p50", r.P50, "ms")

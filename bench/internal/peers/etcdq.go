@@ -175,6 +175,27 @@ func (e *EtcdQueue) Ack(ctx context.Context, _ string, ls []Leased) error {
 	return nil
 }
 
+// Restart stops etcd (gracefully: an embedded server cannot be SIGKILLed
+// apart from this process), starts it on the same data and returns the
+// time until a count of the prefix answers want.
+func (e *EtcdQueue) Restart(ctx context.Context, want int64) (time.Duration, error) {
+	e.srv.Stop()
+	start := time.Now()
+	if err := e.srv.Restart(ctx); err != nil {
+		return 0, err
+	}
+	for {
+		r, err := e.cli.Get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && r.Count == want {
+			return time.Since(start), nil
+		}
+		if ctx.Err() != nil || time.Since(start) > 2*time.Minute {
+			return 0, fmt.Errorf("etcd not back with %d keys: %v", want, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // Close implements Queue.
 func (e *EtcdQueue) Close() error {
 	e.cli.Close()

@@ -17,6 +17,7 @@ import (
 // (Nats-Msg-Id), so the stream's duplicate window collapses a key announced
 // again while its first message is still within the window.
 type NATS struct {
+	opts *server.Options
 	srv  *server.Server
 	nc   *nats.Conn
 	js   jetstream.JetStream
@@ -41,12 +42,8 @@ func StartNATS(ctx context.Context, dir string, syncAlways bool) (*NATS, error) 
 		srv.Shutdown()
 		return nil, errors.New("nats server not ready in 30 s")
 	}
-	n := &NATS{srv: srv}
-	if n.nc, err = nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1)); err != nil {
-		n.Close()
-		return nil, err
-	}
-	if n.js, err = jetstream.New(n.nc, jetstream.WithPublishAsyncMaxPending(1<<17)); err != nil {
+	n := &NATS{srv: srv, opts: opts}
+	if err := n.connect(); err != nil {
 		n.Close()
 		return nil, err
 	}
@@ -67,6 +64,48 @@ func StartNATS(ctx context.Context, dir string, syncAlways bool) (*NATS, error) 
 		return nil, fmt.Errorf("create consumer: %w", err)
 	}
 	return n, nil
+}
+
+func (n *NATS) connect() error {
+	var err error
+	if n.nc, err = nats.Connect(n.srv.ClientURL(), nats.MaxReconnects(-1)); err != nil {
+		return err
+	}
+	n.js, err = jetstream.New(n.nc, jetstream.WithPublishAsyncMaxPending(1<<17))
+	return err
+}
+
+// Restart shuts the server down (gracefully: an embedded server cannot be
+// SIGKILLed apart from this process), starts it again on the same store
+// and returns the time from the new server's creation until the stream
+// answers with want messages.
+func (n *NATS) Restart(ctx context.Context, want uint64) (time.Duration, error) {
+	n.nc.Close()
+	n.srv.Shutdown()
+	n.srv.WaitForShutdown()
+	start := time.Now()
+	srv, err := server.NewServer(n.opts)
+	if err != nil {
+		return 0, err
+	}
+	n.srv = srv
+	go srv.Start()
+	if !srv.ReadyForConnections(2 * time.Minute) {
+		return 0, errors.New("nats server not ready in 2 minutes after restart")
+	}
+	if err := n.connect(); err != nil {
+		return 0, err
+	}
+	for {
+		st, err := n.js.Stream(ctx, "Q")
+		if err == nil && st.CachedInfo().State.Msgs == want {
+			return time.Since(start), nil
+		}
+		if ctx.Err() != nil || time.Since(start) > 2*time.Minute {
+			return 0, fmt.Errorf("stream not back with %d messages: %v", want, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Add implements Queue: asynchronous publishes, then wait for every
