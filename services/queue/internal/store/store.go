@@ -569,7 +569,14 @@ func (s *Store) writer() {
 				close(b.done)
 			}
 		}
-		if len(rotates) > 0 || s.segSize > s.opts.SegmentBytes {
+		// One new segment per rotation request: each snapshot gets a seq of
+		// its own, so two snapshots at once (a compaction and a heal) never
+		// share a file name and one cannot install the other's unfinished
+		// file.
+		for i := 0; i < max(len(rotates), 1); i++ {
+			if len(rotates) == 0 && s.segSize <= s.opts.SegmentBytes {
+				break
+			}
 			var r rotation
 			s.mu.Lock()
 			r.err = s.fatal
@@ -584,8 +591,8 @@ func (s *Store) writer() {
 				}
 			}
 			r.seq = s.segSeq
-			for _, c := range rotates {
-				c <- r
+			if len(rotates) > 0 {
+				rotates[i] <- r
 			}
 		}
 	}
