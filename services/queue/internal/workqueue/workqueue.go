@@ -187,9 +187,11 @@ type Queue struct {
 	sink   Sink
 	rec    record.Record // scratch, reused for every record
 
-	items  table
-	ready  [3]ring // by priority rank
-	timers timerHeap
+	items table
+	// restored collects pending keys during recovery, for Settle.
+	restored []*item
+	ready    [3]ring // by priority rank
+	timers   timerHeap
 
 	pending, delayed, leased, dirty, parked int
 	stats                                   Counters
@@ -597,6 +599,9 @@ func (q *Queue) Restore(r *record.Record) {
 	default:
 		it.state = Pending
 		q.pending++
+		// In log order, which is nearly always pending_since order:
+		// Settle can then skip the sort.
+		q.restored = append(q.restored, it)
 	}
 }
 
@@ -604,26 +609,31 @@ func (q *Queue) Restore(r *record.Record) {
 // pending since their not_before, and every pending key enters its ring in
 // order of pending_since, as if the queue had never stopped.
 func (q *Queue) Settle(now int64) {
+	ps := make([]*item, 0, q.pending)
+	for _, it := range q.restored {
+		// A key replaced by a later record left its old item behind, absent.
+		if it.state == Pending {
+			ps = append(ps, it)
+		}
+	}
+	q.restored = nil
 	for len(q.timers) > 0 && q.timers[0].deadline() <= now {
 		it := q.timers[0]
 		q.timers.remove(it)
 		q.delayed--
 		it.state = Pending // since its not_before, already in it.at
 		q.pending++
+		ps = append(ps, it)
 	}
-	ps := make([]*item, 0, q.pending)
-	q.items.each(func(it *item) bool {
-		if it.state == Pending {
-			ps = append(ps, it)
-		}
-		return true
-	})
-	slices.SortFunc(ps, func(a, b *item) int {
+	byAge := func(a, b *item) int {
 		if c := cmp.Compare(a.at, b.at); c != 0 {
 			return c
 		}
 		return strings.Compare(a.key, b.key)
-	})
+	}
+	if !slices.IsSortedFunc(ps, byAge) {
+		slices.SortFunc(ps, byAge)
+	}
 	for i := range q.ready {
 		q.ready[i] = ring{rank: i}
 	}
