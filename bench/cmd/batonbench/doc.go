@@ -63,6 +63,11 @@ Run on **{{.Date}}**, {{if .D.Quick}}**a smoke run (` + "`-quick`" + `: 0.5 s wo
 > never across runs. Re-run ` + "`make bench`" + ` on a quiet machine before
 > quoting any of them.
 
+The observer's and the workers' figures (issues 3 and 4: watch throughput,
+put → Add latency, cache memory, relists, cold-start convergence, reconciles
+per object in a burst) are ` + "`go test`" + ` benchmarks against real etcd; see
+[benchmarks-services.md](benchmarks-services.md).
+
 ## Machine
 
 | | |
