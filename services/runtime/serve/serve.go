@@ -226,18 +226,14 @@ func ServerOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics) []grpc.Ser
 	// calls a second, and errors are what an operator looks for.
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithLevels(func(c codes.Code) logging.Level {
-			switch c {
-			case codes.OK, codes.Canceled, codes.DeadlineExceeded, codes.NotFound:
-				return logging.LevelDebug
-			case codes.Internal, codes.Unknown, codes.DataLoss:
-				return logging.LevelError
-			default:
-				return logging.LevelWarn
-			}
-		}),
+		logging.WithLevels(callLevel),
 	}
 	return []grpc.ServerOption{
+		// Handlers run on reused goroutines whose stacks have already grown,
+		// instead of a new goroutine per call that grows its stack again (a
+		// tenth of a small call's CPU). Calls beyond the workers still get a
+		// goroutine of their own.
+		grpc.NumStreamWorkers(StreamWorkers),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -250,7 +246,7 @@ func ServerOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics) []grpc.Ser
 		}),
 		grpc.ChainUnaryInterceptor(
 			metrics.UnaryServerInterceptor(),
-			logging.UnaryServerInterceptor(logger, logOpts...),
+			logWritten(log, logging.UnaryServerInterceptor(logger, logOpts...)),
 			recovery.UnaryServerInterceptor(recover),
 		),
 		grpc.ChainStreamInterceptor(
@@ -258,6 +254,49 @@ func ServerOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics) []grpc.Ser
 			logging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(recover),
 		),
+	}
+}
+
+// StreamWorkers is the number of goroutines kept to run calls (see
+// grpc.NumStreamWorkers): enough for the 64 concurrent callers a busy queue
+// sees, each blocked for a group commit.
+const StreamWorkers = 64
+
+// callLevel is the level of a finished call's log line. Successful calls log
+// at debug: a busy queue answers tens of thousands of calls a second, and
+// errors are what an operator looks for.
+func callLevel(c codes.Code) logging.Level {
+	switch c {
+	case codes.OK, codes.Canceled, codes.DeadlineExceeded, codes.NotFound:
+		return logging.LevelDebug
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		return logging.LevelError
+	default:
+		return logging.LevelWarn
+	}
+}
+
+// logWritten runs the logging interceptor only for calls whose line will be
+// written. The interceptor gathers its fields (peer address, start time,
+// method) before the call, whether or not the line is ever written; on a
+// small call that was a fifth of the server's CPU, spent on successful calls
+// logged at a disabled debug level. So unless debug is enabled, the call runs
+// first, and only a result whose level is enabled goes through the
+// interceptor, replayed, with the call's real duration as grpc.time_ms (its
+// grpc.start_time is then the call's end).
+func logWritten(log *slog.Logger, inner grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if log.Enabled(ctx, slog.LevelDebug) {
+			return inner(ctx, req, info, handler)
+		}
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		if !log.Enabled(ctx, slog.Level(callLevel(status.Code(err)))) {
+			return resp, err
+		}
+		took := time.Since(start)
+		ctx = logging.InjectFields(ctx, logging.Fields{"grpc.time_ms", fmt.Sprintf("%v", float32(took.Nanoseconds()/1000)/1000)})
+		return inner(ctx, req, info, func(context.Context, any) (any, error) { return resp, err })
 	}
 }
 
