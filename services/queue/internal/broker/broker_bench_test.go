@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,4 +91,24 @@ func BenchmarkRestart1M(b *testing.B) {
 		}
 		br.Close()
 	}
+}
+
+// BenchmarkAddOne measures one caller's durable Adds of single keys: the
+// latency of one group commit, without gRPC.
+func BenchmarkAddOne(b *testing.B) {
+	br := open(b, b.TempDir(), 0)
+	defer br.Close()
+	lat := make([]time.Duration, 0, b.N)
+	keys := []string{""}
+	b.ResetTimer()
+	for i := range b.N {
+		keys[0] = fmt.Sprintf("ns/%d", i)
+		t := time.Now()
+		if _, _, err := br.Add(b.Context(), "q", keys, 0, workqueue.Normal); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 }
