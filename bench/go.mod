@@ -5,14 +5,17 @@ go 1.26.0
 replace (
 	github.com/batonrun/baton/proto => ../proto
 	github.com/batonrun/baton/services/etcdembed => ../services/etcdembed
+	github.com/batonrun/baton/services/observer => ../services/observer
 	github.com/batonrun/baton/services/queue => ../services/queue
 	github.com/batonrun/baton/services/runtime => ../services/runtime
+	github.com/batonrun/baton/services/worker => ../services/worker
 )
 
 require (
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/queue v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/services/worker v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	go.etcd.io/etcd/client/v3 v3.6.16
@@ -28,7 +31,7 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
-	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
+	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect

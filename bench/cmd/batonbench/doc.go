@@ -23,6 +23,8 @@ type docData struct {
 	Dur     time.Duration // each timed workload
 	Side    bool          // the side-by-side contenders ran (issue 6)
 	Plot    string        // the cycle chart's path, if drawn
+	// Pipeline is workload 7's section (pipeline.go), if it ran.
+	Pipeline string
 }
 
 func writeDoc(w io.Writer, d docData) error {
@@ -202,10 +204,10 @@ data on the repository's disk (under ` + "`bench/out/`" + `), never a tmpfs.
 
 **Not measured side by side**: the crash for nats and etcd-queue (see above);
 workloads 5 and 6 for nats with sync always (the same store as the default);
-workload 7 (the pipeline through observer and worker), which this benchmark
-skips.
+workload 7 (the pipeline through observer and worker), which is Baton's
+alone{{if .D.Pipeline}} (below){{end}}.
 
-{{end}}## What each number means
+{{end}}{{.D.Pipeline}}## What each number means
 
 Every **baton** figure is measured against the real ` + "`bin/baton-queue`" + ` binary,
 started as a child process on 127.0.0.1 with a fresh data directory for each

@@ -4,7 +4,9 @@
 // with a million unfinished keys and heap per pending key; in the same run it
 // measures the references the targets are ratios of (one fdatasync, an empty
 // gRPC call, gRPC carrying 1000-key messages, client-go's workqueue heap per
-// key). It prints one table with every target's PASS or MISS, writes the
+// key); and, unless -pipeline=false, issue 6's workload 7 through
+// baton-observer, baton-queue and a worker beside etcd's own figures
+// (pipeline.go). It prints one table with every target's PASS or MISS, writes the
 // records as JSON to BENCH_OUT (or -out) and, with -doc, regenerates
 // docs/benchmarks.md.
 //
@@ -43,7 +45,8 @@ type config struct {
 	collapse           int // workload 2's announcements (issue 6)
 	changes            int // workload 3's change-while-leased events
 	plot               string
-	side               bool // run the side-by-side contenders (issue 6)
+	side               bool       // run the side-by-side contenders (issue 6)
+	pipe               pipeConfig // workload 7 of issue 6 (pipeline.go)
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -58,6 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: short workloads, 100,000 keys instead of 1,000,000, one round")
 	fs.StringVar(&c.plot, "plot", "", "draw the cycle throughput per contender as a PNG here, e.g. docs/benchmarks-cycle.png")
 	fs.BoolVar(&c.side, "peers", true, "also run the side-by-side contenders: client-go, NATS JetStream, a queue on etcd (issue 6)")
+	pipelineFlags(fs, &c.pipe)
 	fs.IntVar(&c.rounds, "rounds", 0, "rounds of the paired reference/baton workloads, keeping each figure's best (default 2, 1 with -quick)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -136,7 +140,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.doc != "" {
 		var doc strings.Builder
-		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Rev: c.rev, Took: took, Records: b.set.Records, Targets: targets, Started: started, Side: c.side, Plot: c.plot, Dur: c.dur}); err != nil {
+		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Rev: c.rev, Took: took, Records: b.set.Records, Targets: targets, Started: started, Side: c.side, Plot: c.plot, Dur: c.dur, Pipeline: b.pipelineDoc()}); err != nil {
 			fmt.Fprintln(stderr, "batonbench: render doc:", err)
 			return 1
 		}

@@ -72,6 +72,9 @@ func (b *bench) step(name string) func() {
 // The paired workloads run in rounds (-rounds) and keep their best figures;
 // the long ones (cycle, restart, heap) run once.
 func (b *bench) all(ctx context.Context) error {
+	if b.cfg.pipe.only {
+		return b.pipeline(ctx)
+	}
 	paired := []func(context.Context) error{
 		b.fsyncRef,
 		func(ctx context.Context) error { return b.echoRef(ctx, wEcho1, 1) },
@@ -96,9 +99,11 @@ func (b *bench) all(ctx context.Context) error {
 		}
 	}
 	if b.cfg.side {
-		return b.sideBySide(ctx)
+		if err := b.sideBySide(ctx); err != nil {
+			return err
+		}
 	}
-	return nil
+	return b.pipeline(ctx)
 }
 
 func (b *bench) fsyncRef(ctx context.Context) error {
@@ -416,5 +421,5 @@ func (b *bench) targets() []report.Target {
 	if b.cfg.side {
 		ts = append(ts, b.sideTargets()...)
 	}
-	return ts
+	return append(ts, b.pipelineTargets()...)
 }

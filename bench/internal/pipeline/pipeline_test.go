@@ -1,0 +1,142 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestLatencies(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sent := []time.Time{t0, t0.Add(time.Millisecond), t0.Add(2 * time.Millisecond), t0.Add(3 * time.Millisecond)}
+	ks := []string{"a", "b", "c", "d"}
+	seen := map[string]time.Time{
+		"a": t0.Add(5 * time.Millisecond), // 5 ms
+		"b": t0.Add(2 * time.Millisecond), // 1 ms
+		"d": t0.Add(6 * time.Millisecond), // 3 ms
+		"x": t0,                           // not a key of the run
+	}
+	got, missing := Latencies(sent, seen, ks)
+	want := []time.Duration{time.Millisecond, 3 * time.Millisecond, 5 * time.Millisecond}
+	if missing != 1 || len(got) != len(want) {
+		t.Fatalf("got %v, %d missing", got, missing)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+}
+
+func TestHistogramMean(t *testing.T) {
+	const name, labels = "x_seconds", `{queue="probe"}`
+	before := map[string]float64{name + "_sum" + labels: 1, name + "_count" + labels: 10}
+	after := map[string]float64{name + "_sum" + labels: 1.5, name + "_count" + labels: 110}
+	if got := HistogramMean(before, after, name, labels); got != 5*time.Millisecond {
+		t.Fatalf("mean %v, want 5ms", got)
+	}
+	if got := HistogramMean(after, after, name, labels); got != 0 {
+		t.Fatalf("no new observations: %v", got)
+	}
+	if got := HistogramMean(nil, map[string]float64{}, name, labels); got != 0 {
+		t.Fatalf("no histogram: %v", got)
+	}
+	// A histogram first seen after the run started: all of it counts.
+	if got := HistogramMean(nil, after, name, labels); got < 13636*time.Microsecond || got > 13637*time.Microsecond {
+		t.Fatalf("new histogram: %v", got)
+	}
+}
+
+func TestPutRate(t *testing.T) {
+	if r := (LatencyResult{Puts: 1001, Issuing: time.Second}).PutRate(); r != 1000 {
+		t.Fatalf("rate %v", r)
+	}
+	if r := (LatencyResult{Puts: 1}).PutRate(); r != 0 {
+		t.Fatalf("rate of one put %v", r)
+	}
+}
+
+func TestKeysMatchObserverKeys(t *testing.T) {
+	ks := keys("lat", 3)
+	if ks[2] != "lat/p0000002" || queueKey(ProbePrefix+"lat/p0000002") != ks[2] {
+		t.Fatalf("keys %v", ks)
+	}
+}
+
+func TestReplicaSetJSON(t *testing.T) {
+	var rs struct {
+		Kind     string
+		Metadata struct {
+			Name, Namespace, UID string
+			Generation           int64
+		}
+		Spec struct{ Replicas int }
+	}
+	if err := json.Unmarshal([]byte(rsJSON("rs00007")), &rs); err != nil {
+		t.Fatal(err)
+	}
+	if rs.Kind != "ReplicaSet" || rs.Metadata.Name != "rs00007" || rs.Metadata.Namespace != "default" ||
+		rs.Metadata.UID == "" || rs.Metadata.Generation != 1 || rs.Spec.Replicas != 3 {
+		t.Fatalf("%+v", rs)
+	}
+}
+
+// binaries returns the repository's built binaries, or skips: `make build`
+// makes them.
+func binaries(t *testing.T) Bins {
+	t.Helper()
+	root, err := filepath.Abs("../../../bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Bins{Queue: filepath.Join(root, "baton-queue"), Observer: filepath.Join(root, "baton-observer"), Worker: filepath.Join(root, "baton-worker")}
+	for _, p := range []string{b.Queue, b.Observer, b.Worker} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("%v (run `make build`)", err)
+		}
+	}
+	return b
+}
+
+// TestLatencySmall runs the latency workload end to end on the real
+// binaries, small: every put must be reconciled and watched.
+func TestLatencySmall(t *testing.T) {
+	bins := binaries(t)
+	s, err := StartStack(t.Context(), t.TempDir(), bins, ProbeRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := Latency(t.Context(), s, LatencyConfig{Rate: 200, Duration: 500 * time.Millisecond, Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Puts != 100 || len(res.Reconcile) != 100 || len(res.Watch) != 100 || len(res.Put) != 100 {
+		t.Fatalf("%d puts, %d reconciled, %d watched, %d put calls", res.Puts, len(res.Reconcile), len(res.Watch), len(res.Put))
+	}
+	if res.Reconcile[0] <= 0 || res.Watch[0] <= 0 {
+		t.Fatalf("latencies must be positive: reconcile %v, watch %v", res.Reconcile[0], res.Watch[0])
+	}
+}
+
+// TestColdStartSmall runs the cold start end to end on the real binaries
+// with a few sets: it must converge, count the writes it needed (at least
+// the set creates and 3 pod creates per set) and replay them.
+func TestColdStartSmall(t *testing.T) {
+	bins := binaries(t)
+	const sets = 20
+	res, err := ColdStart(t.Context(), t.TempDir(), bins, ColdConfig{Sets: sets, Concurrency: 4, Timeout: 2 * time.Minute}, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if res.Converge <= 0 || res.Alone <= 0 {
+		t.Fatalf("times: %+v", res)
+	}
+	// The creates are one transaction; each pod is created and started.
+	if res.KeyWrites < sets+2*3*sets || res.Requests < 1+3*sets || res.Reconciles < sets {
+		t.Fatalf("too few writes or reconciles for %d sets: %+v", sets, res)
+	}
+}
