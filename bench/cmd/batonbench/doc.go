@@ -114,7 +114,9 @@ ran once.
 {{end}}The same workloads against Baton and the queues a user might pick
 instead, in the same run (the figures are in the table above, the targets
 with the others). Each contender starts fresh for each workload, with its
-data on the repository's disk (under ` + "`bench/out/`" + `), never a tmpfs.
+data on the repository's disk (under ` + "`bench/out/`" + `), never a tmpfs. nats and
+etcd-queue run embedded in the bench process for workloads 1–3, and in a
+child process of their own for workloads 4–6 (see the crash).
 
 **How each contender is configured**
 
@@ -179,33 +181,58 @@ data on the repository's disk (under ` + "`bench/out/`" + `), never a tmpfs.
   records an ack before sending it and a delivery after the lease returns,
   so an overlap whose records interleave can escape it: the concurrency
   count is a lower bound.
-- **crash** (workload 4, baton only): 2 adders (batches of 1000) and 4
-  workers (leases of up to 100 keys for 2 s, so they fall behind and the
-  kill finds keys pending and leased) run the cycle against baton-queue; halfway through
-  {{.D.Dur}} it is SIGKILLed and restarted on the same data, then drained.
+- **crash** (workload 4: baton, nats, nats (sync always), etcd-queue): each
+  contender's server runs in a process of its own, so that it can be
+  SIGKILLed apart from the bench: baton-queue as in every workload; nats and
+  etcd-queue in a child of the bench binary (` + "`batonbench serve -kind nats|nats-sync|etcd`" + `,
+  the same embedded server with the same options as above, on fixed loopback
+  ports and one data directory), the client in the bench process. Leases
+  last 2 s (nats: AckWait; etcd-queue: the expiry it writes). 2 adders
+  (batches of 1000) and 4 workers (leases of up to 100 keys, so they fall
+  behind and the kill finds keys pending and leased) run the cycle; after
+  half of {{.D.Dur}} (later, up to 30 s, until two batches were added and a
+  key acked: nats with sync always needs seconds for its first batch) the
+  server is SIGKILLed, the callers stop, the server is started again on the
+  same data and ports, the client reconnects, and the queue is drained
+  (lease and ack until the contender counts no unfinished key, or 5 s pass
+  without a delivery). Keys whose Add or Ack failed (in flight at the kill)
+  are uncertain and left out of every count below.
   **acknowledged but lost** = keys whose Add was answered OK that were
-  neither acked before the kill nor delivered after it (keys whose Add or
-  Ack was in flight at the kill are left out). nats and etcd-queue run
-  embedded in the bench process, so they cannot be SIGKILLed apart from it:
-  **n/a (in-process)**.
+  neither acked before the kill nor delivered after it. **acked before the
+  kill, delivered again after it** = acks answered OK but not kept:
+  duplicates, which an at-least-once queue allows (nats' ` + "`Ack()`" + ` returns once the
+  ack is written to the connection, without the server's confirmation, so
+  acks still on their way at the kill come back this way).
+  **kept but not delivered in the drain** = keys the contender still counts
+  as unfinished after the drain. **What a SIGKILL does not test**: a killed
+  process leaves the kernel's page cache behind, so a server that writes its
+  data to its files before answering loses nothing to a SIGKILL, fsync or
+  not; nats-server writes a single-replica stream's message to its file
+  before acknowledging the publish (its default defers only the fsync), so
+  nats with default settings is not expected to lose keys here. What fsync
+  buys (surviving a kernel crash or a power cut) would take crashing the
+  machine itself, which this benchmark does not do.
+- **memory per pending key, server in its own process** (workload 6, nats,
+  nats (sync always), etcd-queue): the same child process with a fresh store;
+  the child's **live heap** (bytes in use after two ` + "`runtime.GC`" + ` calls, which
+  the child reports) and **RSS** (VmRSS in ` + "`/proc/<pid>/status`" + `) before and after
+  adding the keys (4 callers, batches of 1000), per key. Only the server is
+  in that process; the client is in the bench process. nats and etcd-queue
+  get a fifth of baton's keys (filling etcd with a million keys takes
+  minutes here), nats with sync always a hundredth (it fsyncs each message
+  on its own, 500 to 3,000 a second on this disk). Compare the live heap with
+  baton's live heap and client-go's, the RSS with baton's RSS; etcd's RSS
+  includes the pages of bbolt's memory-mapped file.
+- **restart with unfinished keys** (workload 5, the same three): then the
+  child is SIGKILLed and started again on the same data; the time from exec
+  until the reconnected client sees every key (nats: the stream's message
+  count; etcd-queue: a count of the prefix). Like baton's figure (SIGKILL,
+  exec → SERVING, then every key pending), with fewer keys: not a
+  like-for-like ratio.
 
-- **heap per pending key, in process** (workload 6, nats and etcd-queue):
-  the bench process's live heap (after two ` + "`runtime.GC`" + ` calls) before and after
-  adding a fifth of baton's keys (filling etcd with a million keys takes
-  minutes here) to the embedded server, per key; server and client share
-  the process, so both are in it (and nothing the server keeps off-heap,
-  such as bbolt's mmap). Compare with baton's live heap and client-go's.
-- **restart with unfinished keys** (workload 5, nats default and etcd-queue):
-  the same keys, then the embedded server is stopped gracefully (it cannot
-  be SIGKILLed apart from the bench process) and started on the same data;
-  the time until the stream reports every message (nats) or a count of the
-  prefix returns every key (etcd). Baton's figure is for a SIGKILL and five
-  times the keys: not a like-for-like ratio.
-
-**Not measured side by side**: the crash for nats and etcd-queue (see above);
-workloads 5 and 6 for nats with sync always (the same store as the default);
-workload 7 (the pipeline through observer and worker), which is Baton's
-alone{{if .D.Pipeline}} (below){{end}}.
+**Not measured side by side**: workloads 4–6 for client-go (nothing
+survives its process) and workload 7 (the pipeline through observer and
+worker), which is Baton's alone{{if .D.Pipeline}} (below){{end}}.
 
 {{end}}{{.D.Pipeline}}## What each number means
 

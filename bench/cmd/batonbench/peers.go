@@ -3,21 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonrun/baton/bench/internal/baton"
-	"github.com/batonrun/baton/bench/internal/heap"
+	"github.com/batonrun/baton/bench/internal/load"
 	"github.com/batonrun/baton/bench/internal/peers"
 	"github.com/batonrun/baton/bench/internal/plot"
 	"github.com/batonrun/baton/bench/internal/refs"
 	"github.com/batonrun/baton/bench/internal/report"
-	"github.com/batonrun/baton/services/queue/client"
 )
 
 // The side-by-side contenders (issue 6), beside batonQ and clientGo.
@@ -29,6 +27,7 @@ const (
 	mDeliveries = "deliveries"
 	mViolations = "violations"
 	mLost       = "acknowledged but lost"
+	mAgain      = "acked before the kill, delivered again after it"
 )
 
 // sideContenders in the order they run and are charted.
@@ -55,17 +54,20 @@ func wSideChanges(n int) string {
 
 const wSideCrash = "crash: SIGKILL during the cycle, restart, drain"
 
-// sideBySide runs workloads 1–3 against every contender and 4 against baton.
+// sideBySide runs workloads 1–3 against every contender, 4 against the
+// durable ones, and 5 and 6 against the peers.
 func (b *bench) sideBySide(ctx context.Context) error {
 	for _, name := range sideContenders {
 		if err := b.contender(ctx, name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	if err := b.crash(ctx); err != nil {
-		return err
+	for _, name := range []string{batonQ, natsDefault, natsSync, etcdQueue} {
+		if err := b.crash(ctx, name); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
 	}
-	for _, name := range []string{natsDefault, etcdQueue} {
+	for _, name := range []string{natsDefault, natsSync, etcdQueue} {
 		if err := b.peerHeapAndRestart(ctx, name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -73,35 +75,83 @@ func (b *bench) sideBySide(ctx context.Context) error {
 	return nil
 }
 
-// peerHeapAndRestart is workloads 5 and 6 for the embedded peers, with a
-// fifth of baton's keys (filling etcd with a million keys takes minutes
-// here): the bench process's live heap per pending key, then a graceful
-// restart timed until the keys are served again.
+// procKinds maps the peers to the servers a child process runs for them.
+var procKinds = map[string]string{natsDefault: peers.KindNATS, natsSync: peers.KindNATSSync, etcdQueue: peers.KindEtcd}
+
+// openRemote starts a fresh instance of a peer with its server in a child
+// process (the bench binary's serve subcommand), which can be SIGKILLed.
+func (b *bench) openRemote(ctx context.Context, name string, leaseFor time.Duration) (*peers.Remote, func(), error) {
+	command, err := serveCommand()
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp(b.cfg.dir, dirName(name)+"-proc-")
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := peers.StartRemote(ctx, command, procKinds[name], dir, leaseFor)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return r, func() { r.Close(); os.RemoveAll(dir) }, nil
+}
+
+// peerBigKeys is workloads 5 and 6's size for a peer: a fifth of baton's
+// keys (filling etcd with a million keys takes minutes here), a hundredth
+// for nats with sync always (it fsyncs every message on its own, 500 to
+// 3,000 a second on this disk: a fifth would take minutes).
+func (b *bench) peerBigKeys(name string) int {
+	if name == natsSync {
+		return b.cfg.bigKeys / 100
+	}
+	return b.cfg.bigKeys / 5
+}
+
+// peerHeapAndRestart is workloads 5 and 6 for a peer whose server runs in
+// a child process: the child's live heap and RSS per pending key, then a
+// SIGKILL and a restart timed until the keys are served again.
 func (b *bench) peerHeapAndRestart(ctx context.Context, name string) error {
-	q, closeQ, err := b.open(ctx, name)
+	r, closeR, err := b.openRemote(ctx, name, time.Minute)
 	if err != nil {
 		return err
 	}
-	defer closeQ()
-	n := b.cfg.bigKeys / 5
+	defer closeR()
+	n := b.peerBigKeys(name)
+	heap0, err := r.Proc.Heap(ctx)
+	if err != nil {
+		return err
+	}
+	rss0, err := r.Proc.RSS()
+	if err != nil {
+		return err
+	}
 	done := b.step(fmt.Sprintf("%s: fill %d keys", name, n))
-	before := heap.Live()
-	for i := 0; i < n; i += 1000 {
-		if err := q.Add(ctx, refs.Keys("big", i, min(1000, n-i))); err != nil {
-			return err
+	var next atomic.Int64
+	const batch = 1000
+	if _, err := load.Run(ctx, load.Spec{Callers: 4, Items: int64(n)}, func(ctx context.Context, _ int) (int, error) {
+		first := int(next.Add(batch)) - batch
+		if first >= n {
+			return 0, nil
 		}
+		k := min(batch, n-first)
+		return k, r.Queue.Add(ctx, refs.Keys("big", first, k))
+	}); err != nil {
+		return fmt.Errorf("fill: %w", err)
 	}
-	after := heap.Live()
 	done()
-	b.record(name, wPeerHeap(n), "live heap (bench process)", (float64(after)-float64(before))/float64(n), "B/key")
-	done = b.step(name + ": " + wPeerRestart(n))
-	var took time.Duration
-	switch q := q.(type) {
-	case *peers.NATS:
-		took, err = q.Restart(ctx, uint64(n))
-	case *peers.EtcdQueue:
-		took, err = q.Restart(ctx, int64(n))
+	heap1, err := r.Proc.Heap(ctx)
+	if err != nil {
+		return err
 	}
+	rss1, err := r.Proc.RSS()
+	if err != nil {
+		return err
+	}
+	b.record(name, wPeerHeap(n), "live heap (server process)", (float64(heap1)-float64(heap0))/float64(n), "B/key")
+	b.record(name, wPeerHeap(n), "RSS (server process)", (float64(rss1)-float64(rss0))/float64(n), "B/key")
+	done = b.step(name + ": " + wPeerRestart(n))
+	took, err := r.Restart(ctx, int64(n))
 	if err != nil {
 		return err
 	}
@@ -111,17 +161,21 @@ func (b *bench) peerHeapAndRestart(ctx context.Context, name string) error {
 }
 
 func wPeerHeap(n int) string {
-	return fmt.Sprintf("heap per pending key (%s 11-byte keys, in process)", report.Format(float64(n), "keys"))
+	return fmt.Sprintf("memory per pending key (%s 11-byte keys, server in its own process)", report.Format(float64(n), "keys"))
 }
 
 func wPeerRestart(n int) string {
-	return fmt.Sprintf("restart with %s unfinished keys (graceful stop, start → serving them)", report.Format(float64(n), "keys"))
+	return fmt.Sprintf("restart with %s unfinished keys (SIGKILL, exec → serving them)", report.Format(float64(n), "keys"))
+}
+
+func dirName(contender string) string {
+	return strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(contender)
 }
 
 // open starts a fresh instance of a contender (nothing inherited from the
 // previous workload).
 func (b *bench) open(ctx context.Context, name string) (peers.Queue, func(), error) {
-	dir, err := os.MkdirTemp(b.cfg.dir, strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(name)+"-")
+	dir, err := os.MkdirTemp(b.cfg.dir, dirName(name)+"-")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -227,130 +281,58 @@ func (b *bench) collapseAnnouncements(name string) int {
 	return b.cfg.collapse
 }
 
-// crash is workload 4 for baton: 2 adders (batches of 1000) and 4 workers
-// (leases of 100) run the cycle
-// against a baton-queue process, which is SIGKILLed halfway and restarted;
-// then the queue is drained. A key whose Add was answered OK must be acked
-// before the crash or delivered after it; keys whose Add or Ack was in
-// flight at the kill are uncertain and not counted.
-func (b *bench) crash(ctx context.Context) error {
-	return b.withServer(ctx, func(s *baton.Server) error {
-		done := b.step(wSideCrash)
-		const batch, queue = 1000, "crash"
-		var (
-			mu                   sync.Mutex
-			added, acked, unsure = map[string]bool{}, map[string]bool{}, map[string]bool{}
-			next                 int
-			wg                   sync.WaitGroup
-		)
-		runCtx, stop := context.WithCancel(ctx)
-		for range 2 {
-			wg.Go(func() {
-				for runCtx.Err() == nil {
-					mu.Lock()
-					first := next
-					next += batch
-					mu.Unlock()
-					ks := refs.Keys("crs", first, batch)
-					_, err := s.Client.Add(runCtx, queue, ks, client.AddOptions{})
-					mu.Lock()
-					for _, k := range ks {
-						if err == nil {
-							added[k] = true
-						} else {
-							unsure[k] = true
-						}
-					}
-					mu.Unlock()
-					if err != nil {
-						return
-					}
-				}
-			})
+// crashLease is how long a lease lasts in the crash workload: keys leased
+// at the kill come back this soon after the restart.
+const crashLease = 2 * time.Second
+
+// crash is workload 4 (peers.Crash): 2 adders (batches of 1000) and 4
+// workers (leases of up to 100 keys for 2 s) run the cycle against a
+// contender's server in its own process, which is SIGKILLed halfway through
+// the workload's duration (later if not two batches were added yet) and
+// started again on the same data; then the queue is drained. A key whose
+// Add was answered OK must be acked before the crash or delivered after it;
+// keys whose Add or Ack was in flight at the kill are uncertain and not
+// counted.
+func (b *bench) crash(ctx context.Context, name string) error {
+	var (
+		q    peers.Queue
+		spec peers.CrashSpec
+	)
+	run, quiet := b.cfg.dur/2, crashLease+3*time.Second
+	if name == batonQ {
+		s, err := baton.Start(ctx, b.cfg.bin, b.cfg.dir)
+		if err != nil {
+			return err
 		}
-		for w := range 4 {
-			wg.Go(func() {
-				for runCtx.Err() == nil {
-					// Leases of 100 keys: the workers fall behind the adders, so
-					// the kill finds keys pending and leased, not only acked.
-					ls, err := s.Client.Lease(runCtx, queue, client.LeaseOptions{Worker: fmt.Sprintf("w%d", w), MaxItems: 100, Wait: 20 * time.Millisecond, Duration: 2 * time.Second})
-					if err != nil {
-						return
-					}
-					acks := make([]client.Ack, len(ls))
-					for i, l := range ls {
-						acks[i] = client.Ack{Key: l.Key, Token: l.Token, Outcome: client.Success()}
-					}
-					if len(acks) == 0 {
-						continue
-					}
-					res, err := s.Client.Ack(runCtx, queue, acks)
-					mu.Lock()
-					for i, a := range acks {
-						switch {
-						case err != nil:
-							unsure[a.Key] = true
-						case res[i].Status == client.OK:
-							acked[a.Key] = true
-						}
-					}
-					mu.Unlock()
-					if err != nil {
-						return
-					}
-				}
-			})
+		defer s.Close()
+		q = peers.Baton{Client: s.Client, Name: "crash", LeaseFor: crashLease}
+		spec = peers.CrashSpec{Run: run, Quiet: quiet, Kill: s.Kill, Restart: func(ctx context.Context) error {
+			_, err := s.Restart(ctx)
+			return err
+		}}
+	} else {
+		r, closeR, err := b.openRemote(ctx, name, crashLease)
+		if err != nil {
+			return err
 		}
-		time.Sleep(b.cfg.dur / 2) // the cycle runs; the kill lands mid-flight
-		if _, err := s.Restart(ctx); err != nil {
-			stop()
-			wg.Wait()
-			return fmt.Errorf("restart: %w", err)
-		}
-		stop()
-		wg.Wait()
-		drained := map[string]bool{}
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			ls, err := s.Client.Lease(ctx, queue, client.LeaseOptions{Worker: "drain", MaxItems: batch, Wait: 300 * time.Millisecond, Duration: time.Minute})
-			if err != nil {
-				return fmt.Errorf("drain: %w", err)
-			}
-			acks := make([]client.Ack, len(ls))
-			for i, l := range ls {
-				drained[l.Key] = true
-				acks[i] = client.Ack{Key: l.Key, Token: l.Token, Outcome: client.Success()}
-			}
-			if len(acks) > 0 {
-				if _, err := s.Client.Ack(ctx, queue, acks); err != nil {
-					return fmt.Errorf("drain: %w", err)
-				}
-				continue
-			}
-			st, err := s.Client.Stats(ctx, queue)
-			if err != nil {
-				return err
-			}
-			if len(st) == 0 || st[0].GetPending()+st[0].GetLeased()+st[0].GetDelayed() == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return errors.New("drain: keys still held two minutes after the restart")
-			}
-		}
-		lost := 0
-		for k := range added {
-			if !acked[k] && !drained[k] && !unsure[k] {
-				lost++
-			}
-		}
-		done()
-		fmt.Fprintf(b.log, "batonbench: crash: %d keys added, %d acked before the kill, %d drained after it, %d uncertain\n", len(added), len(acked), len(drained), len(unsure))
-		b.record(batonQ, wSideCrash, "keys added (answered OK) before the kill", float64(len(added)), "keys")
-		b.record(batonQ, wSideCrash, "of which acked before the kill", float64(len(acked)), "keys")
-		b.record(batonQ, wSideCrash, mLost, float64(lost), "keys")
-		return nil
-	})
+		defer closeR()
+		q, spec = r.Queue, r.CrashSpec(run, quiet)
+	}
+	done := b.step(name + ": " + wSideCrash)
+	r, err := peers.Crash(ctx, q, spec)
+	if err != nil {
+		return fmt.Errorf("%s: %w", wSideCrash, err)
+	}
+	done()
+	fmt.Fprintf(b.log, "batonbench: %s crash: %+v\n", name, r)
+	b.record(name, wSideCrash, "keys added (answered OK) before the kill", float64(r.Added), "keys")
+	b.record(name, wSideCrash, "of which acked before the kill", float64(r.Acked), "keys")
+	b.record(name, wSideCrash, mLost, float64(r.Lost), "keys")
+	b.record(name, wSideCrash, mAgain, float64(r.Again), "keys")
+	if r.Left >= 0 {
+		b.record(name, wSideCrash, "kept but not delivered in the drain", float64(r.Left), "keys")
+	}
+	return nil
 }
 
 // bestCycle is a contender's best batch-1000 cycle rate over 1 and 64

@@ -135,7 +135,7 @@ func (s *Server) WaitServing(ctx context.Context, from time.Time) (time.Duration
 // Restart SIGKILLs the process, starts it again on the same data and ports,
 // and returns how long the new process took from exec to serving.
 func (s *Server) Restart(ctx context.Context) (time.Duration, error) {
-	if err := s.kill(); err != nil {
+	if err := s.Kill(); err != nil {
 		return 0, err
 	}
 	start := time.Now()
@@ -145,7 +145,9 @@ func (s *Server) Restart(ctx context.Context) (time.Duration, error) {
 	return s.WaitServing(ctx, start)
 }
 
-func (s *Server) kill() error {
+// Kill SIGKILLs the process (no shutdown of any kind) and waits until it is
+// gone; it does nothing if the process is not running.
+func (s *Server) Kill() error {
 	if s.cmd == nil {
 		return nil
 	}
@@ -163,7 +165,7 @@ func (s *Server) kill() error {
 
 // Close kills the process and removes its data.
 func (s *Server) Close() {
-	_ = s.kill()
+	_ = s.Kill()
 	if s.Conn != nil {
 		s.Conn.Close()
 	}

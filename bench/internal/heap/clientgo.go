@@ -28,10 +28,6 @@ func ClientGoPerKey(n int) (float64, error) {
 	return (float64(after) - float64(before)) / float64(n), nil
 }
 
-// Live returns this process's heap in use after two full collections, for
-// contenders embedded in the bench process.
-func Live() uint64 { return liveHeap() }
-
 // liveHeap returns the heap in use after two full collections (the second
 // frees what the first one's finalizers released).
 func liveHeap() uint64 {

@@ -10,8 +10,9 @@ import (
 
 // Baton adapts a baton-queue client to Queue, on one named queue.
 type Baton struct {
-	Client *client.Client
-	Name   string
+	Client   *client.Client
+	Name     string
+	LeaseFor time.Duration // a lease's duration; 0 is a minute
 }
 
 // Add implements Queue.
@@ -22,7 +23,11 @@ func (b Baton) Add(ctx context.Context, keys []string) error {
 
 // Lease implements Queue.
 func (b Baton) Lease(ctx context.Context, worker string, max int, wait time.Duration) ([]Leased, error) {
-	ls, err := b.Client.Lease(ctx, b.Name, client.LeaseOptions{Worker: worker, MaxItems: max, Wait: wait, Duration: time.Minute})
+	d := b.LeaseFor
+	if d == 0 {
+		d = time.Minute
+	}
+	ls, err := b.Client.Lease(ctx, b.Name, client.LeaseOptions{Worker: worker, MaxItems: max, Wait: wait, Duration: d})
 	if err != nil {
 		return nil, err
 	}
@@ -49,6 +54,15 @@ func (b Baton) Ack(ctx context.Context, _ string, ls []Leased) error {
 		}
 	}
 	return nil
+}
+
+// Unfinished is the queue's pending, leased and delayed keys.
+func (b Baton) Unfinished(ctx context.Context) (int64, error) {
+	st, err := b.Client.Stats(ctx, b.Name)
+	if err != nil || len(st) == 0 {
+		return 0, err
+	}
+	return int64(st[0].GetPending() + st[0].GetLeased() + st[0].GetDelayed()), nil
 }
 
 // Close implements Queue; the server's owner closes the client.

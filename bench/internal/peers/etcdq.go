@@ -21,25 +21,62 @@ import (
 // again while leased stays for another delivery. Transactions hold at most
 // 128 operations, etcd's default limit.
 type EtcdQueue struct {
-	srv    *etcdembed.Server
-	cli    *clientv3.Client
-	prefix string
+	srv      *etcdembed.Server // nil when etcd runs elsewhere
+	endpoint string
+	leaseFor time.Duration
+	cli      *clientv3.Client
+	prefix   string
 }
 
 const etcdTxnOps = 128
 
-// StartEtcdQueue starts an embedded etcd with its data under dir.
+// StartEtcdQueue starts an embedded etcd with its data under dir; leases
+// last a minute.
 func StartEtcdQueue(ctx context.Context, dir string) (*EtcdQueue, error) {
 	srv, err := etcdembed.Start(ctx, etcdembed.Config{Dir: dir, ClientURL: "http://127.0.0.1:0"})
 	if err != nil {
 		return nil, err
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 10 * time.Second, MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 64 << 20, Logger: zap.NewNop()})
+	e, err := DialEtcdQueue(srv.Endpoints()[0], time.Minute)
 	if err != nil {
 		srv.Close()
 		return nil, err
 	}
-	return &EtcdQueue{srv: srv, cli: cli, prefix: "/q/"}, nil
+	e.srv = srv
+	return e, nil
+}
+
+// DialEtcdQueue connects to the etcd at endpoint; a lease expires after
+// leaseFor.
+func DialEtcdQueue(endpoint string, leaseFor time.Duration) (*EtcdQueue, error) {
+	e := &EtcdQueue{endpoint: endpoint, leaseFor: leaseFor, prefix: "/q/"}
+	if err := e.connect(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *EtcdQueue) connect() error {
+	var err error
+	e.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{e.endpoint}, DialTimeout: 10 * time.Second, MaxCallSendMsgSize: 64 << 20, MaxCallRecvMsgSize: 64 << 20, Logger: zap.NewNop()})
+	return err
+}
+
+// Redial drops the client and connects again (after etcd restarted: the
+// client's own reconnection backs off for up to two minutes). Nothing may
+// use e meanwhile.
+func (e *EtcdQueue) Redial(context.Context) error {
+	e.cli.Close()
+	return e.connect()
+}
+
+// Unfinished counts the keys under the prefix: pending or leased.
+func (e *EtcdQueue) Unfinished(ctx context.Context) (int64, error) {
+	r, err := e.cli.Get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return r.Count, nil
 }
 
 // Add implements Queue.
@@ -100,7 +137,7 @@ func (e *EtcdQueue) lease(ctx context.Context, worker string, max int) ([]Leased
 			rev int64
 		}{string(kv.Key), kv.ModRevision})
 	}
-	holder := worker + "|" + strconv.FormatInt(now.Add(time.Minute).UnixNano(), 10)
+	holder := worker + "|" + strconv.FormatInt(now.Add(e.leaseFor).UnixNano(), 10)
 	var out []Leased
 	claim := func(batch []*struct {
 		key string
@@ -175,30 +212,11 @@ func (e *EtcdQueue) Ack(ctx context.Context, _ string, ls []Leased) error {
 	return nil
 }
 
-// Restart stops etcd (gracefully: an embedded server cannot be SIGKILLed
-// apart from this process), starts it on the same data and returns the
-// time until a count of the prefix answers want.
-func (e *EtcdQueue) Restart(ctx context.Context, want int64) (time.Duration, error) {
-	e.srv.Stop()
-	start := time.Now()
-	if err := e.srv.Restart(ctx); err != nil {
-		return 0, err
-	}
-	for {
-		r, err := e.cli.Get(ctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err == nil && r.Count == want {
-			return time.Since(start), nil
-		}
-		if ctx.Err() != nil || time.Since(start) > 2*time.Minute {
-			return 0, fmt.Errorf("etcd not back with %d keys: %v", want, err)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // Close implements Queue.
 func (e *EtcdQueue) Close() error {
 	e.cli.Close()
-	e.srv.Close()
+	if e.srv != nil {
+		e.srv.Close()
+	}
 	return nil
 }

@@ -11,43 +11,60 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// NATS is an embedded NATS JetStream server with one file-backed stream of
-// WorkQueue retention and one durable pull consumer with explicit acks: the
-// usual way to build a work queue on JetStream. Keys are message ids
-// (Nats-Msg-Id), so the stream's duplicate window collapses a key announced
-// again while its first message is still within the window.
+// NATS is a NATS JetStream server with one file-backed stream of WorkQueue
+// retention and one durable pull consumer with explicit acks: the usual way
+// to build a work queue on JetStream. Keys are message ids (Nats-Msg-Id), so
+// the stream's duplicate window collapses a key announced again while its
+// first message is still within the window. The server is embedded in this
+// process (StartNATS) or runs apart from it (DialNATS, e.g. to a Proc).
 type NATS struct {
-	opts *server.Options
-	srv  *server.Server
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	cons jetstream.Consumer
+	srv      *server.Server // nil when the server runs elsewhere
+	url      string
+	leaseFor time.Duration
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cons     jetstream.Consumer
 }
 
-// StartNATS starts the server with its store under dir (on the disk to
-// measure). syncAlways sets JetStream's sync_interval to always (fsync per
-// write); otherwise the default applies (fsync every 2 minutes).
-func StartNATS(ctx context.Context, dir string, syncAlways bool) (*NATS, error) {
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+// natsOptions is the server's configuration, embedded or in a child
+// process: file storage under dir, loopback only. syncAlways sets
+// JetStream's sync_interval to always (fsync per write); otherwise the
+// default applies (fsync every 2 minutes).
+func natsOptions(dir string, port int, syncAlways bool) *server.Options {
+	return &server.Options{
+		Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true,
 		JetStream: true, StoreDir: dir, SyncAlways: syncAlways,
 		MaxPayload: 1 << 20,
 	}
-	srv, err := server.NewServer(opts)
+}
+
+// StartNATS starts the server in this process with its store under dir (on
+// the disk to measure) and sets up the stream; leases (AckWait) last a
+// minute.
+func StartNATS(ctx context.Context, dir string, syncAlways bool) (*NATS, error) {
+	srv, err := startNATSServer(natsOptions(dir, server.RANDOM_PORT, syncAlways), 30*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("nats server: %w", err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
-		srv.Shutdown()
-		return nil, errors.New("nats server not ready in 30 s")
-	}
-	n := &NATS{srv: srv, opts: opts}
-	if err := n.connect(); err != nil {
-		n.Close()
 		return nil, err
 	}
-	st, err := n.js.CreateStream(ctx, jetstream.StreamConfig{
+	n, err := DialNATS(ctx, srv.ClientURL(), time.Minute)
+	if err != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, err
+	}
+	n.srv = srv
+	return n, nil
+}
+
+// DialNATS connects to the server at url and creates the stream and the
+// consumer (or keeps them, if they exist with this configuration); a
+// delivered message not acked within leaseFor is delivered again.
+func DialNATS(ctx context.Context, url string, leaseFor time.Duration) (*NATS, error) {
+	n := &NATS{url: url, leaseFor: leaseFor}
+	if err := n.connect(); err != nil {
+		return nil, err
+	}
+	st, err := n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: "Q", Subjects: []string{"q"}, Retention: jetstream.WorkQueuePolicy,
 		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
 	})
@@ -56,7 +73,7 @@ func StartNATS(ctx context.Context, dir string, syncAlways bool) (*NATS, error) 
 		return nil, fmt.Errorf("create stream: %w", err)
 	}
 	n.cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: leaseFor,
 		MaxAckPending: -1, MaxWaiting: 1024, MaxDeliver: -1,
 	})
 	if err != nil {
@@ -66,46 +83,38 @@ func StartNATS(ctx context.Context, dir string, syncAlways bool) (*NATS, error) 
 	return n, nil
 }
 
+// connect opens the connection. It does not reconnect by itself: a server
+// that went away fails every call, as baton's does, until Redial.
 func (n *NATS) connect() error {
 	var err error
-	if n.nc, err = nats.Connect(n.srv.ClientURL(), nats.MaxReconnects(-1)); err != nil {
+	if n.nc, err = nats.Connect(n.url, nats.NoReconnect()); err != nil {
 		return err
 	}
 	n.js, err = jetstream.New(n.nc, jetstream.WithPublishAsyncMaxPending(1<<17))
 	return err
 }
 
-// Restart shuts the server down (gracefully: an embedded server cannot be
-// SIGKILLed apart from this process), starts it again on the same store
-// and returns the time from the new server's creation until the stream
-// answers with want messages.
-func (n *NATS) Restart(ctx context.Context, want uint64) (time.Duration, error) {
+// Redial drops the connection and connects again (after the server
+// restarted), with the existing stream and consumer. Nothing may use n
+// meanwhile.
+func (n *NATS) Redial(ctx context.Context) error {
 	n.nc.Close()
-	n.srv.Shutdown()
-	n.srv.WaitForShutdown()
-	start := time.Now()
-	srv, err := server.NewServer(n.opts)
+	if err := n.connect(); err != nil {
+		return err
+	}
+	var err error
+	n.cons, err = n.js.Consumer(ctx, "Q", "workers")
+	return err
+}
+
+// Unfinished is the number of messages in the stream: with WorkQueue
+// retention, those not acked yet.
+func (n *NATS) Unfinished(ctx context.Context) (int64, error) {
+	st, err := n.js.Stream(ctx, "Q")
 	if err != nil {
 		return 0, err
 	}
-	n.srv = srv
-	go srv.Start()
-	if !srv.ReadyForConnections(2 * time.Minute) {
-		return 0, errors.New("nats server not ready in 2 minutes after restart")
-	}
-	if err := n.connect(); err != nil {
-		return 0, err
-	}
-	for {
-		st, err := n.js.Stream(ctx, "Q")
-		if err == nil && st.CachedInfo().State.Msgs == want {
-			return time.Since(start), nil
-		}
-		if ctx.Err() != nil || time.Since(start) > 2*time.Minute {
-			return 0, fmt.Errorf("stream not back with %d messages: %v", want, err)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	return int64(st.CachedInfo().State.Msgs), nil
 }
 
 // Add implements Queue: asynchronous publishes, then wait for every
@@ -176,7 +185,9 @@ func (n *NATS) Close() error {
 	if n.nc != nil {
 		n.nc.Close()
 	}
-	n.srv.Shutdown()
-	n.srv.WaitForShutdown()
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+	}
 	return nil
 }

@@ -2,7 +2,9 @@
 // (client-go's in-process workqueue, NATS JetStream, a queue built directly
 // on etcd) behind one small interface, and runs the side-by-side workloads
 // against any of them: the Add→Lease→Ack cycle, collapse, change while
-// leased.
+// leased, and a crash (SIGKILL mid-cycle, restart, drain). For the crash,
+// restart and memory workloads the NATS and etcd servers run in a child
+// process (Proc, ServeMain) that can be killed apart from the bench.
 package peers
 
 import (
