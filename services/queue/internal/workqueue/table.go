@@ -47,6 +47,45 @@ func (t *table) get(k string) *item {
 	}
 }
 
+// find returns the item with key k or, when there is none, the slot and tag
+// with which putAt inserts it: one probe for an Add of a new key, where get
+// and put would walk the same cache lines twice. It makes room first, so the
+// slot stays valid until putAt as long as nothing else changes the table.
+func (t *table) find(k string) (it *item, slot int, tag uint8) {
+	if (t.used+1)*4 > len(t.slots)*3 {
+		t.resize()
+	}
+	h, tag := t.hash(k)
+	mask := uint64(len(t.slots) - 1)
+	free := -1
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch t.tags[i] {
+		case tagEmpty:
+			if free < 0 {
+				free = int(i)
+			}
+			return nil, free, tag
+		case tagDeleted:
+			if free < 0 {
+				free = int(i)
+			}
+		case tag:
+			if it := t.slots[i]; it.key == k {
+				return it, -1, 0
+			}
+		}
+	}
+}
+
+// putAt inserts it at the slot find returned for its key.
+func (t *table) putAt(slot int, tag uint8, it *item) {
+	if t.tags[slot] == tagEmpty {
+		t.used++
+	}
+	t.tags[slot], t.slots[slot] = tag, it
+	t.n++
+}
+
 // put adds it, whose key must not be in the table.
 func (t *table) put(it *item) {
 	// Keep at most 3/4 of the slots used, so misses stay short.

@@ -231,10 +231,10 @@ func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (que
 	if p < Normal || p > High {
 		p = Normal
 	}
-	it := q.items.get(key)
+	it, slot, tag := q.items.find(key)
 	if it == nil {
 		it = &item{key: key, pf: uint8(p), hidx: -1, announced: 1}
-		q.items.put(it)
+		q.items.putAt(slot, tag, it)
 		if delay > 0 {
 			q.toDelayed(it, now+int64(delay))
 		} else {
