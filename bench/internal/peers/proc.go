@@ -16,8 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/batonrun/baton/bench/internal/refs"
 	"github.com/batonrun/baton/services/etcdembed"
 	"github.com/nats-io/nats-server/v2/server"
+	"google.golang.org/grpc"
 )
 
 // The servers a child process can run (ServeMain's -kind).
@@ -25,6 +27,7 @@ const (
 	KindNATS     = "nats"      // NATS JetStream, default sync settings
 	KindNATSSync = "nats-sync" // NATS JetStream with sync_interval: always
 	KindEtcd     = "etcd"      // etcd, default fsync
+	KindRefs     = "refs"      // the reference gRPC services of package refs
 )
 
 // The child's protocol on its standard streams: it prints readyLine once
@@ -43,7 +46,7 @@ const (
 func ServeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	kind := fs.String("kind", "", "nats, nats-sync or etcd")
+	kind := fs.String("kind", "", "nats, nats-sync, etcd or refs")
 	dir := fs.String("dir", "", "data directory (kept across restarts)")
 	addr := fs.String("addr", "", "client address, 127.0.0.1:port")
 	peer := fs.String("peer-addr", "", "etcd's peer address, 127.0.0.1:port (fixed across restarts: etcd records it)")
@@ -86,6 +89,15 @@ func serve(kind, dir, addr, peer string) (func(), error) {
 			return nil, err
 		}
 		return func() { srv.Shutdown(); srv.WaitForShutdown() }, nil
+	case KindRefs:
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		s := grpc.NewServer(grpc.MaxRecvMsgSize(16 << 20))
+		refs.Register(s)
+		go func() { _ = s.Serve(lis) }()
+		return s.Stop, nil
 	case KindEtcd:
 		if peer == "" {
 			return nil, errors.New("etcd needs -peer-addr")

@@ -57,10 +57,33 @@ func serve(register func(*grpc.Server)) (*grpc.ClientConn, func(), error) {
 	return conn, func() { conn.Close(); s.Stop() }, nil
 }
 
-// Echo measures empty unary calls (a health Check of a bare server) from
-// callers goroutines for d.
-func Echo(ctx context.Context, callers int, d time.Duration) (load.Result, error) {
-	conn, stop, err := serve(func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) })
+// Register adds the reference services to s: grpc.health.v1 (the empty
+// call Echo makes) and a QueueService whose Add only counts keys (Carry).
+// A child process serves them so that the references cross the same process
+// boundary over loopback as the calls to baton-queue do.
+func Register(s *grpc.Server) {
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	queuev1.RegisterQueueServiceServer(s, carrier{})
+}
+
+// dial connects to the reference server at addr, or starts one in this
+// process when addr is "".
+func dial(addr string) (*grpc.ClientConn, func(), error) {
+	if addr == "" {
+		return serve(Register)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20), grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, func() { conn.Close() }, nil
+}
+
+// Echo measures empty unary calls (a health Check of a bare server at addr,
+// or in this process when addr is "") from callers goroutines for d.
+func Echo(ctx context.Context, addr string, callers int, d time.Duration) (load.Result, error) {
+	conn, stop, err := dial(addr)
 	if err != nil {
 		return load.Result{}, err
 	}
@@ -85,10 +108,11 @@ func (carrier) Add(_ context.Context, r *queuev1.AddRequest) (*queuev1.AddRespon
 }
 
 // Carry measures how many keys per second gRPC carries in Add requests of
-// batch keys from callers goroutines for d, to a server that only counts
-// them: the most any queue can take over one connection.
-func Carry(ctx context.Context, callers, batch int, d time.Duration) (load.Result, error) {
-	conn, stop, err := serve(func(s *grpc.Server) { queuev1.RegisterQueueServiceServer(s, carrier{}) })
+// batch keys from callers goroutines for d, to a server (at addr, or in this
+// process when addr is "") that only counts them: the most any queue can
+// take over one connection.
+func Carry(ctx context.Context, addr string, callers, batch int, d time.Duration) (load.Result, error) {
+	conn, stop, err := dial(addr)
 	if err != nil {
 		return load.Result{}, err
 	}

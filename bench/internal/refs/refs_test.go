@@ -1,8 +1,11 @@
 package refs
 
 import (
+	"net"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 func TestReferences(t *testing.T) {
@@ -10,12 +13,24 @@ func TestReferences(t *testing.T) {
 	if r, err := Fsync(ctx, t.TempDir(), 20*time.Millisecond); err != nil || r.Items == 0 {
 		t.Fatalf("fsync: %+v %v", r, err)
 	}
-	if r, err := Echo(ctx, 2, 20*time.Millisecond); err != nil || r.Calls == 0 || len(r.Latencies) != int(r.Calls) {
-		t.Fatalf("echo: %+v %v", r, err)
+	// A server of the references elsewhere (the bench runs it in a child
+	// process), and one in this process ("").
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	r, err := Carry(ctx, 2, 1000, 20*time.Millisecond)
-	if err != nil || r.Calls == 0 || r.Items != 1000*r.Calls {
-		t.Fatalf("carry: %+v %v", r, err)
+	s := grpc.NewServer()
+	Register(s)
+	go func() { _ = s.Serve(lis) }()
+	defer s.Stop()
+	for _, addr := range []string{lis.Addr().String(), ""} {
+		if r, err := Echo(ctx, addr, 2, 20*time.Millisecond); err != nil || r.Calls == 0 || len(r.Latencies) != int(r.Calls) {
+			t.Fatalf("echo at %q: %+v %v", addr, r, err)
+		}
+		r, err := Carry(ctx, addr, 2, 1000, 20*time.Millisecond)
+		if err != nil || r.Calls == 0 || r.Items != 1000*r.Calls {
+			t.Fatalf("carry at %q: %+v %v", addr, r, err)
+		}
 	}
 }
 
