@@ -231,10 +231,10 @@ func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (que
 	if p < Normal || p > High {
 		p = Normal
 	}
-	it, slot, tag := q.items.find(key)
+	it, slot, h := q.items.find(key)
 	if it == nil {
 		it = &item{key: key, pf: uint8(p), hidx: -1, announced: 1}
-		q.items.putAt(slot, tag, it)
+		q.items.putAt(slot, h, it)
 		if delay > 0 {
 			q.toDelayed(it, now+int64(delay))
 		} else {
