@@ -43,6 +43,12 @@ type Options struct {
 	// (default 3 s). What is left is not lost for good: a restarted
 	// observer lists everything again.
 	FlushTimeout time.Duration
+	// InFlight is the most Adds one queue's outbox has in flight at once
+	// (default 4). Keys observed while Adds are in flight go out in the
+	// next one at once instead of waiting for them: the queue's group
+	// commit makes concurrent Adds share their fsyncs, so the wait was
+	// pure latency. A key is in at most one Add at a time.
+	InFlight int
 	// Source is sent as AddRequest.source.
 	Source string
 	// Latency, if set, observes the time from a key's observation to the
@@ -64,6 +70,9 @@ func (o *Options) defaults() {
 	}
 	if o.RetryMax < o.RetryMin {
 		o.RetryMax = max(5*time.Second, o.RetryMin)
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = 4
 	}
 	if o.FlushTimeout <= 0 {
 		o.FlushTimeout = 3 * time.Second
@@ -225,10 +234,7 @@ func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time, rev int64)
 		}
 	}
 	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
-	}
+	b.signal()
 }
 
 // Len returns the distinct keys waiting, those in flight included.
@@ -272,7 +278,8 @@ type sent struct {
 	since time.Time
 }
 
-// take returns up to n keys grouped by priority.
+// take returns up to n keys grouped by priority, leaving out keys already in
+// an Add in flight.
 func (b *Box) take(n int) map[queuev1.Priority][]sent {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -281,6 +288,9 @@ func (b *Box) take(n int) map[queuev1.Priority][]sent {
 	for k, e := range b.items {
 		if i == n {
 			break
+		}
+		if e.takenSeq != 0 {
+			continue
 		}
 		out[e.prio] = append(out[e.prio], sent{key: k, seq: e.seq, since: e.since})
 		e.takenSeq, e.afterRev, e.afterSince = e.seq, 0, time.Time{}
@@ -291,6 +301,7 @@ func (b *Box) take(n int) map[queuev1.Priority][]sent {
 
 // done removes delivered keys not announced again since they were taken.
 func (b *Box) done(batch []sent, now time.Time) {
+	again := false
 	b.mu.Lock()
 	b.lastErr = ""
 	for _, s := range batch {
@@ -302,10 +313,15 @@ func (b *Box) done(batch []sent, now time.Time) {
 			delete(b.items, s.key)
 			continue
 		}
-		// Announced again during the Add: what remains is the newer news.
+		// Announced again during the Add: what remains is the newer news,
+		// to be sent again.
 		e.rev, e.since, e.takenSeq = e.afterRev, e.afterSince, 0
+		again = true
 	}
 	b.mu.Unlock()
+	if again {
+		b.signal()
+	}
 	b.delivered.Add(uint64(len(batch)))
 	if b.opts.Latency != nil {
 		for _, s := range batch {
@@ -314,65 +330,122 @@ func (b *Box) done(batch []sent, now time.Time) {
 	}
 }
 
-func (b *Box) fail(err error) {
+// fail returns the keys of a failed Add to the outbox.
+func (b *Box) fail(batch []sent, err error) {
 	b.failures.Add(1)
 	b.mu.Lock()
 	b.lastErr = err.Error()
-	for _, e := range b.items {
-		e.takenSeq = 0 // the failed Add covered nothing; rev and since stand
+	for _, s := range batch {
+		if e := b.items[s.key]; e != nil {
+			e.takenSeq = 0 // the failed Add covered nothing; rev and since stand
+		}
 	}
 	b.mu.Unlock()
 }
 
-func (b *Box) run(ctx context.Context) {
-	log := b.opts.Logger.With("queue", b.queue)
-	wait := b.opts.RetryMin
-	for {
-		if b.Len() == 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-b.wake:
-			}
-		}
-		if ctx.Err() != nil {
-			b.flush(log)
-			return
-		}
-		if err := b.deliver(ctx); err != nil {
-			b.fail(err)
-			log.Warn("add failed; keys stay in the outbox", "error", err, "outbox", b.Len(), "retry_in", wait)
-			t := time.NewTimer(time.Duration(float64(wait) * (0.5 + rand.Float64()/2)))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				b.flush(log)
-				return
-			case <-t.C:
-			}
-			wait = min(2*wait, b.opts.RetryMax)
-			continue
-		}
-		wait = b.opts.RetryMin
+// signal wakes the drainer.
+func (b *Box) signal() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
 	}
 }
 
-// deliver sends one batch, one Add per priority.
-func (b *Box) deliver(ctx context.Context) error {
-	for prio, batch := range b.take(b.opts.MaxBatch) {
+// run drains the outbox with up to InFlight Adds at a time until ctx ends.
+// After a failed Add it lets the others finish, then waits (capped
+// exponential backoff with jitter) before sending again.
+func (b *Box) run(ctx context.Context) {
+	log := b.opts.Logger.With("queue", b.queue)
+	wait := b.opts.RetryMin
+	var (
+		slots     = make(chan struct{}, b.opts.InFlight)
+		failed    = make(chan error, b.opts.InFlight) // one per failed Add at most
+		delivered atomic.Bool
+		flights   sync.WaitGroup
+	)
+	defer func() {
+		flights.Wait()
+		b.flush(log)
+	}()
+	// backoff waits after a failure; false means ctx ended.
+	backoff := func(err error) bool {
+		flights.Wait() // the queue is failing: let the other Adds end first
+		for len(failed) > 0 {
+			<-failed
+		}
+		log.Warn("add failed; keys stay in the outbox", "error", err, "outbox", b.Len(), "retry_in", wait)
+		t := time.NewTimer(time.Duration(float64(wait) * (0.5 + rand.Float64()/2)))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		wait = min(2*wait, b.opts.RetryMax)
+		return true
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-failed:
+			if !backoff(err) {
+				return
+			}
+			continue
+		case slots <- struct{}{}:
+		}
+		if delivered.Swap(false) {
+			wait = b.opts.RetryMin
+		}
+		taken := b.take(b.opts.MaxBatch)
+		if len(taken) == 0 {
+			<-slots
+			select {
+			case <-ctx.Done():
+				return
+			case err := <-failed:
+				if !backoff(err) {
+					return
+				}
+			case <-b.wake:
+			}
+			continue
+		}
+		flights.Go(func() {
+			defer func() { <-slots }()
+			if err := b.deliver(ctx, taken); err != nil {
+				failed <- err
+				return
+			}
+			delivered.Store(true)
+		})
+	}
+}
+
+// deliver sends one taken batch, one Add per priority. The keys of an Add
+// that fails (and of those not tried after it) go back to the outbox.
+func (b *Box) deliver(ctx context.Context, taken map[queuev1.Priority][]sent) error {
+	var err error
+	for prio, batch := range taken {
+		if err != nil {
+			b.fail(batch, err)
+			continue
+		}
 		keys := make([]string, len(batch))
 		for i, s := range batch {
 			keys[i] = s.key
 		}
 		cctx, cancel := context.WithTimeout(ctx, b.opts.CallTimeout)
-		_, err := b.add.Add(cctx, b.queue, keys, client.AddOptions{Priority: prio, Source: b.opts.Source})
+		_, err = b.add.Add(cctx, b.queue, keys, client.AddOptions{Priority: prio, Source: b.opts.Source})
 		cancel()
 		if err != nil {
-			return err
+			b.fail(batch, err)
+			continue
 		}
 		b.done(batch, time.Now())
 	}
-	return nil
+	return err
 }
 
 func (b *Box) flush(log *slog.Logger) {
@@ -382,7 +455,7 @@ func (b *Box) flush(log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.opts.FlushTimeout)
 	defer cancel()
 	for b.Len() > 0 && ctx.Err() == nil {
-		if err := b.deliver(ctx); err != nil {
+		if err := b.deliver(ctx, b.take(b.opts.MaxBatch)); err != nil {
 			log.Warn("outbox not flushed at shutdown; a restarted observer lists everything again", "error", err, "left", b.Len())
 			return
 		}

@@ -20,9 +20,30 @@ type fakeQueue struct {
 	got     map[string]queuev1.Priority // key → highest priority seen
 	block   chan struct{}               // if set, Add waits on it
 	entered chan struct{}               // if set, Add signals here before waiting
+
+	inFlight map[string]bool // keys of the Adds in progress
+	twice    []string        // keys sent while an Add carrying them was in flight
 }
 
 func (f *fakeQueue) Add(ctx context.Context, queue string, keys []string, o client.AddOptions) (client.AddResult, error) {
+	f.mu.Lock()
+	if f.inFlight == nil {
+		f.inFlight = map[string]bool{}
+	}
+	for _, k := range keys {
+		if f.inFlight[k] {
+			f.twice = append(f.twice, k)
+		}
+		f.inFlight[k] = true
+	}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		for _, k := range keys {
+			delete(f.inFlight, k)
+		}
+		f.mu.Unlock()
+	}()
 	if f.block != nil {
 		if f.entered != nil {
 			f.entered <- struct{}{}
@@ -178,4 +199,53 @@ func TestDropsKeysTheQueueRefuses(t *testing.T) {
 	if got := s.Box("pods").Dropped(); got != 3 {
 		t.Errorf("Dropped = %d, want 3", got)
 	}
+}
+
+// Keys observed while an Add is in flight go out in another Add at once, up
+// to InFlight of them, but a key is never in two Adds at a time.
+func TestAddsInFlightAtOnce(t *testing.T) {
+	q := &fakeQueue{got: map[string]queuev1.Priority{}, block: make(chan struct{}), entered: make(chan struct{}, 10)}
+	s := NewSet([]string{"pods"}, q, Options{InFlight: 2})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	entered := func(what string) {
+		t.Helper()
+		select {
+		case <-q.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no Add for %s", what)
+		}
+	}
+	_ = s.Put("pods", []string{"ns/a"}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), 1)
+	entered("ns/a")
+	_ = s.Put("pods", []string{"ns/b"}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), 2)
+	entered("ns/b, while ns/a's Add is in flight")
+	// Both slots are busy, and ns/a is in flight: announcing it again, and
+	// a new key, must not start a third Add.
+	_ = s.Put("pods", []string{"ns/a", "ns/c"}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), 3)
+	select {
+	case <-q.entered:
+		t.Fatal("a third Add started with InFlight 2")
+	case <-time.After(100 * time.Millisecond):
+	}
+	q.block <- struct{}{} // one of the two Adds ends
+	entered("ns/c (with ns/a again if its Add was the one that ended)")
+	close(q.block)
+	waitFor(t, "the outbox to drain", func() bool { return s.Len() == 0 })
+	q.mu.Lock()
+	calls, twice := q.calls, q.twice
+	q.mu.Unlock()
+	if calls != 3 && calls != 4 { // a, b, then {a, c}, or {c} and a again
+		t.Errorf("%d Adds, want 3 or 4", calls)
+	}
+	if len(twice) > 0 {
+		t.Errorf("keys sent while an Add carrying them was in flight: %q", twice)
+	}
+	if got := len(q.received()); got != 3 {
+		t.Errorf("queue received %d keys, want 3", got)
+	}
+	cancel()
+	<-done
 }
