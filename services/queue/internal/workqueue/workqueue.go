@@ -192,6 +192,7 @@ type Queue struct {
 	restored []*item
 	ready    [3]ring // by priority rank
 	timers   timerHeap
+	due      []timerEntry // Advance's scratch
 
 	pending, delayed, leased, dirty, parked int
 	stats                                   Counters
@@ -454,8 +455,24 @@ func (q *Queue) Forget(key string) bool {
 // pending, lapsed leases end. It returns how many keys became ready.
 func (q *Queue) Advance(now int64) int {
 	n := 0
-	for len(q.timers) > 0 && q.timers[0].deadline() <= now {
-		it := q.timers[0]
+	// Everything due, in deadline then key order: the heap orders equal
+	// deadlines by arrival, and the order in which keys become pending is
+	// the order workers get them.
+	due := q.due[:0]
+	for q.timers.len() > 0 && q.timers.min().at <= now {
+		e := q.timers.min()
+		q.timers.remove(e.it)
+		due = append(due, e)
+	}
+	slices.SortFunc(due, func(a, b timerEntry) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.it.key, b.it.key)
+	})
+	for i := range due {
+		it := due[i].it
+		due[i] = timerEntry{}
 		switch it.state {
 		case Delayed:
 			q.timers.remove(it)
@@ -472,15 +489,20 @@ func (q *Queue) Advance(now int64) int {
 			}
 		}
 	}
+	if cap(due) <= 4096 {
+		q.due = due[:0]
+	} else {
+		q.due = nil // a burst of expiries need not keep its scratch
+	}
 	return n
 }
 
 // NextDeadline returns the earliest pending deadline, if any.
 func (q *Queue) NextDeadline() (int64, bool) {
-	if len(q.timers) == 0 {
+	if q.timers.len() == 0 {
 		return 0, false
 	}
-	return q.timers[0].deadline(), true
+	return q.timers.min().at, true
 }
 
 // fail counts a failure of a lease that has just ended and moves the key on:
@@ -617,8 +639,8 @@ func (q *Queue) Settle(now int64) {
 		}
 	}
 	q.restored = nil
-	for len(q.timers) > 0 && q.timers[0].deadline() <= now {
-		it := q.timers[0]
+	for q.timers.len() > 0 && q.timers.min().at <= now {
+		it := q.timers.min().it
 		q.timers.remove(it)
 		q.delayed--
 		it.state = Pending // since its not_before, already in it.at
@@ -751,8 +773,8 @@ func (q *Queue) Stats(now int64) Stats {
 		}
 	}
 	if q.leased > 0 {
-		for _, it := range q.timers {
-			if it.state == Leased {
+		for _, e := range q.timers.e {
+			if it := e.it; it.state == Leased {
 				age := now - it.ext.leaseStart
 				s.UnfinishedWork += age
 				s.LongestLease = max(s.LongestLease, age)
