@@ -222,8 +222,6 @@ func ServerOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics) []grpc.Ser
 	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		log.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
-	// Successful calls log at debug: a busy queue answers tens of thousands of
-	// calls a second, and errors are what an operator looks for.
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(callLevel),

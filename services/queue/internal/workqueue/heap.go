@@ -50,7 +50,7 @@ func (h *timerHeap) remove(it *item) {
 	}
 }
 
-// fix restores the order after it's deadline changed.
+// fix restores the order after its deadline changed.
 func (h *timerHeap) fix(it *item) {
 	if it.hidx >= 0 {
 		h.e[it.hidx].at = it.deadline()

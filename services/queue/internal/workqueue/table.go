@@ -86,7 +86,8 @@ func (t *table) find(k string) (it *item, slot int, h uint32) {
 	}
 }
 
-// putAt inserts it at the slot find returned for its key.
+// putAt inserts it, of hash h, at a free slot of its probe sequence (the one
+// find returned).
 func (t *table) putAt(slot int, h uint32, it *item) {
 	if t.hs[slot] == hashEmpty {
 		t.used++
@@ -112,11 +113,7 @@ func (t *table) place(h uint32, it *item) {
 	for t.hs[i] > hashDeleted {
 		i = (i + 1) & mask
 	}
-	if t.hs[i] == hashEmpty {
-		t.used++
-	}
-	t.hs[i], t.slots[i] = h, it
-	t.n++
+	t.putAt(int(i), h, it)
 }
 
 // del removes it, which must be in the table.

@@ -475,7 +475,6 @@ func (q *Queue) Advance(now int64) int {
 		due[i] = timerEntry{}
 		switch it.state {
 		case Delayed:
-			q.timers.remove(it)
 			q.delayed--
 			// It became ready at not_before, not at the moment we noticed.
 			q.toPending(it, it.at)
