@@ -160,34 +160,37 @@ func (b *bench) refsProc(ctx context.Context) error {
 }
 
 func (b *bench) echoRef(ctx context.Context, name string, callers int) error {
-	if err := b.refsProc(ctx); err != nil {
-		return err
-	}
-	for _, at := range []struct{ addr, name string }{{b.refs.Addr, name}, {"", strings.Replace(name, inChild, inProcess, 1)}} {
-		done := b.step(at.name)
-		r, err := refs.Echo(ctx, at.addr, callers, b.cfg.dur)
-		if err != nil {
-			return fmt.Errorf("%s: %w", at.name, err)
-		}
-		done()
-		b.record(ref, at.name, mRate, r.CallRate(), "calls/s")
-		b.record(ref, at.name, mP50, r.Percentile(50), "ms")
-	}
-	return nil
+	return b.bothRefs(ctx, name, func(addr string) (load.Result, error) {
+		return refs.Echo(ctx, addr, callers, b.cfg.dur)
+	}, func(name string, r load.Result) {
+		b.record(ref, name, mRate, r.CallRate(), "calls/s")
+		b.record(ref, name, mP50, r.Percentile(50), "ms")
+	})
 }
 
 func (b *bench) carryRef(ctx context.Context, name string, callers int) error {
+	return b.bothRefs(ctx, name, func(addr string) (load.Result, error) {
+		return refs.Carry(ctx, addr, callers, 1000, b.cfg.dur)
+	}, func(name string, r load.Result) {
+		b.record(ref, name, mRate, r.ItemRate(), "keys/s")
+	})
+}
+
+// bothRefs measures a reference against the child's server (recorded as
+// name, what the targets use) and then against one in the bench process
+// (name with inProcess for inChild, for comparison).
+func (b *bench) bothRefs(ctx context.Context, name string, measure func(addr string) (load.Result, error), record func(string, load.Result)) error {
 	if err := b.refsProc(ctx); err != nil {
 		return err
 	}
 	for _, at := range []struct{ addr, name string }{{b.refs.Addr, name}, {"", strings.Replace(name, inChild, inProcess, 1)}} {
 		done := b.step(at.name)
-		r, err := refs.Carry(ctx, at.addr, callers, 1000, b.cfg.dur)
+		r, err := measure(at.addr)
 		if err != nil {
 			return fmt.Errorf("%s: %w", at.name, err)
 		}
 		done()
-		b.record(ref, at.name, mRate, r.ItemRate(), "keys/s")
+		record(at.name, r)
 	}
 	return nil
 }
