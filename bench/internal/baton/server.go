@@ -46,10 +46,10 @@ func Start(ctx context.Context, bin, dir string) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Bin: bin, DataDir: data}
-	if s.GRPCAddr, err = freePort(); err != nil {
+	if s.GRPCAddr, err = FreeAddr(); err != nil {
 		return nil, err
 	}
-	if s.HTTPAddr, err = freePort(); err != nil {
+	if s.HTTPAddr, err = FreeAddr(); err != nil {
 		return nil, err
 	}
 	// A short reconnect backoff: grpc's default grows to two minutes, and
@@ -75,7 +75,9 @@ func Start(ctx context.Context, bin, dir string) (*Server, error) {
 	return s, nil
 }
 
-func freePort() (string, error) {
+// FreeAddr returns a loopback address whose port is free now, for a child
+// process to listen on.
+func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -180,7 +182,13 @@ func (s *Server) logFile(run int) string { return fmt.Sprintf("%s-run%d.log", s.
 // Metrics scrapes /metrics into a map from series (name with labels, as
 // printed) to value.
 func (s *Server) Metrics(ctx context.Context) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.HTTPAddr+"/metrics", nil)
+	return ScrapeMetrics(ctx, s.HTTPAddr)
+}
+
+// ScrapeMetrics reads the /metrics of any Baton process at httpAddr
+// (host:port), as Server.Metrics does.
+func ScrapeMetrics(ctx context.Context, httpAddr string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/batonrun/baton/bench/internal/baton"
 	"github.com/batonrun/baton/bench/internal/refs"
 	"github.com/batonrun/baton/services/etcdembed"
 	"github.com/nats-io/nats-server/v2/server"
@@ -158,10 +159,10 @@ type Proc struct {
 func StartProc(ctx context.Context, command []string, kind, dir string) (*Proc, error) {
 	p := &Proc{Kind: kind, Dir: dir, command: command, logPath: dir + ".log"}
 	var err error
-	if p.Addr, err = freeAddr(); err != nil {
+	if p.Addr, err = baton.FreeAddr(); err != nil {
 		return nil, err
 	}
-	if p.peerAddr, err = freeAddr(); err != nil {
+	if p.peerAddr, err = baton.FreeAddr(); err != nil {
 		return nil, err
 	}
 	if _, err := p.launch(ctx); err != nil {
@@ -169,15 +170,6 @@ func StartProc(ctx context.Context, command []string, kind, dir string) (*Proc, 
 		return nil, err
 	}
 	return p, nil
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // launch starts the child and waits for its ready line; it returns the time

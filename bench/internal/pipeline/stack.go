@@ -14,10 +14,8 @@
 package pipeline
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -70,11 +68,11 @@ func StartStack(ctx context.Context, dir string, bins Bins, rulesYAML string) (_
 	if s.Queue, err = baton.Start(ctx, bins.Queue, sdir); err != nil {
 		return nil, fmt.Errorf("baton-queue: %w", err)
 	}
-	grpcAddr, err := freePort()
+	grpcAddr, err := baton.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	httpAddr, err := freePort()
+	httpAddr, err := baton.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +94,7 @@ func StartStack(ctx context.Context, dir string, bins Bins, rulesYAML string) (_
 // StartWorker runs baton-worker against the stack with the given
 // controllers and concurrency per controller.
 func (s *Stack) StartWorker(ctx context.Context, bin, controllers string, concurrency int) (*Proc, error) {
-	httpAddr, err := freePort()
+	httpAddr, err := baton.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -221,19 +219,7 @@ func (p *Proc) waitReady(ctx context.Context, timeout time.Duration) error {
 
 // Metrics scrapes the process's /metrics.
 func (p *Proc) Metrics(ctx context.Context) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HTTPAddr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	return baton.ParseMetrics(bufio.NewScanner(resp.Body))
+	return baton.ScrapeMetrics(ctx, p.HTTPAddr)
 }
 
 // Stop sends SIGTERM, and SIGKILL if the process has not exited within 5 s.
@@ -260,15 +246,6 @@ func (p *Proc) Exited() error {
 	default:
 		return nil
 	}
-}
-
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // tail returns the end of a log file for an error message: the stack's
