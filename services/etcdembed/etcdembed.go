@@ -1,7 +1,9 @@
-// Package etcdembed runs a real single-member etcd server inside the current
-// process, for the embedded dev stack and for tests that need etcd without a
-// separate binary. It is etcd's own server (go.etcd.io/etcd/server/v3/embed),
-// not a fake, so watches, compaction and revisions behave as in production.
+// Package etcdembed runs a real etcd server inside the current process, for
+// the embedded dev stack and for tests that need etcd without a separate
+// binary: a single member by default, or one member of a cluster whose other
+// members run beside it (Config.InitialCluster), for tests of leader loss.
+// It is etcd's own server (go.etcd.io/etcd/server/v3/embed), not a fake, so
+// watches, compaction, revisions and elections behave as in production.
 //
 //	srv, err := etcdembed.Start(ctx, etcdembed.Config{Dir: "data/etcd"})
 //	if err != nil { … }
@@ -45,6 +47,21 @@ type Config struct {
 	PeerURL string
 	// Name is the member name (default "baton").
 	Name string
+	// AdvertisePeerURL is the peer URL the other members dial (default
+	// PeerURL), e.g. a proxy in front of it that a test can cut.
+	AdvertisePeerURL string
+	// InitialCluster lists every member of a new cluster as
+	// "name=advertised-peer-url,…" (default: this member alone). Start
+	// waits for the server to be ready, which a member of a cluster only is
+	// once a quorum runs, so start the members concurrently. Once the data
+	// directory holds a cluster, etcd takes the membership from it.
+	InitialCluster string
+	// ClusterToken tells clusters apart (default etcd's); members of one
+	// cluster need the same one.
+	ClusterToken string
+	// HeartbeatInterval and ElectionTimeout are raft's (defaults etcd's, 100
+	// ms and 1 s); tests shorten them to make leader loss quick.
+	HeartbeatInterval, ElectionTimeout time.Duration
 	// ProgressNotifyInterval is how often etcd sends progress notifications
 	// to watches that asked for them (0 means etcd's default, 10 minutes).
 	ProgressNotifyInterval time.Duration
@@ -64,6 +81,7 @@ type Server struct {
 	cfg       Config // with concrete URLs: ports are fixed at the first Start
 	clientURL url.URL
 	peerURL   url.URL
+	advPeer   url.URL
 
 	mu sync.Mutex
 	e  *embed.Etcd // nil while stopped
@@ -94,7 +112,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdembed: PeerURL: %w", err)
 	}
-	s := &Server{cfg: cfg, clientURL: cu, peerURL: pu}
+	apu := pu
+	if cfg.AdvertisePeerURL != "" {
+		u, err := url.Parse(cfg.AdvertisePeerURL)
+		if err != nil {
+			return nil, fmt.Errorf("etcdembed: AdvertisePeerURL: %w", err)
+		}
+		apu = *u
+	}
+	s := &Server{cfg: cfg, clientURL: cu, peerURL: pu, advPeer: apu}
 	if err := s.Restart(ctx); err != nil {
 		return nil, err
 	}
@@ -129,6 +155,17 @@ func concreteURL(raw string) (url.URL, error) {
 // Endpoints returns the client URLs, for clientv3.Config.Endpoints.
 func (s *Server) Endpoints() []string { return []string{s.clientURL.String()} }
 
+// MemberID returns the member's ID as etcd prints it (hex), or "" while
+// stopped.
+func (s *Server) MemberID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.e == nil {
+		return ""
+	}
+	return s.e.Server.MemberID().String()
+}
+
 // Dir returns the data directory.
 func (s *Server) Dir() string { return s.cfg.Dir }
 
@@ -149,8 +186,20 @@ func (s *Server) Restart(ctx context.Context) error {
 	ec.ListenClientUrls = []url.URL{s.clientURL}
 	ec.AdvertiseClientUrls = []url.URL{s.clientURL}
 	ec.ListenPeerUrls = []url.URL{s.peerURL}
-	ec.AdvertisePeerUrls = []url.URL{s.peerURL}
+	ec.AdvertisePeerUrls = []url.URL{s.advPeer}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	if s.cfg.InitialCluster != "" {
+		ec.InitialCluster = s.cfg.InitialCluster
+	}
+	if s.cfg.ClusterToken != "" {
+		ec.InitialClusterToken = s.cfg.ClusterToken
+	}
+	if s.cfg.HeartbeatInterval > 0 {
+		ec.TickMs = uint(s.cfg.HeartbeatInterval / time.Millisecond)
+	}
+	if s.cfg.ElectionTimeout > 0 {
+		ec.ElectionMs = uint(s.cfg.ElectionTimeout / time.Millisecond)
+	}
 	ec.UnsafeNoFsync = s.cfg.UnsafeNoFsync
 	if s.cfg.ProgressNotifyInterval > 0 {
 		ec.WatchProgressNotifyInterval = s.cfg.ProgressNotifyInterval
