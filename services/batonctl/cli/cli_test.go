@@ -428,6 +428,32 @@ func TestStatusReportsDownService(t *testing.T) {
 	}
 }
 
+// TestStatusWorkerDefault: a worker absent from the default address is
+// reported as not probed, not as down (workers publish no port under
+// compose); the same address given explicitly is a failure.
+func TestStatusWorkerDefault(t *testing.T) {
+	qaddr, qhttp := startQueue(t)
+	e := env{etcd: startEtcd(t), queue: qaddr}
+	saved := defaultWorkerHTTP
+	defaultWorkerHTTP = deadAddr
+	t.Cleanup(func() { defaultWorkerHTTP = saved })
+	var r result
+	eventually(t, 15*time.Second, "queue reported OK", func() bool {
+		r = e.run(t, "", "status", "--queue-http-addr", qhttp, "--observer-http-addr", deadAddr)
+		return hasRow(r.stdout, "queue", qaddr+",", "http://"+qhttp, "OK")
+	})
+	if !hasRow(r.stdout, "worker", "http://"+deadAddr, "-", "not", "probed:") {
+		t.Errorf("status with no worker at the default address:\n%s", r.stdout)
+	}
+	if r.code != 1 || strings.TrimSpace(r.stderr) != "error: not healthy: observer" {
+		t.Errorf("exit %d, stderr %q: want 1 and only the observer named as not healthy", r.code, r.stderr)
+	}
+	r = e.run(t, "", "status", "--queue-http-addr", qhttp, "--observer-http-addr", deadAddr, "--worker-http-addr", deadAddr)
+	if r.code != 1 || !hasRow(r.stdout, "worker", "http://"+deadAddr, "DOWN") {
+		t.Errorf("status with --worker-http-addr of a dead address: exit %d\n%s", r.code, r.stdout)
+	}
+}
+
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"--help"}, {"get", "-h"}} {
 		r := runCtx(t, t.Context(), "", args...)
