@@ -42,6 +42,8 @@ type Config struct {
 	// prefixes (etcd's own periodic ones come only every 10 minutes by
 	// default).
 	ProgressInterval time.Duration
+	// EnablePprof serves /debug/pprof/ on the HTTP address.
+	EnablePprof bool
 	// Rules, if set, are used instead of RulesFile and the built-in rules
 	// (for embedding; there is no flag).
 	Rules []rules.Rule
@@ -70,6 +72,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RulesFile, "rules", c.RulesFile, "YAML rules file (default: the built-in rules of the reference controllers)")
 	fs.DurationVar(&c.Resync, "resync", c.Resync, "re-announce every object at low priority this often (0 = off)")
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
+	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
 }
 
 func splitList(s string) []string {
@@ -207,6 +210,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Ready:       o.ready,
 		Registry:    reg,
 		GracePeriod: cfg.GracePeriod,
+		Pprof:       cfg.EnablePprof,
 		Logger:      log,
 		OnListen:    cfg.OnListen,
 	})

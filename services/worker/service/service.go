@@ -56,6 +56,8 @@ type Config struct {
 	CallTimeout time.Duration
 	// Worker names this process to the queue; empty means hostname-pid.
 	Worker string
+	// EnablePprof serves /debug/pprof/ on the HTTP address.
+	EnablePprof bool
 	// OnListen, if set, learns the bound HTTP address (tests listen on :0).
 	OnListen func(httpAddr net.Addr)
 	// Wrap, if set, wraps every controller's reconciler (tests use it to
@@ -86,6 +88,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for reconciles in flight")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "longest one etcd or observer call may take before the reconcile fails and is retried")
 	fs.StringVar(&c.Worker, "worker", c.Worker, "name shown as the lease holder (default hostname-pid)")
+	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
 }
 
 // ControllerNames resolves Controllers.
@@ -233,7 +236,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	wg.Go(func() {
 		serveErr = serve.Run(sctx, serve.Options{
 			Name: "baton-worker", HTTPAddr: cfg.HTTPAddr, Ready: ready, Registry: reg,
-			GracePeriod: cfg.GracePeriod, Logger: log,
+			GracePeriod: cfg.GracePeriod, Pprof: cfg.EnablePprof, Logger: log,
 			OnListen: func(_, h net.Addr) {
 				if cfg.OnListen != nil {
 					cfg.OnListen(h)
