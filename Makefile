@@ -22,8 +22,12 @@ verify: ## Fails on stale generated code, untidy go.mod, buf lint, vet, gofmt.
 	@scripts/verify.sh
 
 .PHONY: test
-test: verify ## Runs make verify, then every module's tests under -race.
+test: verify ## Runs make verify, then every module's tests under -race, then test-etcd-compat.
 	@scripts/test.sh
+
+.PHONY: test-etcd-compat
+test-etcd-compat: ## The observer's tests against etcd v3.5 and v3.7 (pinned in test/etcdcompat).
+	@scripts/etcd-compat.sh
 
 .PHONY: bench
 bench: build ## Runs the benchmarks and writes docs/benchmarks.md.

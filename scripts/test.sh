@@ -20,6 +20,8 @@ for m in $(modules); do
   mkdir -p "$out"
   (cd "$m" && go test -race -count=1 -timeout 20m -artifacts -outputdir "$out" "$@" ./...) || failed+=("$m")
 done
+# The observer against other etcd releases than the embedded one.
+"$ROOT/scripts/etcd-compat.sh" || failed+=("services/observer (etcd compatibility)")
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED modules: ${failed[*]}" >&2
   exit 1

@@ -22,7 +22,6 @@ import (
 
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/etcdembed"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"github.com/batonrun/baton/services/observer/service"
 	"github.com/batonrun/baton/services/queue/client"
@@ -294,7 +293,7 @@ func startObserverProcess(t testing.TB, bin, grpcAddr, httpAddr, rulesFile strin
 	t.Helper()
 	cmd := exec.Command(bin, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 		"--etcd-endpoints", strings.Join(endpoints, ","), "--queue-addr", queueAddr, "--rules", rulesFile, "--log-level", "info")
-	cmd.Stderr = &testWriter{t: t}
+	cmd.Stderr = &testWriter{t: t, prefix: "observer: "}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -323,16 +322,17 @@ func startObserverProcess(t testing.TB, bin, grpcAddr, httpAddr, rulesFile strin
 	return o
 }
 
-// testWriter sends a child's stderr to the test log.
+// testWriter sends a child's output to the test log.
 type testWriter struct {
-	t  testing.TB
-	mu sync.Mutex
+	t      testing.TB
+	prefix string
+	mu     sync.Mutex
 }
 
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.t.Logf("observer: %s", strings.TrimRight(string(p), "\n"))
+	w.t.Logf("%s%s", w.prefix, strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
 
@@ -586,10 +586,10 @@ func signal(t testing.TB, cmd *exec.Cmd, sig syscall.Signal) {
 	}
 }
 
-// etcdWithClient starts an embedded etcd and a client for the test.
-func etcdWithClient(t testing.TB) (*etcdembed.Server, *clientv3.Client) {
+// etcdWithClient starts etcd (startEtcd) and a client for the test.
+func etcdWithClient(t testing.TB) (etcdServer, *clientv3.Client) {
 	t.Helper()
-	srv := etcdembed.StartForTest(t)
+	srv := startEtcd(t)
 	return srv, newEtcdClient(t, srv.Endpoints())
 }
 
