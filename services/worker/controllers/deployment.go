@@ -177,7 +177,7 @@ func (c *DeploymentController) Reconcile(ctx context.Context, req reconcile.Requ
 		st2.Replicas += o.live
 		st2.ReadyReplicas += o.ready
 	}
-	return reconcile.Result{}, st.UpdateStatus(ctx, key, d.Metadata.UID, st2)
+	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, d.Metadata.UID, st2)
 }
 
 // createRS creates the ReplicaSet of the current template.

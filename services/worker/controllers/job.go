@@ -75,7 +75,7 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 			}
 		}
 	}
-	return reconcile.Result{}, st.UpdateStatus(ctx, key, job.Metadata.UID, objects.JobStatus{
+	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, job.Metadata.UID, objects.JobStatus{
 		Active: want, Succeeded: n.succeeded, Failed: n.failed,
 		Conditions: conds, ObservedGeneration: job.Metadata.Generation,
 	})

@@ -64,7 +64,7 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 			ready++
 		}
 	}
-	return reconcile.Result{}, st.UpdateStatus(ctx, key, rs.Metadata.UID, objects.ReplicaSetStatus{
+	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, rs.Metadata.UID, objects.ReplicaSetStatus{
 		Replicas: want, ReadyReplicas: ready, ObservedGeneration: rs.Metadata.Generation,
 	})
 }

@@ -100,7 +100,7 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 			ready++
 		}
 	}
-	return reconcile.Result{}, st.UpdateStatus(ctx, key, set.Metadata.UID, objects.StatefulSetStatus{
+	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, set.Metadata.UID, objects.StatefulSetStatus{
 		Replicas: replicas, ReadyReplicas: ready, ObservedGeneration: set.Metadata.Generation,
 	})
 }

@@ -391,17 +391,32 @@ func Modify[T any](ctx context.Context, s *Store, key string, change func(*T) (b
 // already equal (a status write would otherwise wake the controller again
 // for nothing), and retries on conflict.
 func (s *Store) UpdateStatus(ctx context.Context, key, uid string, st any) error {
+	return s.UpdateStatusFrom(ctx, Raw{Key: key}, uid, st)
+}
+
+// UpdateStatusFrom is UpdateStatus starting from raw, the object as the
+// caller has just read it with GetDirect, so that the first attempt needs no
+// read of its own (a controller reads its object at the start of every
+// reconcile). If the object changed since, the write is refused and it
+// reads again, as UpdateStatus does. If raw's status already equals st
+// nothing is written, even if the object changed since raw was read: any
+// such change announces the key again, and its next reconcile writes what is
+// due.
+func (s *Store) UpdateStatusFrom(ctx context.Context, raw Raw, uid string, st any) error {
+	key := raw.Key
 	want, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode status of %s: %w", key, err)
 	}
-	for range maxConflictRetries {
-		raw, err := s.GetDirect(ctx, key)
-		if errors.Is(err, ErrNotFound) {
-			return nil // deleted meanwhile: its next reconcile cleans up
-		}
-		if err != nil {
-			return err
+	for i := range maxConflictRetries {
+		if i > 0 || raw.Value == nil {
+			raw, err = s.GetDirect(ctx, key)
+			if errors.Is(err, ErrNotFound) {
+				return nil // deleted meanwhile: its next reconcile cleans up
+			}
+			if err != nil {
+				return err
+			}
 		}
 		var top map[string]json.RawMessage
 		if err := json.Unmarshal(raw.Value, &top); err != nil {

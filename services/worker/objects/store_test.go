@@ -135,6 +135,48 @@ func TestUpdateStatus(t *testing.T) {
 	}
 }
 
+
+// TestUpdateStatusFrom: the caller's read is used when current, and a stale
+// one costs a refused write and a fresh read, never a lost change.
+func TestUpdateStatusFrom(t *testing.T) {
+	st, cli := newStore(t)
+	ctx := t.Context()
+	key := Key("jobs", "default", "j")
+	if _, err := cli.Put(ctx, key, `{"kind":"Job","metadata":{"name":"j","namespace":"default","uid":"u1","generation":1},"spec":{"completions":3}}`); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetDirect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpdateStatusFrom(ctx, raw, "u1", JobStatus{Active: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// raw is now stale: someone else changed the spec meanwhile.
+	if _, err := cli.Put(ctx, key, `{"kind":"Job","metadata":{"name":"j","namespace":"default","uid":"u1","generation":2},"spec":{"completions":5},"status":{"active":1}}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpdateStatusFrom(ctx, raw, "u1", JobStatus{Active: 2, ObservedGeneration: 2}); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ := cli.Get(ctx, key)
+	var got Job
+	if err := json.Unmarshal(resp.Kvs[0].Value, &got); err != nil {
+		t.Fatal(err)
+	}
+	if Or(got.Spec.Completions, 0) != 5 || got.Status.Active != 2 || got.Status.ObservedGeneration != 2 {
+		t.Errorf("after a status update from a stale read: %s", resp.Kvs[0].Value)
+	}
+	// A read whose status already equals the wanted one writes nothing.
+	fresh, _ := st.GetDirect(ctx, key)
+	if err := st.UpdateStatusFrom(ctx, fresh, "u1", JobStatus{Active: 2, ObservedGeneration: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := cli.Get(ctx, key); again.Kvs[0].ModRevision != resp.Kvs[0].ModRevision {
+		t.Errorf("UpdateStatusFrom wrote an equal status: %s", again.Kvs[0].Value)
+	}
+}
+
 func TestListDirectFiltersOwners(t *testing.T) {
 	st, cli := newStore(t)
 	ctx := t.Context()
