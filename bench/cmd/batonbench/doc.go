@@ -111,6 +111,10 @@ ran once.
 
 {{if .D.Plot}}![Add→Lease→Ack cycle throughput per contender]({{.PlotFile}})
 
+The plot is drawn from the run's JSON records; with ` + "`BENCH_OUT=bench.json make bench`" + `,
+` + "`cd bench && go run ./cmd/batonbench plot -in ../bench.json -out plot.png`" + ` draws it
+again from the saved file.
+
 {{end}}The same workloads against Baton and the queues a user might pick
 instead, in the same run (the figures are in the table above, the targets
 with the others). Each contender starts fresh for each workload, with its

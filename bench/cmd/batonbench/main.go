@@ -8,9 +8,11 @@
 // baton-observer, baton-queue and a worker beside etcd's own figures
 // (pipeline.go). It prints one table with every target's PASS or MISS, writes the
 // records as JSON to BENCH_OUT (or -out) and, with -doc, regenerates
-// docs/benchmarks.md.
+// docs/benchmarks.md; the plot of the cycle rates is drawn from that JSON
+// (batonbench plot redraws it from a saved file).
 //
-//	batonbench -bin bin/baton-queue [-quick] [-out file.json] [-doc docs/benchmarks.md]
+//	batonbench -bin bin/baton-queue [-quick] [-out file.json] [-doc docs/benchmarks.md] [-plot file.png]
+//	batonbench plot -in file.json -out file.png
 package main
 
 import (
@@ -50,6 +52,9 @@ type config struct {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == plotCmd {
+		return runPlot(args[1:], stderr)
+	}
 	var c config
 	fs := flag.NewFlagSet("batonbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -120,19 +125,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	_ = report.WriteTargets(stdout, targets)
 	fmt.Fprintf(stdout, "\n(%s run in %v)\n", map[bool]string{true: "quick", false: "full"}[c.quick], took.Round(time.Second))
 
+	js, err := report.JSON(b.set.Records, targets)
+	if err != nil {
+		fmt.Fprintln(stderr, "batonbench: JSON:", err)
+		return 1
+	}
 	if c.out != "" {
-		js, err := report.JSON(b.set.Records, targets)
-		if err == nil {
-			err = os.WriteFile(c.out, js, 0o644)
-		}
-		if err != nil {
+		if err := os.WriteFile(c.out, js, 0o644); err != nil {
 			fmt.Fprintln(stderr, "batonbench: write JSON:", err)
 			return 1
 		}
 		fmt.Fprintln(stderr, "batonbench: wrote", c.out)
 	}
 	if c.plot != "" && c.side {
-		if err := writeCyclePlot(c.plot, b.set.Records); err != nil {
+		if err := plotFromJSON(c.plot, js); err != nil {
 			fmt.Fprintln(stderr, "batonbench: plot:", err)
 			return 1
 		}
