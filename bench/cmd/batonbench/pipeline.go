@@ -208,9 +208,12 @@ timed from just before the put call on the same clock:
 
 - **pipeline: etcd put → reconcile start** (baton): until the probe's
   Reconcile of that key begins: etcd's commit, its watch event to the
-  observer, the observer's cache and outbox, a durable Add (fsynced) in the
-  queue, the worker's long-polled Lease. **put rate achieved** says whether
-  the schedule was kept.
+  observer, the observer's cache and outbox, the Add to the queue, the
+  worker's long-polled Lease. The queue hands out a key as soon as the Add
+  has put it in memory; the Add's answer to the observer waits for its
+  fsync (a crash before it loses nothing acknowledged: the observer still
+  holds the key and sends it again). **put rate achieved** says whether the
+  schedule was kept.
 - **etcd put → watch event** (reference): until the same put's event
   arrives on a plain clientv3 watch of the prefix over a connection of its
   own, in the bench process: etcd's own notification latency. Measured on
