@@ -135,7 +135,6 @@ func TestUpdateStatus(t *testing.T) {
 	}
 }
 
-
 // TestUpdateStatusFrom: the caller's read is used when current, and a stale
 // one costs a refused write and a fresh read, never a lost change.
 func TestUpdateStatusFrom(t *testing.T) {
