@@ -34,11 +34,10 @@ type partition struct {
 type peerProxy struct {
 	p      *partition
 	l      net.Listener
-	target string // the member's real peer listener, host:port
-	member string // the ID of the member behind it, once known
-
-	conns map[*peerConn]struct{} // under p.mu
-	wg    sync.WaitGroup
+	target string                 // the member's real peer listener, host:port
+	member string                 // the ID of the member behind it, once known; under p.mu
+	conns  map[*peerConn]struct{} // under p.mu
+	wg     sync.WaitGroup
 }
 
 type peerConn struct {
@@ -216,9 +215,11 @@ func startCluster(t testing.TB, n int) ([]*etcdembed.Server, *partition) {
 			t.Fatalf("start member %d: %v", i, err)
 		}
 	}
+	p.mu.Lock()
 	for i, s := range srvs {
 		p.proxies[i].member = s.MemberID()
 	}
+	p.mu.Unlock()
 	return srvs, p
 }
 
