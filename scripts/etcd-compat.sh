@@ -4,7 +4,9 @@
 # embed the etcd that go.mod requires (v3.6), and only one etcd server
 # package can be linked into a test binary. Each version is pinned by a
 # module under test/etcdcompat and built from the Go module proxy, like the
-# image's etcd. Extra arguments go to go test, e.g. -run Compaction.
+# image's etcd. Without -race: what differs here is etcd's behaviour, and
+# the same tests run under -race against the embedded etcd in the module
+# loop of scripts/test.sh. Extra arguments go to go test, e.g. -run Compaction.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 failed=()
