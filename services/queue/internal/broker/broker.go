@@ -113,10 +113,14 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	now := time.Now().UnixNano()
 	keys := 0
 	for _, sh := range b.queues {
+		// Under the shard's lock like every other change: the timer armed
+		// here may fire, and take the lock, before this loop moves on.
+		sh.mu.Lock()
 		sh.q.Settle(now)
 		sh.q.SetSink(sh.sink)
 		keys += sh.q.Len()
 		b.reschedule(sh)
+		sh.mu.Unlock()
 	}
 	debug.SetGCPercent(gc)
 	log.Info("recovered", "queues", len(b.queues), "keys", keys, "records", restored, "epoch", st.Epoch(), "took", time.Since(start))
