@@ -104,8 +104,6 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 		return 2
 	case errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, errReported):
-		return 1
 	default:
 		for _, line := range strings.Split(err.Error(), "\n") {
 			fmt.Fprintln(stdio.Stderr, "error:", line)
@@ -158,9 +156,6 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
-
-// errReported means the command already printed its errors.
-var errReported = errors.New("reported")
 
 // app holds the global settings and the lazily made connections.
 type app struct {
