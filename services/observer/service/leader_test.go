@@ -41,19 +41,14 @@ type peerProxy struct {
 }
 
 type peerConn struct {
-	from     string
-	in, out  net.Conn
-	isClosed bool
+	from    string
+	in, out net.Conn
 }
 
+// close ends both sides (closing a closed one again is harmless).
 func (c *peerConn) close() {
-	if !c.isClosed {
-		c.isClosed = true
-		c.in.Close()
-		if c.out != nil {
-			c.out.Close()
-		}
-	}
+	c.in.Close()
+	c.out.Close()
 }
 
 func (p *partition) newProxy(t testing.TB, target string) *peerProxy {
@@ -117,28 +112,19 @@ func (pp *peerProxy) handle(c net.Conn) {
 	}
 	_ = c.SetReadDeadline(time.Time{})
 
-	pp.p.mu.Lock()
-	if pp.blocked(from) {
-		pp.p.mu.Unlock()
+	up, err := net.Dial("tcp", pp.target)
+	if err != nil {
 		c.Close()
 		return
 	}
-	pc := &peerConn{from: from, in: c}
-	pp.conns[pc] = struct{}{}
-	pp.p.mu.Unlock()
-
-	up, err := net.Dial("tcp", pp.target)
+	pc := &peerConn{from: from, in: c, out: up}
 	pp.p.mu.Lock()
-	if err != nil || pc.isClosed {
-		pc.close()
-		delete(pp.conns, pc)
+	if pp.blocked(from) {
 		pp.p.mu.Unlock()
-		if up != nil {
-			up.Close()
-		}
+		pc.close()
 		return
 	}
-	pc.out = up
+	pp.conns[pc] = struct{}{}
 	pp.p.mu.Unlock()
 
 	done := make(chan struct{})
