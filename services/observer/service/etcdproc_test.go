@@ -44,7 +44,7 @@ func startEtcd(t testing.TB) etcdServer {
 // notifications every 100 ms.
 type etcdProcess struct {
 	t    testing.TB
-	args []string
+	args []string // the binary, then its flags
 	url  string
 
 	mu   sync.Mutex
@@ -67,14 +67,13 @@ func startEtcdProcess(t testing.TB, bin string) *etcdProcess {
 		progress = "--experimental-watch-progress-notify-interval"
 	}
 	client, peer := "http://"+freeAddr(t), "http://"+freeAddr(t)
-	p := &etcdProcess{t: t, url: client, args: []string{
+	p := &etcdProcess{t: t, url: client, args: []string{bin,
 		"--name", "test", "--data-dir", t.TempDir(),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "test=" + peer, "--log-level", "warn",
 		"--unsafe-no-fsync", progress, "100ms",
 	}}
-	p.args = append([]string{bin}, p.args...)
 	if err := p.Restart(t.Context()); err != nil {
 		t.Fatal(err)
 	}
