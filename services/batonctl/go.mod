@@ -3,6 +3,7 @@ module github.com/batonrun/baton/services/batonctl
 go 1.26.0
 
 replace (
+	github.com/batonrun/baton/client => ../../client
 	github.com/batonrun/baton/proto => ../../proto
 	github.com/batonrun/baton/services/etcdembed => ../etcdembed
 	github.com/batonrun/baton/services/observer => ../observer
@@ -19,6 +20,7 @@ require (
 )
 
 require (
+	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -3,11 +3,13 @@ module github.com/batonrun/baton/services/queue
 go 1.26.0
 
 replace (
+	github.com/batonrun/baton/client => ../../client
 	github.com/batonrun/baton/proto => ../../proto
 	github.com/batonrun/baton/services/runtime => ../runtime
 )
 
 require (
+	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0

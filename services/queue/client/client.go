@@ -1,6 +1,6 @@
 // Package client is the Go client of baton.queue.v1.QueueService, used by the
 // observer, the workers and batonctl. It splits large requests into the
-// server's 10,000-item batches, retries calls refused with Unavailable (the
+// server's batches (at most 10,000 items and 1.5 MiB a call), retries calls refused with Unavailable (the
 // queue restarting or draining) with capped exponential backoff inside the
 // caller's deadline, and returns a typed result per key.
 //
@@ -21,6 +21,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	limits "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,7 +31,32 @@ import (
 )
 
 // MaxBatch is the most keys, acks or leases the server takes in one call.
-const MaxBatch = 10000
+const MaxBatch = limits.MaxBatch
+
+// requestBudget is what one call may carry: the server's default
+// --max-request-bytes, less room for the request's other fields.
+const requestBudget = limits.DefaultMaxRequestBytes - 4<<10
+
+// batches calls f with consecutive [start, end) ranges of n items, each of at
+// most MaxBatch items whose sizes (with their framing) fit requestBudget.
+func batches(n int, size func(i int) int, f func(start, end int) error) error {
+	for start := 0; start < n; {
+		end, bytes := start, 0
+		for end < n && end-start < MaxBatch {
+			b := size(end) + 16 // tag, length and submessage framing
+			if end > start && bytes+b > requestBudget {
+				break
+			}
+			bytes += b
+			end++
+		}
+		if err := f(start, end); err != nil {
+			return err
+		}
+		start = end
+	}
+	return nil
+}
 
 // Client calls one queue service. It is safe for concurrent use.
 type Client struct {
@@ -144,23 +170,25 @@ type AddResult struct {
 	Queued, Collapsed int
 }
 
-// Add announces keys, in calls of at most MaxBatch keys. On error, the
-// batches before the failing one are stored; retrying the whole Add is safe.
+// Add announces keys, in calls the server takes (see batches). On error,
+// the batches before the failing one are stored; retrying the whole Add is
+// safe.
 func (c *Client) Add(ctx context.Context, queue string, keys []string, o AddOptions) (AddResult, error) {
 	var res AddResult
-	for start := 0; start < len(keys); start += MaxBatch {
-		req := &queuev1.AddRequest{Queue: queue, Keys: keys[start:min(start+MaxBatch, len(keys))], Priority: o.Priority, Source: o.Source}
+	err := batches(len(keys), func(i int) int { return len(keys[i]) }, func(start, end int) error {
+		req := &queuev1.AddRequest{Queue: queue, Keys: keys[start:end], Priority: o.Priority, Source: o.Source}
 		if o.Delay > 0 {
 			req.Delay = durationpb.New(o.Delay)
 		}
 		resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.AddResponse, error) { return c.rpc.Add(ctx, req) })
 		if err != nil {
-			return res, fmt.Errorf("add to %s: %w", queue, err)
+			return fmt.Errorf("add to %s: %w", queue, err)
 		}
 		res.Queued += int(resp.GetQueued())
 		res.Collapsed += int(resp.GetCollapsed())
-	}
-	return res, nil
+		return nil
+	})
+	return res, err
 }
 
 // LeaseOptions qualify a Lease.
@@ -215,15 +243,16 @@ type Outcome struct {
 // Success forgets the key (unless it was announced again while leased).
 func Success() Outcome { return Outcome{} }
 
-// Failure retries the key after backoff and records err as its last error.
-func Failure(err string) Outcome { return Outcome{kind: 1, err: err} }
+// Failure retries the key after backoff and records err as its last error
+// (cut to limits.MaxErrorBytes, as the server would store it).
+func Failure(err string) Outcome { return Outcome{kind: 1, err: limits.ErrorText(err)} }
 
 // RequeueAfter offers the key again after d, with attempts reset.
 func RequeueAfter(d time.Duration) Outcome { return Outcome{kind: 2, after: d} }
 
 // Terminal parks the key with err as its last error: retrying cannot help.
 // It is offered again if it is announced again (also while leased).
-func Terminal(err string) Outcome { return Outcome{kind: 3, err: err} }
+func Terminal(err string) Outcome { return Outcome{kind: 3, err: limits.ErrorText(err)} }
 
 // Ack reports the outcome of one lease.
 type Ack struct {
@@ -264,11 +293,11 @@ func toStatus(s queuev1.AckStatus) Status {
 	return LeaseLost
 }
 
-// Ack reports outcomes, in calls of at most MaxBatch acks.
+// Ack reports outcomes, in calls the server takes (see batches).
 func (c *Client) Ack(ctx context.Context, queue string, acks []Ack) ([]Result, error) {
 	out := make([]Result, 0, len(acks))
-	for start := 0; start < len(acks); start += MaxBatch {
-		batch := acks[start:min(start+MaxBatch, len(acks))]
+	err := batches(len(acks), func(i int) int { return len(acks[i].Key) + len(acks[i].Outcome.err) + 16 }, func(start, end int) error {
+		batch := acks[start:end]
 		req := &queuev1.AckRequest{Queue: queue, Acks: make([]*queuev1.Ack, len(batch))}
 		for i, a := range batch {
 			pa := &queuev1.Ack{Key: a.Key, Token: a.Token}
@@ -286,13 +315,14 @@ func (c *Client) Ack(ctx context.Context, queue string, acks []Ack) ([]Result, e
 		}
 		resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.AckResponse, error) { return c.rpc.Ack(ctx, req) })
 		if err != nil {
-			return out, fmt.Errorf("ack to %s: %w", queue, err)
+			return fmt.Errorf("ack to %s: %w", queue, err)
 		}
 		for _, r := range resp.GetResults() {
 			out = append(out, Result{Key: r.GetKey(), Status: toStatus(r.GetStatus())})
 		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // LeaseRef names a lease to extend.
@@ -305,8 +335,8 @@ type LeaseRef struct {
 // default).
 func (c *Client) Extend(ctx context.Context, queue string, refs []LeaseRef, d time.Duration) ([]Result, error) {
 	out := make([]Result, 0, len(refs))
-	for start := 0; start < len(refs); start += MaxBatch {
-		batch := refs[start:min(start+MaxBatch, len(refs))]
+	err := batches(len(refs), func(i int) int { return len(refs[i].Key) + 8 }, func(start, end int) error {
+		batch := refs[start:end]
 		req := &queuev1.ExtendRequest{Queue: queue, Leases: make([]*queuev1.LeaseRef, len(batch))}
 		if d > 0 {
 			req.LeaseDuration = durationpb.New(d)
@@ -316,27 +346,29 @@ func (c *Client) Extend(ctx context.Context, queue string, refs []LeaseRef, d ti
 		}
 		resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.ExtendResponse, error) { return c.rpc.Extend(ctx, req) })
 		if err != nil {
-			return out, fmt.Errorf("extend in %s: %w", queue, err)
+			return fmt.Errorf("extend in %s: %w", queue, err)
 		}
 		for _, r := range resp.GetResults() {
 			out = append(out, Result{Key: r.GetKey(), Status: toStatus(r.GetStatus()), ExpiresAt: r.GetExpiresAt().AsTime()})
 		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // Forget removes keys in any state and returns how many were present.
 func (c *Client) Forget(ctx context.Context, queue string, keys []string) (int, error) {
 	n := 0
-	for start := 0; start < len(keys); start += MaxBatch {
-		req := &queuev1.ForgetRequest{Queue: queue, Keys: keys[start:min(start+MaxBatch, len(keys))]}
+	err := batches(len(keys), func(i int) int { return len(keys[i]) }, func(start, end int) error {
+		req := &queuev1.ForgetRequest{Queue: queue, Keys: keys[start:end]}
 		resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.ForgetResponse, error) { return c.rpc.Forget(ctx, req) })
 		if err != nil {
-			return n, fmt.Errorf("forget in %s: %w", queue, err)
+			return fmt.Errorf("forget in %s: %w", queue, err)
 		}
 		n += int(resp.GetForgotten())
-	}
-	return n, nil
+		return nil
+	})
+	return n, err
 }
 
 // Inspect returns one key's item (state ABSENT when the queue holds nothing).

@@ -14,6 +14,7 @@ import (
 	"net"
 	"time"
 
+	limits "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/dashboard"
@@ -34,6 +35,8 @@ type Config struct {
 	BackoffMax   time.Duration
 	MaxAttempts  int
 	DefaultLease time.Duration
+	// MaxRequestBytes bounds a request's encoded size (--max-request-bytes).
+	MaxRequestBytes int
 	// GracePeriod bounds the drain on SIGTERM.
 	GracePeriod time.Duration
 	// EnablePprof serves /debug/pprof/ on the HTTP address.
@@ -47,7 +50,8 @@ func DefaultConfig() Config {
 	return Config{
 		GRPCAddr: ":7070", HTTPAddr: ":9090", DataDir: "./data/queue",
 		BackoffBase: 5 * time.Millisecond, BackoffMax: 1000 * time.Second,
-		DefaultLease: 30 * time.Second, GracePeriod: 10 * time.Second,
+		DefaultLease: limits.DefaultLease, MaxRequestBytes: limits.DefaultMaxRequestBytes,
+		GracePeriod: 10 * time.Second,
 	}
 }
 
@@ -60,9 +64,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "longest wait between retries")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", c.MaxAttempts, "park a key after this many failures (0 = never park)")
 	fs.DurationVar(&c.DefaultLease, "default-lease", c.DefaultLease, "lease length when a worker asks for none")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request accepted, in bytes (larger ones get RESOURCE_EXHAUSTED)")
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
 }
+
+// The range of --max-request-bytes: room for one Ack of a long error at the
+// low end; at the high end, a request of MaxBatch keys of MaxKeyBytes each.
+const (
+	minRequestBytes = 64 << 10
+	maxRequestBytes = 16 << 20
+)
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
@@ -77,10 +89,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--backoff-base must be positive, not %v", c.BackoffBase)
 	case c.BackoffMax < c.BackoffBase:
 		return fmt.Errorf("--backoff-max (%v) is below --backoff-base (%v)", c.BackoffMax, c.BackoffBase)
+	case c.BackoffMax > limits.MaxDelay:
+		return fmt.Errorf("--backoff-max (%v) is over the longest delay, %v", c.BackoffMax, limits.MaxDelay)
 	case c.MaxAttempts < 0:
 		return fmt.Errorf("--max-attempts must be 0 or more, not %d", c.MaxAttempts)
-	case c.DefaultLease <= 0 || c.DefaultLease > server.MaxLease:
-		return fmt.Errorf("--default-lease must be in (0, %v], not %v", server.MaxLease, c.DefaultLease)
+	case c.DefaultLease <= 0 || c.DefaultLease > limits.MaxLease:
+		return fmt.Errorf("--default-lease must be in (0, %v], not %v", limits.MaxLease, c.DefaultLease)
+	case c.MaxRequestBytes < minRequestBytes || c.MaxRequestBytes > maxRequestBytes:
+		return fmt.Errorf("--max-request-bytes must be in [%d, %d], not %d", minRequestBytes, maxRequestBytes, c.MaxRequestBytes)
 	}
 	return nil
 }
@@ -144,13 +160,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			queuev1.RegisterQueueServiceServer(s, server.New(b))
 			return []string{queuev1.QueueService_ServiceDesc.ServiceName}
 		},
-		Ready:       func(context.Context) error { return b.Ready() },
-		Registry:    reg,
-		GracePeriod: cfg.GracePeriod,
-		Logger:      log,
-		OnListen:    cfg.OnListen,
-		Handle:      dash.Handle,
-		Pprof:       cfg.EnablePprof,
+		Ready:        func(context.Context) error { return b.Ready() },
+		Registry:     reg,
+		GracePeriod:  cfg.GracePeriod,
+		MaxRecvBytes: cfg.MaxRequestBytes,
+		Logger:       log,
+		OnListen:     cfg.OnListen,
+		Handle:       dash.Handle,
+		Pprof:        cfg.EnablePprof,
 	})
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause

@@ -119,6 +119,16 @@ func keysN(prefix string, n int) []string {
 	return out
 }
 
+// keysOf returns n distinct keys of size bytes each.
+func keysOf(n, size int) []string {
+	out := make([]string, n)
+	for i := range out {
+		k := fmt.Sprintf("%06d", i)
+		out[i] = k + strings.Repeat("k", size-len(k))
+	}
+	return out
+}
+
 // snapshot is everything a queue shows about its stored state, minus the
 // ages that move with the clock.
 type snapshot struct {
@@ -315,6 +325,32 @@ func TestRefusedRequests(t *testing.T) {
 		{"extend duration over 10 min", extend(&queuev1.ExtendRequest{Queue: q, Leases: []*queuev1.LeaseRef{{Key: live.Key, Token: live.Token}}, LeaseDuration: dur(11 * time.Minute)}), bad},
 		{"lease wait over 30 s", lease(&queuev1.LeaseRequest{Queue: q, MaxItems: 10, Wait: dur(30*time.Second + time.Nanosecond)}), bad},
 		{"list page token not issued", list(&queuev1.ListRequest{Queue: q, PageToken: "!!not-base64!!"}), bad},
+
+		// An Add of no keys (the proto says 1 to 10,000).
+		{"add zero keys", add(&queuev1.AddRequest{Queue: q}), bad},
+		{"add zero keys fresh", add(&queuev1.AddRequest{Queue: fresh, Keys: []string{}}), bad},
+
+		// Free text: worker and source at most 256 bytes of UTF-8.
+		{"add source 257 bytes", add(&queuev1.AddRequest{Queue: q, Keys: []string{"new"}, Source: strings.Repeat("s", 257)}), bad},
+		{"add source 1 MiB", add(&queuev1.AddRequest{Queue: fresh, Keys: []string{"new"}, Source: strings.Repeat("s", 1<<20)}), bad},
+		{"add source not utf-8", notUTF8("Add", &queuev1.AddRequest{Queue: q, Keys: []string{"new"}, Source: "bad?"}), bad},
+		{"lease worker 257 bytes", lease(&queuev1.LeaseRequest{Queue: q, MaxItems: 10, Worker: strings.Repeat("w", 257)}), bad},
+		{"lease worker not utf-8", notUTF8("Lease", &queuev1.LeaseRequest{Queue: q, MaxItems: 10, Worker: "bad?"}), bad},
+
+		// Durations: delay and requeue_after at most 365 days (a 240-year
+		// delay used to wrap into the past and run at once).
+		{"add delay 240 years", add(&queuev1.AddRequest{Queue: q, Keys: []string{"new"}, Delay: dur(240 * 365 * 24 * time.Hour)}), bad},
+		{"add delay over a year", add(&queuev1.AddRequest{Queue: fresh, Keys: []string{"new"}, Delay: dur(365*24*time.Hour + time.Nanosecond)}), bad},
+		{"add delay 10000 years", add(&queuev1.AddRequest{Queue: q, Keys: []string{"new"}, Delay: &durationpb.Duration{Seconds: 315_576_000_000}}), bad},
+		{"ack requeue_after 240 years", ack(&queuev1.AckRequest{Queue: q, Acks: []*queuev1.Ack{{Key: live.Key, Token: live.Token, Outcome: &queuev1.Ack_RequeueAfter{RequeueAfter: dur(240 * 365 * 24 * time.Hour)}}}}), bad},
+
+		// A page token longer than any List issues.
+		{"list page token too long", list(&queuev1.ListRequest{Queue: q, PageToken: strings.Repeat("A", 1<<20)}), bad},
+
+		// A request over --max-request-bytes (1.5 MiB by default), refused
+		// by gRPC before any handler runs.
+		{"add 1.6 MB of keys", add(&queuev1.AddRequest{Queue: q, Keys: keysOf(1600, 1024)}), codes.ResourceExhausted},
+		{"ack 3 MiB error", ack(&queuev1.AckRequest{Queue: q, Acks: []*queuev1.Ack{{Key: live.Key, Token: live.Token, Outcome: &queuev1.Ack_Failure{Failure: &queuev1.AckFailure{Error: strings.Repeat("e", 3<<20)}}}}}), codes.ResourceExhausted},
 
 		// NOT_FOUND for Stats of a queue never used (a Lease or Inspect on
 		// it does not make it used).

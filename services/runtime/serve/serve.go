@@ -33,9 +33,14 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// MaxMessageBytes bounds every gRPC message. The largest legal request is
-// 10,000 keys of 1024 bytes (about 10 MiB); 16 MiB leaves room for framing.
+// MaxMessageBytes bounds every gRPC message a Baton server sends, and what
+// Baton's clients accept: an observer List page of 10,000 objects fits.
 const MaxMessageBytes = 16 << 20
+
+// DefaultMaxRecvBytes bounds the requests a server accepts unless its
+// Options say otherwise: etcd's default for its own requests (1.5 MiB).
+// Larger ones get RESOURCE_EXHAUSTED from gRPC before any handler runs.
+const DefaultMaxRecvBytes = 1536 << 10
 
 // Options configures Run.
 type Options struct {
@@ -58,6 +63,9 @@ type Options struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ (as etcd's
 	// --enable-pprof does), for profiling a live process.
 	Pprof bool
+	// MaxRecvBytes bounds a request's encoded size; 0 means
+	// DefaultMaxRecvBytes.
+	MaxRecvBytes int
 	// GracePeriod bounds the drain on shutdown; 0 means 10 s.
 	GracePeriod time.Duration
 	// Logger receives the request log; nil discards.
@@ -92,7 +100,10 @@ func Run(ctx context.Context, o Options) error {
 	)
 	if o.GRPCAddr != "" {
 		reg.MustRegister(metrics)
-		gs = grpc.NewServer(ServerOptions(log, metrics)...)
+		if o.MaxRecvBytes <= 0 {
+			o.MaxRecvBytes = DefaultMaxRecvBytes
+		}
+		gs = grpc.NewServer(serverOptions(log, metrics, o.MaxRecvBytes)...)
 		if o.Register != nil {
 			svcs = o.Register(gs)
 		}
@@ -211,10 +222,10 @@ func Run(ctx context.Context, o Options) error {
 	return runErr
 }
 
-// ServerOptions returns the options every Baton gRPC server uses: recovery
+// serverOptions returns the options every Baton gRPC server uses: recovery
 // (a panic becomes codes.Internal, never a crash), request logging, metrics,
 // message-size limits and keepalive enforcement.
-func ServerOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics) []grpc.ServerOption {
+func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv int) []grpc.ServerOption {
 	recover := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Errorf(codes.Internal, "internal error: %v", p)
@@ -232,7 +243,7 @@ func ServerOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics) []grpc.Ser
 		// tenth of a small call's CPU). Calls beyond the workers still get a
 		// goroutine of their own.
 		grpc.NumStreamWorkers(StreamWorkers),
-		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxRecvMsgSize(maxRecv),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             5 * time.Second,

@@ -216,11 +216,13 @@ type AddRequest struct {
 	// Keys to announce, 1 to 10,000 of them; each non-empty UTF-8 of at most
 	// 1024 bytes.
 	Keys []string `protobuf:"bytes,2,rep,name=keys" json:"keys,omitempty"`
-	// If set and positive, the keys become ready no sooner than now + delay.
+	// If set and positive, the keys become ready no sooner than now + delay;
+	// at most 365 days.
 	Delay *durationpb.Duration `protobuf:"bytes,3,opt,name=delay" json:"delay,omitempty"`
 	// The priority of the announcement; a higher one raises a waiting key.
 	Priority Priority `protobuf:"varint,4,opt,name=priority,enum=baton.queue.v1.Priority" json:"priority,omitempty"`
-	// Who announced the keys (for logs), e.g. "observer".
+	// Who announced the keys (for logs), e.g. "observer"; UTF-8, at most 256
+	// bytes.
 	Source        string `protobuf:"bytes,5,opt,name=source" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -353,7 +355,8 @@ type LeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name.
 	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
-	// Who holds the lease (shown in Inspect), e.g. a host name and pid.
+	// Who holds the lease (shown in Inspect), e.g. a host name and pid; UTF-8,
+	// at most 256 bytes.
 	Worker string `protobuf:"bytes,2,opt,name=worker" json:"worker,omitempty"`
 	// The most keys to return; 0 means 1, at most 10,000.
 	MaxItems uint32 `protobuf:"varint,3,opt,name=max_items,json=maxItems" json:"max_items,omitempty"`
@@ -736,7 +739,8 @@ type Ack_Failure struct {
 }
 
 type Ack_RequeueAfter struct {
-	// The reconcile succeeded but wants another look after this long.
+	// The reconcile succeeded but wants another look after this long, at
+	// most 365 days.
 	RequeueAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=requeue_after,json=requeueAfter,oneof"`
 }
 
@@ -796,7 +800,9 @@ func (*AckSuccess) Descriptor() ([]byte, []int) {
 // AckFailure marks a failed reconcile.
 type AckFailure struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The error, kept as the item's last_error.
+	// The error, kept as the item's last_error: bytes that are not UTF-8 are
+	// replaced by U+FFFD, and text over 4096 bytes is cut and ended with
+	// " … [truncated from N bytes]".
 	Error         string `protobuf:"bytes,1,opt,name=error" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -842,7 +848,7 @@ func (x *AckFailure) GetError() string {
 // AckTerminal marks a reconcile that failed for good.
 type AckTerminal struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The error, kept as the item's last_error.
+	// The error, kept as the item's last_error (cut as AckFailure's).
 	Error         string `protobuf:"bytes,1,opt,name=error" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

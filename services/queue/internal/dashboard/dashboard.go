@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	limits "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 )
@@ -165,7 +166,7 @@ func (d *Dashboard) queues(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) inspect(w http.ResponseWriter, r *http.Request) {
 	q, k := r.URL.Query().Get("queue"), r.URL.Query().Get("key")
-	if q == "" || !workqueue.ValidKey(k) {
+	if q == "" || !limits.ValidKey(k) {
 		http.Error(w, "queue and key are required", http.StatusBadRequest)
 		return
 	}

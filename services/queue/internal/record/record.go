@@ -14,6 +14,17 @@
 // state is 2 (pending), 3 (delayed) or 5 (parked), the values of
 // baton.queue.v1.ItemState; priority is 1 (normal), 2 (low) or 3 (high);
 // not_before and pending_since are Unix nanoseconds.
+//
+// # Limits
+//
+// Every string has the limit of its field in baton.queue.v1 (package
+// github.com/batonrun/baton/client/queue), the same limit the API checks: a
+// value the API accepts always decodes. The decoder refuses a longer queue
+// name or key as corruption. The one exception is last_error: a record
+// written before error texts were cut at the API may hold a longer one, or
+// bytes that are not UTF-8 (either made such a log unreadable once), so the
+// decoder takes any error text that fits its frame and cuts it as the API
+// would.
 package record
 
 import (
@@ -21,6 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	limits "github.com/batonrun/baton/client/queue"
 )
 
 // Kind tells what a record states.
@@ -38,14 +51,6 @@ const (
 	StatePending uint8 = 2
 	StateDelayed uint8 = 3
 	StateParked  uint8 = 5
-)
-
-// Limits a decoder enforces, so a corrupt length cannot make it allocate
-// gigabytes.
-const (
-	maxName  = 63
-	maxKey   = 1024
-	maxError = 64 << 10
 )
 
 // Record is one decoded record. Strings alias nothing: decoding copies.
@@ -79,7 +84,9 @@ func Append(dst []byte, r *Record) []byte {
 	dst = binary.AppendUvarint(dst, uint64(r.Attempts))
 	dst = binary.AppendVarint(dst, r.NotBefore)
 	dst = binary.AppendVarint(dst, r.PendingSince)
-	return appendString(dst, r.LastError)
+	// Cut here too, so that no path past the API can write what a decoder
+	// would have to cut (the API's text is already within the limit).
+	return appendString(dst, limits.ErrorText(r.LastError))
 }
 
 func appendString(dst []byte, s string) []byte {
@@ -112,7 +119,7 @@ func decode(src []byte, names Names) (Record, int, error) {
 	}
 	r.Queue = d.name()
 	if r.Kind != KindQueue {
-		r.Key = d.string(maxKey)
+		r.Key = d.string(limits.MaxKeyBytes)
 	}
 	if r.Kind == KindPut {
 		r.State = d.byte()
@@ -124,7 +131,7 @@ func decode(src []byte, names Names) (Record, int, error) {
 		r.Attempts = uint32(a)
 		r.NotBefore = d.varint()
 		r.PendingSince = d.varint()
-		r.LastError = d.string(maxError)
+		r.LastError = d.text()
 		if d.err == nil {
 			switch {
 			case r.State != StatePending && r.State != StateDelayed && r.State != StateParked:
@@ -153,13 +160,13 @@ type decoder struct {
 // name decodes a queue name, interned when the decoder has Names.
 func (d *decoder) name() string {
 	if d.names == nil {
-		return d.string(maxName)
+		return d.string(limits.MaxQueueNameBytes)
 	}
 	start := d.off
 	n := d.uvarint()
-	if d.err != nil || n > maxName || n > uint64(len(d.b)-d.off) {
+	if d.err != nil || n > limits.MaxQueueNameBytes || n > uint64(len(d.b)-d.off) {
 		d.off = start
-		return d.string(maxName) // reports the error
+		return d.string(limits.MaxQueueNameBytes) // reports the error
 	}
 	b := d.b[d.off : d.off+int(n)]
 	if s, ok := d.names[string(b)]; ok {
@@ -167,7 +174,7 @@ func (d *decoder) name() string {
 		return s
 	}
 	d.off = start
-	s := d.string(maxName)
+	s := d.string(limits.MaxQueueNameBytes)
 	if d.err == nil {
 		d.names[s] = s
 	}
@@ -235,4 +242,23 @@ func (d *decoder) string(limit int) string {
 	}
 	d.off += int(n)
 	return string(s)
+}
+
+// text decodes an error text: any length that fits the record, cut to the
+// API's limit (see the package doc).
+func (d *decoder) text() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.fail("string length out of range")
+		return ""
+	}
+	s := d.b[d.off : d.off+int(n)]
+	d.off += int(n)
+	if len(s) <= limits.MaxErrorBytes && utf8.Valid(s) {
+		return string(s)
+	}
+	return limits.ErrorText(string(s))
 }

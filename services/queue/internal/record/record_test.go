@@ -1,8 +1,13 @@
 package record
 
 import (
+	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
+	"time"
+
+	limits "github.com/batonrun/baton/client/queue"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -77,4 +82,75 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip: %+v -> %+v, %v", r, again, err)
 		}
 	})
+}
+
+// FuzzRoundTrip holds the codec to the API's limits: every record the
+// queue can write from a request the API accepts decodes to itself. Values
+// the API refuses (a queue that is not a DNS label, a bad key) are skipped;
+// error text is stored as the API stores it, cut by limits.ErrorText. The
+// seeds sit at every limit, and one past it.
+func FuzzRoundTrip(f *testing.F) {
+	maxQ := strings.Repeat("q", limits.MaxQueueNameBytes)
+	maxK := strings.Repeat("é", limits.MaxKeyBytes/2)
+	far := time.Now().Add(limits.MaxDelay).UnixNano()
+	for _, s := range []struct {
+		queue, key, err string
+		state, prio     uint8
+		attempts        uint32
+		notBefore, ps   int64
+	}{
+		{"q", "k", "", StatePending, 1, 0, 0, 1},
+		{maxQ, maxK, strings.Repeat("e", limits.MaxErrorBytes), StateDelayed, 3, 1<<32 - 1, far, 0},
+		{maxQ, maxK, strings.Repeat("e", 3<<20), StateParked, 2, 7, 0, -1 << 62},
+		{"q", "k", "\xff\xfe not UTF-8", StateDelayed, 1, 1, far, 0},
+		{"q", strings.Repeat("k", limits.MaxKeyBytes+1), "", StatePending, 1, 0, 0, 0},
+		{strings.Repeat("q", 64), "k", "", StatePending, 1, 0, 0, 0},
+	} {
+		f.Add(s.queue, s.key, s.err, s.state, s.prio, s.attempts, s.notBefore, s.ps)
+	}
+	f.Fuzz(func(t *testing.T, queue, key, errText string, state, prio uint8, attempts uint32, notBefore, pendingSince int64) {
+		if !limits.ValidQueueName(queue) || !limits.ValidKey(key) {
+			return
+		}
+		state = []uint8{StatePending, StateDelayed, StateParked}[state%3]
+		prio = 1 + prio%3
+		for _, want := range []Record{
+			{Kind: KindPut, Queue: queue, Key: key, State: state, Priority: prio, Attempts: attempts,
+				NotBefore: notBefore, PendingSince: pendingSince, LastError: limits.ErrorText(errText)},
+			{Kind: KindDelete, Queue: queue, Key: key},
+			{Kind: KindQueue, Queue: queue},
+		} {
+			got, n, err := Decode(Append(nil, &want))
+			if err != nil || got != want || n != len(Append(nil, &want)) {
+				t.Fatalf("%+v: decoded %+v (%d bytes), %v", want, got, n, err)
+			}
+		}
+	})
+}
+
+// TestDecodeCutsLegacyErrors: a log written before error text was cut at
+// the API may hold a longer text, or one that is not UTF-8. Such a log made
+// the queue refuse to start; it now decodes, with the text cut as the API
+// cuts it today.
+func TestDecodeCutsLegacyErrors(t *testing.T) {
+	for _, text := range []string{strings.Repeat("x", 3<<20), "bad \xff byte", strings.Repeat("\xff", 70<<10)} {
+		// The encoding of an old writer: the text as it came.
+		b := []byte{'P', 1, 'q', 1, 'k', StateDelayed, 1, 2}
+		b = binary.AppendVarint(b, 42)
+		b = binary.AppendVarint(b, 0)
+		b = binary.AppendUvarint(b, uint64(len(text)))
+		b = append(b, text...)
+		r, n, err := Decode(b)
+		if err != nil || n != len(b) {
+			t.Fatalf("legacy error of %d bytes: %v (used %d of %d bytes)", len(text), err, n, len(b))
+		}
+		if want := limits.ErrorText(text); r.LastError != want {
+			t.Errorf("legacy error of %d bytes decoded to %d bytes, want the %d of limits.ErrorText", len(text), len(r.LastError), len(want))
+		}
+	}
+	// The encoder never writes what the decoder would cut.
+	long := Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: StateParked, Priority: 1, LastError: strings.Repeat("x", 1<<20)})
+	if len(long) > limits.MaxErrorBytes+64 {
+		t.Errorf("a 1 MiB error was encoded in %d bytes", len(long))
+	}
 }

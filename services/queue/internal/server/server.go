@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	limits "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/store"
@@ -18,14 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
-)
-
-// Limits of one call (DESIGN.md).
-const (
-	MaxItems        = 10000
-	MaxLease        = 10 * time.Minute
-	MaxWait         = 30 * time.Second
-	DefaultPageSize = 100
 )
 
 type server struct {
@@ -38,66 +31,29 @@ var _ queuev1.QueueServiceServer = (*server)(nil)
 // New returns the QueueService implementation over b.
 func New(b *broker.Broker) queuev1.QueueServiceServer { return &server{b: b} }
 
-// dnsLabel reports whether q matches ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$,
-// the queue names DESIGN.md allows. Every call checks its queue, so this is
-// a loop over bytes rather than a regular expression (FuzzQueueName holds
-// the two equal).
-func dnsLabel(q string) bool {
-	if len(q) == 0 || len(q) > 63 || q[0] == '-' || q[len(q)-1] == '-' {
-		return false
+// invalid makes a failed check of package limits an INVALID_ARGUMENT.
+func invalid(err error) error {
+	if err == nil {
+		return nil
 	}
-	for i := 0; i < len(q); i++ {
-		c := q[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
+	return status.Error(codes.InvalidArgument, err.Error())
 }
 
-func checkQueue(q string) error {
-	if !dnsLabel(q) {
-		return status.Errorf(codes.InvalidArgument, "queue %q is not a DNS label ([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)", q)
-	}
-	return nil
-}
-
-func checkKey(i int, k string) error {
-	if !workqueue.ValidKey(k) {
-		switch {
-		case k == "":
-			return status.Errorf(codes.InvalidArgument, "key %d is empty", i)
-		case len(k) > 1024:
-			return status.Errorf(codes.InvalidArgument, "key %d is %d bytes, over 1024", i, len(k))
-		default:
-			return status.Errorf(codes.InvalidArgument, "key %d is not UTF-8", i)
-		}
-	}
-	return nil
-}
-
-// checkKeys validates the keys of an Add or Forget.
+// checkKeys validates the keys of an Add or Forget: 1 to MaxBatch valid keys.
 func checkKeys(keys []string) error {
-	if err := checkCount("keys", len(keys)); err != nil {
-		return err
+	if err := limits.CheckCount("keys", len(keys), 1); err != nil {
+		return invalid(err)
 	}
 	for i, k := range keys {
-		if err := checkKey(i, k); err != nil {
-			return err
+		if !limits.ValidKey(k) {
+			return invalid(limits.CheckKey(fmt.Sprintf("keys[%d]", i), k))
 		}
 	}
 	return nil
 }
 
-func checkCount(what string, n int) error {
-	if n > MaxItems {
-		return status.Errorf(codes.InvalidArgument, "%d %s in one call, over %d", n, what, MaxItems)
-	}
-	return nil
-}
-
-// duration validates an optional duration field: non-negative, at most max
-// (0 for no bound).
+// duration validates an optional duration field: non-negative and at most
+// max.
 func duration(field string, d *durationpb.Duration, max time.Duration) (time.Duration, error) {
 	if d == nil {
 		return 0, nil
@@ -105,12 +61,9 @@ func duration(field string, d *durationpb.Duration, max time.Duration) (time.Dur
 	if err := d.CheckValid(); err != nil {
 		return 0, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
 	}
-	v := d.AsDuration()
-	if v < 0 {
-		return 0, status.Errorf(codes.InvalidArgument, "%s is negative (%v)", field, v)
-	}
-	if max > 0 && v > max {
-		return 0, status.Errorf(codes.InvalidArgument, "%s %v is over %v", field, v, max)
+	v := d.AsDuration() // saturates, so a huge value is still over max
+	if err := limits.CheckDuration(field, v, max); err != nil {
+		return 0, invalid(err)
 	}
 	return v, nil
 }
@@ -147,15 +100,18 @@ func toStatus(err error) error {
 }
 
 func (s *server) Add(ctx context.Context, req *queuev1.AddRequest) (*queuev1.AddResponse, error) {
-	if err := checkQueue(req.GetQueue()); err != nil {
-		return nil, err
+	if err := limits.CheckQueueName(req.GetQueue()); err != nil {
+		return nil, invalid(err)
 	}
 	if err := checkKeys(req.GetKeys()); err != nil {
 		return nil, err
 	}
-	delay, err := duration("delay", req.GetDelay(), 0)
+	delay, err := duration("delay", req.GetDelay(), limits.MaxDelay)
 	if err != nil {
 		return nil, err
+	}
+	if err := limits.CheckName("source", req.GetSource()); err != nil {
+		return nil, invalid(err)
 	}
 	p, err := priority(req.GetPriority())
 	if err != nil {
@@ -169,17 +125,20 @@ func (s *server) Add(ctx context.Context, req *queuev1.AddRequest) (*queuev1.Add
 }
 
 func (s *server) Lease(ctx context.Context, req *queuev1.LeaseRequest) (*queuev1.LeaseResponse, error) {
-	if err := checkQueue(req.GetQueue()); err != nil {
-		return nil, err
+	if err := limits.CheckQueueName(req.GetQueue()); err != nil {
+		return nil, invalid(err)
 	}
-	if err := checkCount("max_items", int(req.GetMaxItems())); err != nil {
-		return nil, err
+	if err := limits.CheckName("worker", req.GetWorker()); err != nil {
+		return nil, invalid(err)
 	}
-	d, err := duration("lease_duration", req.GetLeaseDuration(), MaxLease)
+	if err := limits.CheckCount("max_items", int(min(req.GetMaxItems(), limits.MaxBatch+1)), 0); err != nil {
+		return nil, invalid(err)
+	}
+	d, err := duration("lease_duration", req.GetLeaseDuration(), limits.MaxLease)
 	if err != nil {
 		return nil, err
 	}
-	wait, err := duration("wait", req.GetWait(), MaxWait)
+	wait, err := duration("wait", req.GetWait(), limits.MaxWait)
 	if err != nil {
 		return nil, err
 	}
@@ -207,26 +166,27 @@ func (s *server) Lease(ctx context.Context, req *queuev1.LeaseRequest) (*queuev1
 }
 
 func (s *server) Ack(ctx context.Context, req *queuev1.AckRequest) (*queuev1.AckResponse, error) {
-	if err := checkQueue(req.GetQueue()); err != nil {
-		return nil, err
+	if err := limits.CheckQueueName(req.GetQueue()); err != nil {
+		return nil, invalid(err)
 	}
-	if err := checkCount("acks", len(req.GetAcks())); err != nil {
-		return nil, err
+	if err := limits.CheckCount("acks", len(req.GetAcks()), 1); err != nil {
+		return nil, invalid(err)
 	}
 	items := make([]broker.AckItem, len(req.GetAcks()))
 	for i, a := range req.GetAcks() {
-		if err := checkKey(i, a.GetKey()); err != nil {
-			return nil, err
+		if !limits.ValidKey(a.GetKey()) {
+			return nil, invalid(limits.CheckKey(fmt.Sprintf("acks[%d].key", i), a.GetKey()))
 		}
 		it := broker.AckItem{Key: a.GetKey(), Token: a.GetToken()}
 		switch o := a.GetOutcome().(type) {
 		case *queuev1.Ack_Success:
 		case *queuev1.Ack_Failure:
-			it.Outcome = workqueue.Outcome{Failed: true, Error: o.Failure.GetError()}
+			// Cut, not refused: the worker must be able to hand the key back.
+			it.Outcome = workqueue.Outcome{Failed: true, Error: limits.ErrorText(o.Failure.GetError())}
 		case *queuev1.Ack_Terminal:
-			it.Outcome = workqueue.Outcome{Terminal: true, Error: o.Terminal.GetError()}
+			it.Outcome = workqueue.Outcome{Terminal: true, Error: limits.ErrorText(o.Terminal.GetError())}
 		case *queuev1.Ack_RequeueAfter:
-			d, err := duration(fmt.Sprintf("acks[%d].requeue_after", i), o.RequeueAfter, 0)
+			d, err := duration(fmt.Sprintf("acks[%d].requeue_after", i), o.RequeueAfter, limits.MaxDelay)
 			if err != nil {
 				return nil, err
 			}
@@ -261,20 +221,20 @@ func ackStatus(ok bool) queuev1.AckStatus {
 }
 
 func (s *server) Extend(ctx context.Context, req *queuev1.ExtendRequest) (*queuev1.ExtendResponse, error) {
-	if err := checkQueue(req.GetQueue()); err != nil {
-		return nil, err
+	if err := limits.CheckQueueName(req.GetQueue()); err != nil {
+		return nil, invalid(err)
 	}
-	if err := checkCount("leases", len(req.GetLeases())); err != nil {
-		return nil, err
+	if err := limits.CheckCount("leases", len(req.GetLeases()), 1); err != nil {
+		return nil, invalid(err)
 	}
-	d, err := duration("lease_duration", req.GetLeaseDuration(), MaxLease)
+	d, err := duration("lease_duration", req.GetLeaseDuration(), limits.MaxLease)
 	if err != nil {
 		return nil, err
 	}
 	refs := make([]broker.AckItem, len(req.GetLeases()))
 	for i, l := range req.GetLeases() {
-		if err := checkKey(i, l.GetKey()); err != nil {
-			return nil, err
+		if !limits.ValidKey(l.GetKey()) {
+			return nil, invalid(limits.CheckKey(fmt.Sprintf("leases[%d].key", i), l.GetKey()))
 		}
 		refs[i] = broker.AckItem{Key: l.GetKey(), Token: l.GetToken()}
 	}
@@ -294,8 +254,8 @@ func (s *server) Extend(ctx context.Context, req *queuev1.ExtendRequest) (*queue
 }
 
 func (s *server) Forget(ctx context.Context, req *queuev1.ForgetRequest) (*queuev1.ForgetResponse, error) {
-	if err := checkQueue(req.GetQueue()); err != nil {
-		return nil, err
+	if err := limits.CheckQueueName(req.GetQueue()); err != nil {
+		return nil, invalid(err)
 	}
 	if err := checkKeys(req.GetKeys()); err != nil {
 		return nil, err
@@ -308,21 +268,21 @@ func (s *server) Forget(ctx context.Context, req *queuev1.ForgetRequest) (*queue
 }
 
 func (s *server) Inspect(ctx context.Context, req *queuev1.InspectRequest) (*queuev1.InspectResponse, error) {
-	if err := checkQueue(req.GetQueue()); err != nil {
-		return nil, err
+	if err := limits.CheckQueueName(req.GetQueue()); err != nil {
+		return nil, invalid(err)
 	}
-	if err := checkKey(0, req.GetKey()); err != nil {
-		return nil, err
+	if err := limits.CheckKey("key", req.GetKey()); err != nil {
+		return nil, invalid(err)
 	}
 	return &queuev1.InspectResponse{Item: toItem(s.b.Inspect(req.GetQueue(), req.GetKey()))}, nil
 }
 
 func (s *server) List(ctx context.Context, req *queuev1.ListRequest) (*queuev1.ListResponse, error) {
-	if err := checkQueue(req.GetQueue()); err != nil {
-		return nil, err
+	if err := limits.CheckQueueName(req.GetQueue()); err != nil {
+		return nil, invalid(err)
 	}
-	if err := checkCount("page_size", int(req.GetPageSize())); err != nil {
-		return nil, err
+	if err := limits.CheckCount("page_size", int(min(req.GetPageSize(), limits.MaxBatch+1)), 0); err != nil {
+		return nil, invalid(err)
 	}
 	var state workqueue.State
 	switch st := req.GetState(); st {
@@ -334,15 +294,19 @@ func (s *server) List(ctx context.Context, req *queuev1.ListRequest) (*queuev1.L
 	}
 	after := ""
 	if t := req.GetPageToken(); t != "" {
-		b, err := base64.RawURLEncoding.DecodeString(t)
+		var b []byte
+		var err error
+		if len(t) <= limits.MaxPageTokenBytes {
+			b, err = base64.RawURLEncoding.DecodeString(t)
+		}
 		if err != nil || len(b) == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "page_token %q was not issued by List", t)
+			return nil, status.Error(codes.InvalidArgument, "page_token was not issued by List")
 		}
 		after = string(b)
 	}
 	size := int(req.GetPageSize())
 	if size == 0 {
-		size = DefaultPageSize
+		size = limits.DefaultPageSize
 	}
 	resp := &queuev1.ListResponse{}
 	if state == workqueue.Absent {
@@ -360,8 +324,8 @@ func (s *server) List(ctx context.Context, req *queuev1.ListRequest) (*queuev1.L
 
 func (s *server) Stats(ctx context.Context, req *queuev1.StatsRequest) (*queuev1.StatsResponse, error) {
 	if q := req.GetQueue(); q != "" {
-		if err := checkQueue(q); err != nil {
-			return nil, err
+		if err := limits.CheckQueueName(q); err != nil {
+			return nil, invalid(err)
 		}
 	}
 	stats, err := s.b.Stats(req.GetQueue())

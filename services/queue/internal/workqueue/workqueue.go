@@ -26,7 +26,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/batonrun/baton/services/queue/internal/record"
 )
@@ -781,10 +780,4 @@ func (q *Queue) Stats(now int64) Stats {
 		}
 	}
 	return s
-}
-
-// ValidKey reports whether k may be a key: non-empty UTF-8 of at most 1024
-// bytes.
-func ValidKey(k string) bool {
-	return k != "" && len(k) <= 1024 && utf8.ValidString(k)
 }
