@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -211,6 +212,12 @@ func dialObserver(t testing.TB, addr string) (*grpc.ClientConn, observerv1.Obser
 // startObserver runs service.Run in the test process.
 func startObserver(t testing.TB, endpoints []string, queueAddr string, mod func(*service.Config)) *observerConn {
 	t.Helper()
+	return startObserverLog(t, endpoints, queueAddr, mod, nil)
+}
+
+// startObserverLog is startObserver with a logger (nil discards).
+func startObserverLog(t testing.TB, endpoints []string, queueAddr string, mod func(*service.Config), log *slog.Logger) *observerConn {
+	t.Helper()
 	cfg := service.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.EtcdEndpoints, cfg.QueueAddr = endpoints, queueAddr
@@ -225,7 +232,7 @@ func startObserver(t testing.TB, endpoints []string, queueAddr string, mod func(
 	cfg.OnListen = func(g, h net.Addr) { listening <- addrs{g.String(), h.String()} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, cfg, nil) }()
+	go func() { done <- service.Run(ctx, cfg, log) }()
 	o := &observerConn{}
 	select {
 	case a := <-listening:

@@ -34,6 +34,10 @@ type observer struct {
 // rules may not watch it.
 const CheckpointKey = "/baton/observer/checkpoint"
 
+// readyzKey is read (counted, it never exists) to learn whether etcd
+// answers.
+const readyzKey = "/baton/observer/readyz"
+
 func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, log *slog.Logger) *observer {
 	prefixes := rules.Prefixes(rs)
 	o := &observer{etcd: etcd, rules: rs, cache: cache.New(prefixes), log: log}
@@ -162,7 +166,7 @@ func (o *observer) writeCheckpoint(ctx context.Context) {
 func (o *observer) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := o.etcd.Get(ctx, "/baton/observer/readyz", clientv3.WithCountOnly()); err != nil {
+	if _, err := o.etcd.Get(ctx, readyzKey, clientv3.WithCountOnly()); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
 	var waiting []string

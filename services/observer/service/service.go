@@ -167,6 +167,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
 		PermitWithoutStream:  true,
+		DialOptions:          []grpc.DialOption{grpc.WithConnectParams(etcdConnectParams)},
 		// clientv3 logs every reconnect at length; the informers log what
 		// matters (watch breaks, relists) themselves.
 		Logger: zap.NewNop(),
@@ -200,6 +201,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		o.outbox.Run(workCtx)
 	}()
 	wg.Go(func() { o.tick(workCtx, cfg.ProgressInterval, cfg.Resync) })
+	wg.Go(func() { newEtcdMonitor(etcd, cfg.EtcdEndpoints, log).run(workCtx) })
 
 	err = serve.Run(ctx, serve.Options{
 		Name: "baton-observer", GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr,
