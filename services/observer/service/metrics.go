@@ -1,6 +1,7 @@
 package service
 
 import (
+	"github.com/batonrun/baton/services/observer/internal/object"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,6 +14,7 @@ type metrics struct {
 
 	events, relists, restarts, observed, head, lag *prometheus.Desc
 	outbox, delivered, failures, dropped, objects  *prometheus.Desc
+	malformed                                      *prometheus.Desc
 }
 
 func newMetrics(o *observer) *metrics {
@@ -38,6 +40,7 @@ func newMetrics(o *observer) *metrics {
 		failures:  d("add_failures_total", "Add calls to the queue that failed (and were retried).", "queue"),
 		dropped:   d("dropped_keys_total", "Keys not announced because the queue would refuse them (empty, over 1024 bytes, not UTF-8).", "queue"),
 		objects:   d("cache_objects", "Objects in the cache."),
+		malformed: d("malformed_objects_total", "Malformed keys and values seen in lists and watch events, by reason: bad_path (not cached, not announced), empty, protobuf, invalid_json, not_object, namespace_mismatch (cached without owners, announced by their own key).", "prefix", "reason"),
 	}
 }
 
@@ -50,7 +53,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.objects} {
+	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.objects, m.malformed} {
 		ch <- d
 	}
 }
@@ -65,6 +68,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.observed, prometheus.GaugeValue, float64(s.ObservedRevision), s.Prefix)
 		ch <- prometheus.MustNewConstMetric(m.head, prometheus.GaugeValue, float64(s.HeadRevision), s.Prefix)
 		ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, float64(s.HeadRevision-s.ObservedRevision), s.Prefix)
+		// Every reason is exported, zeros too, so an alert can be written on
+		// any of them before the first malformed object appears.
+		for _, r := range object.Reasons {
+			ch <- prometheus.MustNewConstMetric(m.malformed, prometheus.CounterValue, float64(s.Malformed[r]), s.Prefix, r.String())
+		}
 	}
 	for _, q := range m.o.outbox.Queues() {
 		b := m.o.outbox.Box(q)

@@ -26,7 +26,7 @@ func BenchmarkMemoryPerObject(b *testing.B) {
 		c := New([]string{"/registry/pods/"})
 		for i, v := range values {
 			key := fmt.Sprintf("/registry/pods/default/web-%06d", i)
-			m := object.Decode(v)
+			m, _ := object.Decode(v)
 			c.Put(&Object{Key: key, Value: v, ModRevision: int64(i + 1), Meta: m, Namespace: m.Namespace})
 		}
 		runtime.GC()

@@ -31,6 +31,14 @@
 // replays all the history etcd holds. If etcd has compacted that history,
 // the replay is skipped with a warning: deletes in it are lost to the queue
 // (the owners' keys still come from the list).
+//
+// # Malformed keys and values
+//
+// A key that does not fit the layout (object.SplitKey) is neither cached
+// nor announced. A malformed value at a good key (object.Decode,
+// object.Check) is cached with an empty Meta, so it has no owners, and
+// announced by its own key. Both are counted by reason (Stats.Malformed)
+// and logged at WARN at most once per key per MalformedLogInterval.
 package informer
 
 import (
@@ -88,6 +96,9 @@ type Stats struct {
 	Relists          uint64
 	WatchRestarts    uint64
 	Listed           bool // the first list is done
+	// Malformed counts the malformed keys and values seen (in lists and
+	// watch events), indexed by object.Reason.
+	Malformed [object.NumReasons]uint64
 }
 
 // Informer watches one prefix.
@@ -109,6 +120,8 @@ type Informer struct {
 	streams  atomic.Uint64 // watches opened, to give each its own stream
 	changed  atomic.Int64  // revision of the last change seen (event or list)
 
+	malformed malformedLog
+
 	mu      sync.Mutex
 	watchCx context.Context // the watch's context, for RequestProgress; nil when not watching
 }
@@ -129,6 +142,7 @@ func New(cli *clientv3.Client, prefix string, rs []rules.Rule, c *cache.Cache, s
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	in := &Informer{cli: cli, prefix: prefix, cache: c, sink: sink, opts: opts, log: opts.Logger.With("prefix", prefix)}
+	in.malformed = malformedLog{log: in.log, limit: newKeyLimiter(MalformedLogInterval, MalformedLogKeys)}
 	for _, r := range rs {
 		if r.Prefix == prefix {
 			in.rules = append(in.rules, r)
@@ -145,6 +159,7 @@ func (in *Informer) Stats() Stats {
 	return Stats{
 		Prefix: in.prefix, ObservedRevision: in.observed.Load(), HeadRevision: max(in.head.Load(), in.observed.Load()),
 		Events: in.events.Load(), Relists: in.relists.Load(), WatchRestarts: in.restarts.Load(), Listed: in.listed.Load(),
+		Malformed: in.malformed.count(),
 	}
 }
 
@@ -309,10 +324,41 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
+// newObject returns the cache's object for kv, or nil for a key that does
+// not fit the layout: such a key is neither cached nor announced, as it
+// names no object a controller could look up. A malformed value at a good
+// key is cached with an empty Meta (no owners, so no owner keys and no
+// place in the owner index) and still announced by its own key, so its
+// controller finds it and reports the problem on that key. Both are
+// counted and logged (rate-limited).
 func (in *Informer) newObject(kv *mvccpb.KeyValue) *cache.Object {
 	key := string(kv.Key)
-	m := object.Decode(kv.Value)
+	if _, _, err := object.SplitKey(key, in.prefix); err != nil {
+		in.malformed.report(key, kv.ModRevision, err, "its key does not fit the layout /registry/<resource>/[<namespace>/]<name>; not cached, not announced")
+		return nil
+	}
+	m, err := object.Decode(kv.Value)
+	if err == nil {
+		err = object.Check(m, key, in.prefix)
+	}
+	if err != nil {
+		in.malformed.report(key, kv.ModRevision, err, "cached without owners and announced by its own key only")
+		m = object.Meta{}
+	}
 	return &cache.Object{Key: key, Value: kv.Value, ModRevision: kv.ModRevision, Meta: m, Namespace: object.Namespace(m, key, in.prefix)}
+}
+
+// decode is newObject's Meta for a value that is not cached (a replayed
+// one): nothing is counted or logged, the list of the current value does.
+func (in *Informer) decode(key string, value []byte) object.Meta {
+	m, err := object.Decode(value)
+	if err == nil {
+		err = object.Check(m, key, in.prefix)
+	}
+	if err != nil {
+		return object.Meta{}
+	}
+	return m
 }
 
 // setObserved records that the cache reflects etcd up to rev.
@@ -361,11 +407,15 @@ func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
 		now := time.Now()
 		for _, kv := range resp.Kvs {
 			key := string(kv.Key)
-			seen[key] = struct{}{}
 			if cur, ok := in.cache.Get(key); ok && cur.ModRevision == kv.ModRevision {
+				seen[key] = struct{}{}
 				continue
 			}
 			obj := in.newObject(kv)
+			if obj == nil {
+				continue
+			}
+			seen[key] = struct{}{}
 			old := in.cache.Put(obj)
 			if old == nil {
 				created++
@@ -469,6 +519,9 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 		switch ev.Type {
 		case clientv3.EventTypePut:
 			obj := in.newObject(ev.Kv)
+			if obj == nil {
+				break
+			}
 			old := in.cache.Put(obj)
 			var oldMeta *object.Meta
 			if old != nil {
@@ -476,6 +529,9 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 			}
 			in.announce(key, &obj.Meta, oldMeta, queuev1.Priority_PRIORITY_NORMAL, now, rev)
 		case clientv3.EventTypeDelete:
+			if _, _, err := object.SplitKey(key, in.prefix); err != nil {
+				break // never cached nor announced
+			}
 			old := in.cache.Delete(key)
 			var oldMeta *object.Meta
 			if old != nil {
@@ -532,16 +588,20 @@ func (in *Informer) replay(ctx context.Context, from, to int64) error {
 					return nil
 				}
 				n++
+				key := string(ev.Kv.Key)
+				if _, _, err := object.SplitKey(key, in.prefix); err != nil {
+					continue // never announced
+				}
 				var cur, old *object.Meta
 				if ev.Type == clientv3.EventTypePut {
-					m := object.Decode(ev.Kv.Value)
+					m := in.decode(key, ev.Kv.Value)
 					cur = &m
 				}
 				if ev.PrevKv != nil {
-					m := object.Decode(ev.PrevKv.Value)
+					m := in.decode(key, ev.PrevKv.Value)
 					old = &m
 				}
-				in.announce(string(ev.Kv.Key), cur, old, queuev1.Priority_PRIORITY_NORMAL, now, rev)
+				in.announce(key, cur, old, queuev1.Priority_PRIORITY_NORMAL, now, rev)
 			}
 		}
 	}
