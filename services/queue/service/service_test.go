@@ -41,8 +41,14 @@ type harness struct {
 // data directory, and stops it when the test ends.
 func start(t *testing.T) *harness {
 	t.Helper()
+	return startIn(t, t.TempDir())
+}
+
+// startIn is start on the data directory dir.
+func startIn(t *testing.T, dir string) *harness {
+	t.Helper()
 	cfg := service.DefaultConfig()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", dir
 	cfg.GracePeriod = 2 * time.Second
 	addrs := make(chan [2]net.Addr, 1)
 	cfg.OnListen = func(g, h net.Addr) { addrs <- [2]net.Addr{g, h} }

@@ -1,9 +1,8 @@
 // Package broker runs the queues: it serialises each queue's state machine
-// (internal/workqueue) behind a mutex, sends the records it produces to the
+// (internal/workqueue) behind a mutex, writes the records it produces to the
 // write-ahead log (internal/store) and waits for them to be durable before a
 // change is answered, fires timers for backoff and lease expiry, wakes
-// long-polling Leases, compacts the log with snapshots, and heals the store
-// after a full disk.
+// long-polling Leases, and compacts the log with snapshots.
 //
 // Ordering is what makes it correct: a queue's records are appended to the
 // log while its mutex is held, so the log holds each key's changes in the
@@ -11,6 +10,14 @@
 // its records. A caller whose Add collapsed onto a key another caller has
 // just added (and whose record is still in flight) waits for that group too:
 // an empty Append returns the latest unfinished group.
+//
+// An error means nothing changed. Each operation runs in a workqueue
+// transaction, and its records are written to the log before the queue's
+// mutex is released; if the write is refused (a full disk), the
+// transaction is rolled back, so no one ever sees a change that is not in
+// the log, and a refused Ack leaves the lease as it was for the retry. Only
+// a failed fsync (the store stops, and the process restarts to recover) or
+// a deadline that ends while the caller waits leaves the outcome unknown.
 package broker
 
 import (
@@ -70,6 +77,10 @@ type shard struct {
 	waiters atomic.Int32  // Leases waiting on ready
 	timer   *time.Timer
 	timerAt int64
+	// stalled is set while due deadlines cannot be applied because their
+	// records were refused: the timer then retries in a second rather
+	// than at once.
+	stalled bool
 	obs     *queueObservers
 }
 
@@ -125,7 +136,7 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	debug.SetGCPercent(gc)
 	log.Info("recovered", "queues", len(b.queues), "keys", keys, "records", restored, "epoch", st.Epoch(), "took", time.Since(start))
 	b.wg.Add(1)
-	go b.healer()
+	go b.probeSpace()
 	return b, nil
 }
 
@@ -143,8 +154,9 @@ func (b *Broker) shardLocked(name string) *shard {
 	return sh
 }
 
-// lock returns the named shard locked, with b.mu held shared; unlock with
-// b.unlock. It creates the shard (not yet existing for Stats) if needed.
+// lock returns the named shard locked, with b.mu held shared, and its due
+// deadlines applied; end with b.unlock, or b.commit for a change. It creates
+// the shard (not yet existing for Stats) if needed.
 func (b *Broker) lock(name string) *shard {
 	b.mu.RLock()
 	sh := b.queues[name]
@@ -156,16 +168,35 @@ func (b *Broker) lock(name string) *shard {
 		b.mu.RLock()
 	}
 	sh.mu.Lock()
-	sh.q.Advance(time.Now().UnixNano())
+	b.advance(sh)
 	return sh
 }
 
-// unlock appends the shard's records, wakes waiters if keys became ready,
-// re-arms its timer and releases the locks. The returned batch is durable
-// once Wait returns nil.
-func (b *Broker) unlock(sh *shard, pendingBefore int) *store.Batch {
-	batch := b.st.Append(sh.buf)
+// advance applies due deadlines (delayed keys become ready, leases lapse)
+// in a transaction of their own: if their records are refused, they are
+// undone and tried again by the next operation or the timer.
+func (b *Broker) advance(sh *shard) {
+	sh.q.Begin()
+	sh.q.Advance(time.Now().UnixNano())
+	if len(sh.buf) == 0 {
+		sh.q.Commit()
+		return
+	}
+	_, err := b.st.Append(sh.buf) // expiry records need no waiter
 	sh.buf = sh.buf[:0]
+	if err != nil {
+		sh.q.Rollback()
+		sh.stalled = true
+		return
+	}
+	sh.q.Commit()
+	sh.stalled = false
+}
+
+// unlock ends an operation that changed nothing stored (reads, Lease,
+// Extend): it wakes waiters if keys became ready, re-arms the timer and
+// releases the locks.
+func (b *Broker) unlock(sh *shard, pendingBefore int) {
 	if sh.q.PendingCount() > pendingBefore && sh.waiters.Load() > 0 {
 		close(sh.ready)
 		sh.ready = make(chan struct{})
@@ -173,12 +204,40 @@ func (b *Broker) unlock(sh *shard, pendingBefore int) *store.Batch {
 	b.reschedule(sh)
 	sh.mu.Unlock()
 	b.mu.RUnlock()
-	return batch
+}
+
+// begin starts an operation that changes stored state, on a shard from
+// lock; end it with commit.
+func (sh *shard) begin() (pendingBefore int, existed bool) {
+	sh.q.Begin()
+	return sh.q.PendingCount(), sh.exists
+}
+
+// commit writes the operation's records and keeps its changes, or, if the
+// log refuses them, undoes every one; then it unlocks. The returned batch is
+// durable once Wait returns nil.
+func (b *Broker) commit(sh *shard, pendingBefore int, existed bool) (*store.Batch, error) {
+	batch, err := b.st.Append(sh.buf)
+	sh.buf = sh.buf[:0]
+	if err != nil {
+		sh.q.Rollback()
+		sh.exists = existed
+	} else {
+		sh.q.Commit()
+	}
+	b.unlock(sh, pendingBefore)
+	return batch, err
 }
 
 func (b *Broker) reschedule(sh *shard) {
 	next, ok := sh.q.NextDeadline()
-	if !ok || next == sh.timerAt {
+	if !ok {
+		return
+	}
+	if sh.stalled {
+		next = max(next, time.Now().Add(time.Second).UnixNano())
+	}
+	if next == sh.timerAt {
 		return
 	}
 	sh.timerAt = next
@@ -201,15 +260,15 @@ func (b *Broker) fire(sh *shard) {
 	sh.mu.Lock()
 	before := sh.q.PendingCount()
 	sh.timerAt = 0
-	sh.q.Advance(time.Now().UnixNano())
-	b.unlock(sh, before) // expiry records need no waiter
+	b.advance(sh)
+	b.unlock(sh, before)
 }
 
 // Add announces keys to queue. It returns how many were queued and
 // collapsed, once every change is durable.
 func (b *Broker) Add(ctx context.Context, queue string, keys []string, delay time.Duration, p workqueue.Priority) (queued, collapsed int, err error) {
 	sh := b.lock(queue)
-	before := sh.q.PendingCount()
+	before, existed := sh.begin()
 	now := time.Now().UnixNano()
 	if !sh.exists {
 		sh.exists = true
@@ -220,8 +279,11 @@ func (b *Broker) Add(ctx context.Context, queue string, keys []string, delay tim
 			queued++
 		}
 	}
-	batch := b.unlock(sh, before)
-	if err := batch.Wait(ctx); err != nil {
+	batch, err := b.commit(sh, before, existed)
+	if err == nil {
+		err = batch.Wait(ctx)
+	}
+	if err != nil {
 		return 0, 0, err
 	}
 	b.maybeCompact()
@@ -283,18 +345,26 @@ type AckItem struct {
 // Ack applies outcomes and reports, per item, whether it was accepted.
 func (b *Broker) Ack(ctx context.Context, queue string, acks []AckItem) ([]bool, error) {
 	sh := b.lock(queue)
-	before := sh.q.PendingCount()
+	before, existed := sh.begin()
 	now := time.Now().UnixNano()
 	ok := make([]bool, len(acks))
+	started := make([]int64, 0, len(acks))
 	for i, a := range acks {
 		res, accepted := sh.q.Ack(a.Key, a.Token, a.Outcome, now)
 		ok[i] = accepted
 		if accepted {
-			sh.obs.workDur.Observe(float64(now-res.LeaseStart) / 1e9)
+			started = append(started, res.LeaseStart)
 		}
 	}
-	batch := b.unlock(sh, before)
-	if err := batch.Wait(ctx); err != nil {
+	obs := sh.obs
+	batch, err := b.commit(sh, before, existed)
+	if err == nil {
+		for _, s := range started {
+			obs.workDur.Observe(float64(now-s) / 1e9)
+		}
+		err = batch.Wait(ctx)
+	}
+	if err != nil {
 		return nil, err
 	}
 	b.maybeCompact()
@@ -320,14 +390,18 @@ func (b *Broker) Extend(queue string, refs []AckItem, d time.Duration) []int64 {
 // Forget removes keys and returns how many were present.
 func (b *Broker) Forget(ctx context.Context, queue string, keys []string) (int, error) {
 	sh := b.lock(queue)
-	before := sh.q.PendingCount()
+	before, existed := sh.begin()
 	n := 0
 	for _, k := range keys {
 		if sh.q.Forget(k) {
 			n++
 		}
 	}
-	if err := b.unlock(sh, before).Wait(ctx); err != nil {
+	batch, err := b.commit(sh, before, existed)
+	if err == nil {
+		err = batch.Wait(ctx)
+	}
+	if err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -395,12 +469,14 @@ func (b *Broker) Stats(queue string) ([]QueueStats, error) {
 // Err returns the error that stopped the store, or nil.
 func (b *Broker) Err() error { return b.st.Err() }
 
-// Ready reports whether the broker accepts changes.
+// Ready reports whether the broker accepts changes: not after the store
+// stopped, nor while the disk is full (etcd's health likewise fails while
+// its NOSPACE alarm is raised).
 func (b *Broker) Ready() error {
 	if err := b.st.Err(); err != nil {
 		return err
 	}
-	if b.st.Degraded() {
+	if b.st.NoSpace() {
 		return store.ErrNoSpace
 	}
 	return nil
@@ -427,32 +503,26 @@ func (b *Broker) Close() error {
 }
 
 // walk emits the stored state of every queue, one queue locked at a time.
-func (b *Broker) walk(locked bool) func(emit func([]byte) error) error {
-	return func(emit func([]byte) error) error {
-		if !locked {
-			b.mu.RLock()
-		}
-		shards := make([]*shard, 0, len(b.queues))
-		for _, sh := range b.queues {
-			shards = append(shards, sh)
-		}
-		if !locked {
-			b.mu.RUnlock()
-		}
-		var buf []byte
-		for _, sh := range shards {
-			if err := b.walkShard(sh, locked, &buf, emit); err != nil {
-				return err
-			}
-		}
-		return nil
+func (b *Broker) walk(emit func([]byte) error) error {
+	b.mu.RLock()
+	shards := make([]*shard, 0, len(b.queues))
+	for _, sh := range b.queues {
+		shards = append(shards, sh)
 	}
+	b.mu.RUnlock()
+	var buf []byte
+	for _, sh := range shards {
+		if err := b.walkShard(sh, &buf, emit); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // walkShard emits one queue's stored state in steps of a few thousand keys,
-// holding its lock only for each step (unless the caller holds every lock),
-// so a snapshot of millions of keys never stalls the queue for long.
-func (b *Broker) walkShard(sh *shard, locked bool, buf *[]byte, emit func([]byte) error) error {
+// holding its lock only for each step, so a snapshot of millions of keys
+// never stalls the queue for long.
+func (b *Broker) walkShard(sh *shard, buf *[]byte, emit func([]byte) error) error {
 	step := b.walkStep
 	if step <= 0 {
 		step = 4096
@@ -466,18 +536,14 @@ func (b *Broker) walkShard(sh *shard, locked bool, buf *[]byte, emit func([]byte
 	*buf = record.Append((*buf)[:0], &record.Record{Kind: record.KindQueue, Queue: sh.q.Name()})
 	cursor, startGen := 0, uint64(0)
 	for first := true; cursor >= 0; first = false {
-		if !locked {
-			sh.mu.Lock()
-		}
+		sh.mu.Lock()
 		next, gen := sh.q.EachStep(cursor, step, func(r *record.Record) { *buf = record.Append(*buf, r) })
 		if !first && gen != startGen {
 			// Resized between steps: items moved, so start over.
 			next, gen = sh.q.EachStep(0, step, func(r *record.Record) { *buf = record.Append(*buf, r) })
 		}
 		startGen = gen
-		if !locked {
-			sh.mu.Unlock()
-		}
+		sh.mu.Unlock()
 		cursor = next
 		if err := emit(*buf); err != nil {
 			return err
@@ -497,7 +563,7 @@ func (b *Broker) maybeCompact() {
 		defer b.wg.Done()
 		defer b.compacting.Store(false)
 		start := time.Now()
-		if err := b.st.Snapshot(b.walk(false)); err != nil {
+		if err := b.st.Snapshot(b.walk); err != nil {
 			b.log.Error("snapshot failed; the log keeps growing until one succeeds", "error", err)
 			return
 		}
@@ -505,8 +571,9 @@ func (b *Broker) maybeCompact() {
 	}()
 }
 
-// healer retries a healing snapshot every second while the disk is full.
-func (b *Broker) healer() {
+// probeSpace tries the disk every second while it is full, so readiness
+// comes back with the space even when no change comes in to find out.
+func (b *Broker) probeSpace() {
 	defer b.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -516,16 +583,8 @@ func (b *Broker) healer() {
 			return
 		case <-t.C:
 		}
-		if !b.st.Degraded() || b.st.Err() != nil {
-			continue
-		}
-		// Exclusive: memory may hold changes the log lacks, and none may
-		// slip in between the walk and the end of the degraded state.
-		b.mu.Lock()
-		err := b.st.Heal(b.walk(true))
-		b.mu.Unlock()
-		if err != nil {
-			b.log.Warn("still cannot write a snapshot", "error", err)
+		if b.st.NoSpace() && b.st.Err() == nil {
+			b.st.ProbeSpace()
 		}
 	}
 }

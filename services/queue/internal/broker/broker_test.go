@@ -219,7 +219,7 @@ func TestSnapshotDuringWrites(t *testing.T) {
 		})
 	}
 	for range 5 {
-		if err := b.st.Snapshot(b.walk(false)); err != nil {
+		if err := b.st.Snapshot(b.walk); err != nil {
 			t.Fatal(err)
 		}
 	}

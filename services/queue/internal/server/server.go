@@ -88,7 +88,7 @@ func toStatus(err error) error {
 	case errors.Is(err, store.ErrNoSpace):
 		return status.Error(codes.ResourceExhausted, "the queue's disk is full: nothing was stored; retry when space is back")
 	case errors.Is(err, store.ErrStopped), errors.Is(err, store.ErrClosed):
-		return status.Errorf(codes.Unavailable, "the queue's store has stopped: %v", err)
+		return status.Errorf(codes.Unavailable, "the queue's store has stopped (a change in flight may or may not be stored; the queue restarts and recovers): %v", err)
 	case errors.Is(err, broker.ErrQueueNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

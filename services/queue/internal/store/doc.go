@@ -28,9 +28,11 @@
 //	crc     uint32 big-endian   CRC-32C (Castagnoli) of payload
 //	payload length bytes        records (package record), back to back
 //
-// One frame is one group commit: the records of every caller that arrived
-// while the previous fsync ran. A frame is written with one write and made
-// durable with fdatasync before any of its callers is answered.
+// One frame is one Append: the records of one operation, written by the
+// caller's Append itself, so that a write refused for a full disk is known
+// before the operation is let go (see Failures). One writer goroutine makes
+// frames durable with fdatasync, many at a time (group commit), and no
+// caller is answered before the sync that covers its frame.
 //
 // A snapshot starts with the magic "BTNSNP01", then frames as above holding
 // Put and Queue records, then the 8-byte footer "BTNSNPEN". It is written as
@@ -61,13 +63,18 @@
 //
 // # Failures
 //
-// An fsync (or write) error other than a full disk stops the store for good
+// A write that runs out of space (ENOSPC) fails its Append with ErrNoSpace:
+// whatever part of the frame reached the file is cut away again, and the
+// caller undoes what the records describe before anyone can see it (the
+// broker rolls back the operation), so nothing of the refused change exists
+// in memory or on disk, and the store goes on: the next Append tries again.
+// The cut is made durable by the next sync; a rotation syncs the segment
+// first even when no frame follows the cut, since a torn tail is only
+// tolerated in the last segment.
+//
+// Any other write error, and any fsync error, stops the store for good
 // (fail-stop): after a failed fsync the kernel may have dropped the dirty
-// pages, so retrying could report data as safe that is not. A full disk
-// (ENOSPC) fails the callers of that frame, and of the batch collected while
-// it was written, with ErrNoSpace, truncates the partial frame away (and
-// fsyncs the cut: the segment stops being the last one when Heal rotates)
-// and puts the store in a degraded state in which every Append fails with
-// ErrNoSpace, because memory may now hold changes the disk lacks. The owner
-// heals it with a snapshot once space is back (Heal).
+// pages, so retrying could report data as safe that is not. The callers of
+// that sync get ErrStopped without knowing whether their change is stored;
+// the process restarts and recovery reads what the disk holds.
 package store

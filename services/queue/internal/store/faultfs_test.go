@@ -41,6 +41,7 @@ type faultDisk struct {
 	writeBack   bool
 	rng         *rand.Rand
 	beforeWrite func(name string)
+	beforeSync  func(name string)
 
 	// Counters.
 	syncs  int64 // File.Sync and SyncDir calls
@@ -182,6 +183,14 @@ func (d *faultDisk) onWrite(hook func(name string)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.beforeWrite = hook
+}
+
+// onSync sets a function that runs before every File.Sync, outside the
+// disk's lock, so a test can hold the store's writer inside a sync.
+func (d *faultDisk) onSync(hook func(name string)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.beforeSync = hook
 }
 
 // setFree limits the disk to what it holds now plus n bytes; n < 0 lifts the
@@ -474,6 +483,12 @@ func (f *faultFile) Write(p []byte) (int, error) {
 }
 
 func (f *faultFile) Sync() error {
+	f.d.mu.Lock()
+	hook := f.d.beforeSync
+	f.d.mu.Unlock()
+	if hook != nil {
+		hook(f.name)
+	}
 	if err := f.enter("sync"); err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -115,9 +114,6 @@ func TestWriteOrSyncErrorStopsTheStore(t *testing.T) {
 			if err := s.Snapshot(walkOf(want)); err == nil {
 				t.Errorf("Snapshot after the failure succeeded")
 			}
-			if err := s.Heal(walkOf(want)); err == nil {
-				t.Errorf("Heal after the failure succeeded")
-			}
 			if s2, w2 := disk.counts(); s2 != syncs || w2 != writes {
 				t.Errorf("after the failure the store synced %d and wrote %d more times, want none", s2-syncs, w2-writes)
 			}
@@ -143,86 +139,60 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// TestFullDisk runs out of space in the middle of a frame: the append is
+// refused, the partial frame is cut away, and the store goes on: a frame
+// that fits is written (the owner has undone the refused one, so nothing
+// in memory depends on it), and once space is back every frame is.
 func TestFullDisk(t *testing.T) {
-	for _, healFirst := range []bool{false, true} {
-		t.Run(fmt.Sprintf("heal=%v", healFirst), func(t *testing.T) {
-			disk := newFaultDisk(1)
-			s, _ := mustOpen(t, faultOpts(disk, 0))
-			acked := state{}
-			for i := range 5 {
-				k := fmt.Sprintf("k%d", i)
-				mustCommit(t, s, putRec(nil, k, 1))
-				acked[k] = 1
-			}
-			seg := lastSegment(t, disk)
-			before := disk.contents(seg)
-
-			disk.setFree(20) // room for part of the next frame only
-			big, bigState := bigFrame()
-			if err := commit(t, s, big); !errors.Is(err, ErrNoSpace) {
-				t.Fatalf("commit on a full disk = %v, want ErrNoSpace", err)
-			}
-			if got := disk.contents(seg); !bytes.Equal(got, before) {
-				t.Fatalf("segment after the failed frame has %d bytes, want the %d from before (partial frame cut)", len(got), len(before))
-			}
-			if !s.Degraded() {
-				t.Fatal("Degraded() = false after a full disk")
-			}
-			if err := s.Err(); err != nil {
-				t.Fatalf("Err() = %v after a full disk, want nil (not fail-stop)", err)
-			}
-			for i, recs := range [][]byte{putRec(nil, "small", 1), nil} {
-				if err := commit(t, s, recs); !errors.Is(err, ErrNoSpace) {
-					t.Errorf("append %d while degraded = %v, want ErrNoSpace", i, err)
-				}
-			}
-			// The owner's memory holds the failed change: the heal
-			// snapshot is what stores it.
-			mem := maps.Clone(acked)
-			maps.Copy(mem, bigState)
-			if err := s.Heal(walkOf(mem)); err == nil {
-				t.Fatal("Heal on a full disk succeeded")
-			}
-			if !s.Degraded() {
-				t.Fatal("Degraded() = false after a failed Heal")
-			}
-			for _, n := range disk.names(faultDir) {
-				if strings.HasSuffix(n, ".tmp") {
-					t.Errorf("failed Heal left %s behind", n)
-				}
-			}
-			if !healFirst {
-				// A power loss before the heal: exactly what was
-				// acknowledged comes back, nothing of the failed frame.
-				disk.setFree(-1)
-				_ = s.Close()
-				crashAndReopen(t, disk, acked)
-				return
-			}
-			disk.setFree(-1)
-			if err := s.Heal(walkOf(mem)); err != nil {
-				t.Fatalf("Heal with space back: %v", err)
-			}
-			if s.Degraded() {
-				t.Fatal("Degraded() = true after Heal")
-			}
-			mustCommit(t, s, putRec(nil, "after", 1))
-			mem["after"] = 1
-			if err := commit(t, s, nil); err != nil {
-				t.Fatalf("empty append after Heal = %v", err)
-			}
-			_ = s.Close()
-			crashAndReopen(t, disk, mem)
-		})
+	disk := newFaultDisk(1)
+	s, _ := mustOpen(t, faultOpts(disk, 0))
+	acked := state{}
+	for i := range 5 {
+		k := fmt.Sprintf("k%d", i)
+		mustCommit(t, s, putRec(nil, k, 1))
+		acked[k] = 1
 	}
+	seg := lastSegment(t, disk)
+	before := disk.contents(seg)
+
+	small := putRec(nil, "small", 1)
+	disk.setFree(int64(frameHeader + len(small) + 4)) // the small frame fits, the big one does not
+	big, bigState := bigFrame()
+	if _, err := s.Append(big); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append on a full disk = %v, want ErrNoSpace", err)
+	}
+	if got := disk.contents(seg); !bytes.Equal(got, before) {
+		t.Fatalf("segment after the refused frame has %d bytes, want the %d from before (partial frame cut)", len(got), len(before))
+	}
+	if !s.NoSpace() {
+		t.Fatal("NoSpace() = false after a full disk")
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("Err() = %v after a full disk, want nil (not fail-stop)", err)
+	}
+	mustCommit(t, s, small)
+	acked["small"] = 1
+	if s.NoSpace() {
+		t.Fatal("NoSpace() = true after a frame was written")
+	}
+	if err := commit(t, s, nil); err != nil {
+		t.Fatalf("empty append after a refused one = %v", err)
+	}
+	if _, err := s.Append(big); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append of the big frame again = %v, want ErrNoSpace", err)
+	}
+	disk.setFree(-1)
+	mustCommit(t, s, big)
+	maps.Copy(acked, bigState)
+	_ = s.Close()
+	crashAndReopen(t, disk, acked)
 }
 
-// TestFullDiskFailsTheNextBatchToo holds the writer inside the write that
-// runs out of space while other callers join the next batch, one of them
-// with an empty append (an Add that collapsed into a key the failing frame
-// stores). The frame after the failed one fits, but it must not be
-// acknowledged: memory holds changes that only the failed frame had.
-func TestFullDiskFailsTheNextBatchToo(t *testing.T) {
+// TestFullDiskRefusesOnlyThatFrame holds one append inside the write that
+// runs out of space while others wait to write: the one that did not fit is
+// refused, the ones after it that fit are written and acknowledged, and a
+// power loss keeps exactly those.
+func TestFullDiskRefusesOnlyThatFrame(t *testing.T) {
 	disk := newFaultDisk(1)
 	s, _ := mustOpen(t, faultOpts(disk, 0))
 	mustCommit(t, s, putRec(nil, "k0", 1))
@@ -241,25 +211,20 @@ func TestFullDiskFailsTheNextBatchToo(t *testing.T) {
 	if len(big) <= 200 {
 		t.Fatalf("the big frame (%d bytes) fits", len(big))
 	}
-	first := s.Append(big)
+	first := make(chan error, 1)
+	go func() { _, err := s.Append(big); first <- err }()
 	<-entered
-	next := s.Append(putRec(nil, "small", 1))
-	collapsed := s.Append(nil)
+	next := make(chan error, 1)
+	go func() { next <- commit(t, s, putRec(nil, "small", 1)) }()
 	close(release)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := first.Wait(ctx); !errors.Is(err, ErrNoSpace) {
+	if err := <-first; !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("the frame that ran out of space = %v, want ErrNoSpace", err)
 	}
-	if err := next.Wait(ctx); !errors.Is(err, ErrNoSpace) {
-		t.Errorf("the batch after the failed frame = %v, want ErrNoSpace", err)
-	}
-	if err := collapsed.Wait(ctx); !errors.Is(err, ErrNoSpace) {
-		t.Errorf("an empty append made while the frame failed = %v, want ErrNoSpace", err)
+	if err := <-next; err != nil {
+		t.Fatalf("the frame after it, which fits = %v", err)
 	}
 	_ = s.Close()
-	crashAndReopen(t, disk, state{"k0": 1})
+	crashAndReopen(t, disk, state{"k0": 1, "small": 1})
 }
 
 // TestFullDiskAtRotation runs out of space for a new segment's header: that
@@ -300,30 +265,27 @@ func bigFrame() ([]byte, state) {
 	return recs, st
 }
 
-// TestFullDiskCrashWhileHealing: the part of a frame that a full disk cut
+// TestFullDiskCrashAtRotation: the part of a frame that a full disk cut
 // short may reach the disk (kernel writeback) before the store truncates
-// it. If power is lost after the healing snapshot rotated to a new segment
-// but before the snapshot is durable, that segment is no longer the last
-// one, so its tail must really be gone or Open refuses to start.
-func TestFullDiskCrashWhileHealing(t *testing.T) {
-	for n := int64(5); n <= 9; n++ {
-		t.Run(fmt.Sprintf("crash at operation %d of Heal", n), func(t *testing.T) {
+// it. Once a rotation makes that segment no longer the last one, its tail
+// must really be gone, or Open refuses to start: the rotation syncs the old
+// segment first, also with no frame since the cut. A power loss anywhere
+// in the snapshot after it loses nothing.
+func TestFullDiskCrashAtRotation(t *testing.T) {
+	for n := int64(1); n <= 9; n++ {
+		t.Run(fmt.Sprintf("crash at operation %d of the snapshot", n), func(t *testing.T) {
 			disk := newFaultDisk(1)
 			disk.writeBack = true
 			s, _ := mustOpen(t, faultOpts(disk, 0))
 			mustCommit(t, s, putRec(nil, "k0", 1))
 			disk.setFree(20)
-			big, bigState := bigFrame()
-			if err := commit(t, s, big); !errors.Is(err, ErrNoSpace) {
-				t.Fatalf("commit on a full disk = %v, want ErrNoSpace", err)
+			big, _ := bigFrame()
+			if _, err := s.Append(big); !errors.Is(err, ErrNoSpace) {
+				t.Fatalf("append on a full disk = %v, want ErrNoSpace", err)
 			}
 			disk.setFree(-1)
 			disk.crashAfter(n, false)
-			mem := state{"k0": 1}
-			maps.Copy(mem, bigState)
-			if err := s.Heal(walkOf(mem)); err == nil {
-				t.Fatal("Heal succeeded through a power loss")
-			}
+			_ = s.Snapshot(walkOf(state{"k0": 1}))
 			_ = s.Close()
 			crashAndReopen(t, disk, state{"k0": 1})
 		})

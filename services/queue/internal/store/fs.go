@@ -1,6 +1,7 @@
 package store
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -135,5 +136,14 @@ func (o *osFile) Sync() error {
 	}
 }
 
-func (o *osFile) Truncate(size int64) error { return o.f.Truncate(size) }
+// Truncate cuts the file and moves the write offset to its new end: a file
+// made by Create is not in append mode, and writing on at the old offset
+// would leave a hole of zeros in the log.
+func (o *osFile) Truncate(size int64) error {
+	if err := o.f.Truncate(size); err != nil {
+		return err
+	}
+	_, err := o.f.Seek(size, io.SeekStart)
+	return err
+}
 func (o *osFile) Close() error              { return o.f.Close() }

@@ -24,7 +24,11 @@ func FuzzOpen(f *testing.F) {
 		if i == 2 {
 			recs = delRec(recs, "a")
 		}
-		if err := s.Append(recs).Wait(f.Context()); err != nil {
+		b, err := s.Append(recs)
+		if err == nil {
+			err = b.Wait(f.Context())
+		}
+		if err != nil {
 			f.Fatal(err)
 		}
 	}

@@ -110,7 +110,22 @@ func commit(t *testing.T, s *Store, recs []byte) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	return s.Append(recs).Wait(ctx)
+	b, err := s.Append(recs)
+	if err != nil {
+		return err
+	}
+	return b.Wait(ctx)
+}
+
+// mustAppend appends recs and returns the batch, failing the test if the
+// append is refused.
+func mustAppend(t *testing.T, s *Store, recs []byte) *Batch {
+	t.Helper()
+	b, err := s.Append(recs)
+	if err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	return b
 }
 
 // mustCommit is commit that fails the test on an error.

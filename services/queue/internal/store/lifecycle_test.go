@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -220,7 +221,7 @@ func TestCloseWritesPending(t *testing.T) {
 	var batches []*Batch
 	for i := range 50 {
 		k := fmt.Sprintf("k%d", i)
-		batches = append(batches, s.Append(putRec(nil, k, 1)))
+		batches = append(batches, mustAppend(t, s, putRec(nil, k, 1)))
 		want[k] = 1
 	}
 	if err := s.Close(); err != nil {
@@ -243,7 +244,9 @@ func TestCloseWritesPending(t *testing.T) {
 }
 
 // TestEmptyAppendCoversEarlierAppends: an empty Append (an Add that changed
-// nothing) must not return before every earlier change is durable.
+// nothing) must not return before every earlier change is durable: neither
+// while the frame before it is being synced, nor while one waits for the
+// next sync.
 func TestEmptyAppendCoversEarlierAppends(t *testing.T) {
 	disk := newFaultDisk(1)
 	s, _ := mustOpen(t, faultOpts(disk, 0))
@@ -252,20 +255,19 @@ func TestEmptyAppendCoversEarlierAppends(t *testing.T) {
 	}
 	entered := make(chan struct{})
 	release := make(chan struct{})
-	first := true
-	disk.onWrite(func(string) {
-		if first {
-			first = false
+	var once sync.Once
+	disk.onSync(func(string) {
+		once.Do(func() {
 			close(entered)
 			<-release
-		}
+		})
 	})
-	inflight := s.Append(putRec(nil, "a", 1))
+	inflight := mustAppend(t, s, putRec(nil, "a", 1))
 	<-entered
-	onInflight := s.Append(nil) // only the in-flight frame is pending
-	queued := s.Append(putRec(nil, "b", 1))
-	onQueued := s.Append(nil)
-	for name, b := range map[string]*Batch{"in-flight": onInflight, "queued": onQueued} {
+	onInflight := mustAppend(t, s, nil) // only the frame being synced is pending
+	queued := mustAppend(t, s, putRec(nil, "b", 1))
+	onQueued := mustAppend(t, s, nil)
+	for name, b := range map[string]*Batch{"being synced": onInflight, "waiting for a sync": onQueued} {
 		select {
 		case <-b.done:
 			t.Fatalf("empty append while a frame is %s returned before it was durable", name)

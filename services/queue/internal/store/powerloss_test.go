@@ -38,7 +38,7 @@ type history struct {
 }
 
 type powerLossStats struct {
-	rounds, acked, snapshots, recoveryCrashes, noSpace, heals int
+	rounds, acked, snapshots, recoveryCrashes, noSpace int
 }
 
 type powerLossConfig struct {
@@ -48,7 +48,7 @@ type powerLossConfig struct {
 	torn          bool // crashes keep a random part of what was not synced
 	ackBeforeSync bool // the broken store
 	untilLoss     bool // stop at the first round that finds a violation
-	fullDisk      bool // the disk also runs out of space at random, and is healed
+	fullDisk      bool // the disk also runs out of space at random
 }
 
 // powerLoss drives a store on a faultDisk through rounds of concurrent
@@ -67,8 +67,8 @@ func powerLoss(t *testing.T, cfg powerLossConfig) []string {
 	segBytes := int64(1024 + rng.IntN(8192))
 	var stats powerLossStats
 	defer func() {
-		t.Logf("%d rounds: %d acknowledged appends, %d snapshots, %d crashes during recovery, %d appends failed for space, %d heals, %d keys at the end",
-			stats.rounds, stats.acked, stats.snapshots, stats.recoveryCrashes, stats.noSpace, stats.heals, len(known))
+		t.Logf("%d rounds: %d acknowledged appends, %d snapshots, %d crashes during recovery, %d appends refused for space, %d keys at the end",
+			stats.rounds, stats.acked, stats.snapshots, stats.recoveryCrashes, stats.noSpace, len(known))
 	}()
 
 	// recovered checks a successful Open against what the last round did.
@@ -133,10 +133,6 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round int, c
 		hist  = map[string]*history{}
 		owned = make([][]string, workers)
 		errs  []error
-		// With fullDisk, a worker whose append failed for space asks the
-		// healer (full) and waits for its next round (healed).
-		full   = make(chan struct{}, 1)
-		healed = make(chan struct{})
 	)
 	for _, k := range slices.Sorted(maps.Keys(start)) {
 		var w int
@@ -171,6 +167,27 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round int, c
 				mu.Lock()
 				var buf []byte
 				keys := map[string]int{}
+				// What the batch changes, to undo it if its append is
+				// refused, as the owner undoes a refused operation.
+				ownedBefore := slices.Clone(owned[w])
+				type prior struct {
+					key    string
+					ver    uint32
+					had    bool
+					states int
+				}
+				var undo []prior
+				// This change (the outer one, remembering what it did)
+				// shadows the round's for the rest of the batch.
+				change := func(key string, v version) {
+					old, had := mem[key]
+					n := 0
+					if h := hist[key]; h != nil {
+						n = len(h.states)
+					}
+					undo = append(undo, prior{key, old, had, n})
+					change(key, v)
+				}
 				for range 1 + rng.IntN(3) {
 					var key string
 					switch p := rng.IntN(10); {
@@ -217,30 +234,43 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round int, c
 					}
 					keys[key] = len(hist[key].states) - 1
 				}
-				b := s.Append(buf)
+				b, err := s.Append(buf)
+				if err != nil {
+					// Refused: nothing of it is in the log, so memory
+					// forgets it too, before anyone else can see it.
+					for i := len(undo) - 1; i >= 0; i-- {
+						u := undo[i]
+						if u.had {
+							mem[u.key] = u.ver
+						} else {
+							delete(mem, u.key)
+						}
+						if u.states == 0 {
+							delete(hist, u.key)
+						} else {
+							hist[u.key].states = hist[u.key].states[:u.states]
+						}
+					}
+					owned[w] = ownedBefore
+					if errors.Is(err, ErrNoSpace) {
+						stats.noSpace++
+					} else {
+						errs = append(errs, err)
+					}
+					mu.Unlock()
+					if !cfg.fullDisk || !errors.Is(err, ErrNoSpace) || noSpace >= 50 {
+						return
+					}
+					noSpace++
+					time.Sleep(time.Millisecond) // space comes back (below)
+					continue
+				}
 				mu.Unlock()
 				if err := b.Wait(ctx); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
-					ch := healed
-					if errors.Is(err, ErrNoSpace) {
-						stats.noSpace++
-					}
 					mu.Unlock()
-					if !cfg.fullDisk || !errors.Is(err, ErrNoSpace) || noSpace >= 20 {
-						return
-					}
-					noSpace++
-					select {
-					case full <- struct{}{}:
-					default:
-					}
-					select {
-					case <-ch:
-					case <-ctx.Done():
-						return
-					}
-					continue
+					return
 				}
 				noSpace = 0
 				mu.Lock()
@@ -257,32 +287,6 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round int, c
 		}()
 	}
 	workersDone := make(chan struct{})
-	healerDone := make(chan struct{})
-	go func() {
-		// The healer: keeps every change out (mu) while it heals, as the
-		// owner must; sometimes tries first while the disk is still full.
-		defer close(healerDone)
-		rng := rand.New(rand.NewPCG(seed, 1<<20))
-		for {
-			select {
-			case <-workersDone:
-				return
-			case <-full:
-			}
-			mu.Lock()
-			for try := 0; try < 3 && s.Degraded() && s.Err() == nil; try++ {
-				if try > 0 || rng.IntN(3) != 0 {
-					disk.setFree(-1)
-				}
-				if err := s.Heal(walkOf(maps.Clone(mem))); err == nil {
-					stats.heals++
-				}
-			}
-			close(healed)
-			healed = make(chan struct{})
-			mu.Unlock()
-		}
-	}()
 	snapDone := make(chan struct{})
 	go func() {
 		defer close(snapDone)
@@ -294,8 +298,13 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round int, c
 				return
 			case <-acked:
 			}
-			if cfg.fullDisk && rng.IntN(6) == 0 {
-				disk.setFree(rng.Int64N(800))
+			if cfg.fullDisk {
+				switch rng.IntN(6) {
+				case 0:
+					disk.setFree(rng.Int64N(800))
+				case 1, 2:
+					disk.setFree(-1)
+				}
 			}
 			if n++; n%2 != 0 {
 				continue
@@ -320,11 +329,10 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round int, c
 	wg.Wait()
 	close(workersDone)
 	<-snapDone
-	<-healerDone
 	disk.crash() // in case the workers ran out of work before the crash
 	disk.setFree(-1)
 	for _, err := range errs {
-		if !errors.Is(err, ErrStopped) && !(cfg.fullDisk && errors.Is(err, ErrNoSpace)) {
+		if !errors.Is(err, ErrStopped) {
 			*violations = append(*violations, fmt.Sprintf("round %d: a batch failed with %v, want ErrStopped", round, err))
 		}
 	}

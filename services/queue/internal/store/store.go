@@ -18,8 +18,8 @@ import (
 )
 
 var (
-	// ErrNoSpace is returned when the disk is full: nothing of the failed
-	// call is stored, and the store refuses changes until Heal succeeds.
+	// ErrNoSpace is returned by Append when the disk is full: nothing of
+	// the call is in the log. The next Append tries again.
 	ErrNoSpace = errors.New("store: no space left on device")
 	// ErrStopped is returned once a write or fsync has failed: the store has
 	// stopped for good (fail-stop) and the process must restart and recover.
@@ -57,26 +57,30 @@ type Options struct {
 	ackBeforeSync bool
 }
 
-// Store is the write-ahead log. Append is safe for concurrent use; one
-// goroutine writes and syncs, so concurrent callers share each fsync.
+// Store is the write-ahead log. Append is safe for concurrent use: each
+// call writes its frame at once, and one goroutine syncs, so concurrent
+// callers share each fsync.
 type Store struct {
 	opts Options
 	fs   FS
 	log  *slog.Logger
 
 	mu       sync.Mutex
-	wake     *sync.Cond
-	cur      *Batch // collecting records
-	spare    []byte // the last written frame's buffer, for the next batch
-	inflight *Batch // being written
+	wake     *sync.Cond // the writer waits on it for frames or rotations
+	rotated  *sync.Cond // Appends wait on it while the writer rotates
+	cur      *Batch     // frames written since the last sync began
+	inflight *Batch     // being synced
+	frame    []byte     // Append's scratch: header and records
 	fatal    error
-	degraded bool
 	closed   bool
+	rotating bool // no Append may write: the segment is being replaced
+	noSpace  bool // the last write ran out of space
 	rotates  []chan rotation
 	walBytes int64 // appended since the last snapshot
 	snapSize int64
 
-	// Owned by the writer goroutine (and Open before it starts).
+	// The segment being written. Append writes and the writer replaces it
+	// under mu; the writer syncs it outside mu (it alone closes it).
 	seg     File
 	segSeq  uint64
 	segSize int64
@@ -92,11 +96,12 @@ type rotation struct {
 	err error
 }
 
-// Batch is the group commit that an Append joined.
+// Batch is the group commit that an Append joined: one fdatasync covering
+// every frame written since the one before began.
 type Batch struct {
-	buf  []byte // frame header space, then records
-	done chan struct{}
-	err  error
+	frames int // written into the log, not yet synced
+	done   chan struct{}
+	err    error
 	// early is set by the writer when ackBeforeSync answered the batch
 	// before its fdatasync: its err and done must not be touched again.
 	early bool
@@ -113,15 +118,10 @@ func (b *Batch) Wait(ctx context.Context) error {
 	}
 }
 
-func newBatch() *Batch {
-	return &Batch{buf: make([]byte, frameHeader, 4096), done: make(chan struct{})}
-}
+func newBatch() *Batch { return &Batch{done: make(chan struct{})} }
 
-func failedBatch(err error) *Batch {
-	b := &Batch{done: make(chan struct{}), err: err}
-	close(b.done)
-	return b
-}
+// durable is the batch of an empty Append when nothing waits for a sync.
+var durable = func() *Batch { b := newBatch(); close(b.done); return b }()
 
 // Open recovers the store in opts.Dir, calling apply for every stored record
 // in order, bumps the epoch, and starts the writer.
@@ -137,6 +137,7 @@ func Open(opts Options, apply func(*record.Record)) (*Store, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.wake = sync.NewCond(&s.mu)
+	s.rotated = sync.NewCond(&s.mu)
 	if err := s.fs.MkdirAll(opts.Dir); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
@@ -474,114 +475,133 @@ func (s *Store) newSegment(seq uint64) error {
 		f.Close()
 		return s.stop(fmt.Errorf("sync data dir: %w", err))
 	}
-	if s.seg != nil {
-		s.seg.Close()
-	}
+	s.mu.Lock()
+	old := s.seg
 	s.seg, s.segSeq, s.segSize = f, seq, int64(len(walMagic))
+	s.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
 	return nil
 }
 
-// Append adds encoded records to the current group commit and returns it;
-// the caller waits on it before answering. An empty Append returns the
-// latest batch not yet durable (or a finished one), so waiting on it covers
-// every record appended before.
-func (s *Store) Append(recs []byte) *Batch {
+// Append writes encoded records to the log as one frame and returns the
+// group commit that makes them durable; the caller waits on it before it
+// answers. An error means nothing of recs is in the log: ErrNoSpace when the
+// disk is full (the caller undoes what the records describe and may try
+// again), ErrStopped after a failure that stopped the store, ErrClosed. An
+// empty Append returns the latest batch not yet durable (or a finished one),
+// so waiting on it covers every record appended before.
+//
+// The frame is written here, under the store's lock, rather than by the
+// writer, so that a full disk is known before the caller lets anyone see
+// its change: a change is never visible unless its frame is in the log.
+func (s *Store) Append(recs []byte) (*Batch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for s.rotating && s.fatal == nil && !s.closed {
+		s.rotated.Wait()
+	}
 	switch {
 	case s.fatal != nil:
-		return failedBatch(s.fatal)
+		return nil, s.fatal
 	case s.closed:
-		return failedBatch(ErrClosed)
-	case s.degraded:
-		return failedBatch(ErrNoSpace)
+		return nil, ErrClosed
 	}
 	if len(recs) == 0 {
 		switch {
-		case len(s.cur.buf) > frameHeader:
-			return s.cur
+		case s.cur.frames > 0:
+			return s.cur, nil
 		case s.inflight != nil:
-			return s.inflight
+			return s.inflight, nil
 		}
-		return failedBatch(nil)
+		return durable, nil
 	}
-	s.cur.buf = append(s.cur.buf, recs...)
+	frame := append(s.frame[:0], make([]byte, frameHeader)...)
+	frame = append(frame, recs...)
+	binary.BigEndian.PutUint32(frame[0:], uint32(len(recs)))
+	binary.BigEndian.PutUint32(frame[4:], crc32.Checksum(recs, castagnoli))
+	n, err := s.seg.Write(frame)
+	if cap(frame) <= 64<<20 {
+		s.frame = frame[:0] // a busy log would otherwise regrow megabytes a call
+	}
+	if err != nil {
+		if n > 0 {
+			// Cut what did get written, so the log stays a clean series of
+			// frames; if even that fails, its tail is unknown.
+			if terr := s.seg.Truncate(s.segSize); terr != nil {
+				return nil, s.stopLocked(fmt.Errorf("truncate a partial frame: %w", terr))
+			}
+		}
+		if errors.Is(err, syscall.ENOSPC) {
+			if !s.noSpace {
+				s.log.Error("disk full: refusing changes until space is back", "dir", s.opts.Dir)
+			}
+			s.noSpace = true
+			return nil, ErrNoSpace
+		}
+		return nil, s.stopLocked(fmt.Errorf("write log: %w", err))
+	}
+	if s.noSpace {
+		s.noSpace = false
+		s.log.Info("disk space is back: accepting changes again", "dir", s.opts.Dir)
+	}
+	s.segSize += int64(len(frame))
 	s.walBytes += int64(len(recs))
+	s.cur.frames++
 	s.wake.Signal()
-	return s.cur
+	return s.cur, nil
 }
 
 func (s *Store) writer() {
 	defer close(s.stopped)
 	for {
 		s.mu.Lock()
-		for len(s.cur.buf) == frameHeader && len(s.rotates) == 0 && !s.closed {
+		for s.cur.frames == 0 && len(s.rotates) == 0 && !s.closed && !s.segmentFull() {
 			s.wake.Wait()
 		}
-		if s.closed && len(s.cur.buf) == frameHeader && len(s.rotates) == 0 {
+		if s.closed && s.cur.frames == 0 && len(s.rotates) == 0 {
+			seg := s.seg
 			s.mu.Unlock()
-			if s.seg != nil {
-				s.seg.Close()
+			if seg != nil {
+				seg.Close()
 			}
 			return
 		}
-		b := s.cur
-		if len(b.buf) > frameHeader {
-			s.cur = newBatch()
-			if s.spare != nil {
-				// Reuse the last committed frame's buffer: a busy log
-				// would otherwise regrow megabytes for every group.
-				s.cur.buf, s.spare = s.spare, nil
-			}
-			s.inflight = b
-		} else {
-			b = nil
-		}
 		rotates := s.rotates
 		s.rotates = nil
-		failed := s.fatal
-		if failed == nil && s.degraded && b != nil {
-			// Collected while the frame before it ran out of space: memory
-			// may hold changes only that frame had (an empty Append waits
-			// on this batch), so it must fail too, even if it would fit.
-			failed = ErrNoSpace
+		rotate := len(rotates) > 0 || s.segmentFull()
+		if rotate {
+			// From here no Append writes: what is written so far ends this
+			// segment, and the sync below makes it durable before the next
+			// segment exists (only the last segment may have a torn tail).
+			s.rotating = true
 		}
+		b := s.takeBatch()
+		seg := s.seg
 		s.mu.Unlock()
 
-		if b != nil {
-			err := failed
-			if err == nil {
-				err = s.commit(b)
-			}
-			s.mu.Lock()
-			s.inflight = nil
-			if !b.early {
-				b.err = err
-			}
-			// Only this goroutine reads a batch's bytes; its waiters read
-			// done and err.
-			if cap(b.buf) <= 64<<20 {
-				s.spare = b.buf[:frameHeader]
-			}
-			b.buf = nil
-			s.mu.Unlock()
-			if !b.early {
-				close(b.done)
+		switch {
+		case b != nil:
+			s.sync(seg, b)
+		case rotate && s.Err() == nil:
+			// Nothing new, but the segment may end in a partial frame cut
+			// after a full disk, durable only once synced: it must be gone
+			// before this stops being the last segment.
+			if err := seg.Sync(); err != nil {
+				s.stop(fmt.Errorf("fdatasync log: %w", err))
 			}
 		}
+		if !rotate {
+			continue
+		}
 		// One new segment per rotation request: each snapshot gets a seq of
-		// its own, so two snapshots at once (a compaction and a heal) never
-		// share a file name and one cannot install the other's unfinished
-		// file.
+		// its own, so two snapshots at once (a compaction and another)
+		// never share a file name and one cannot install the other's
+		// unfinished file.
 		for i := 0; i < max(len(rotates), 1); i++ {
-			if len(rotates) == 0 && s.segSize <= s.opts.SegmentBytes {
-				break
-			}
 			var r rotation
-			s.mu.Lock()
-			r.err = s.fatal
-			s.mu.Unlock()
-			if r.err == nil {
+			if r.err = s.Err(); r.err == nil {
 				r.err = s.newSegment(s.segSeq + 1)
 				if r.err != nil && !errors.Is(r.err, ErrStopped) && !errors.Is(r.err, syscall.ENOSPC) {
 					// Fail-stop, as for a frame (doc.go). Going on would
@@ -595,54 +615,64 @@ func (s *Store) writer() {
 				rotates[i] <- r
 			}
 		}
+		s.mu.Lock()
+		s.rotating = false
+		s.rotated.Broadcast()
+		s.mu.Unlock()
 	}
 }
 
-// commit writes one frame and syncs it; it sets the store's failure state.
-func (s *Store) commit(b *Batch) error {
-	payload := b.buf[frameHeader:]
-	binary.BigEndian.PutUint32(b.buf[0:], uint32(len(payload)))
-	binary.BigEndian.PutUint32(b.buf[4:], crc32.Checksum(payload, castagnoli))
-	if _, err := s.seg.Write(b.buf); err != nil {
-		if errors.Is(err, syscall.ENOSPC) {
-			// Cut the partial frame so the log stays a clean prefix; if even
-			// that fails, the tail is unknown and we must stop.
-			if terr := s.seg.Truncate(s.segSize); terr != nil {
-				return s.stop(fmt.Errorf("truncate after a full disk: %w", terr))
-			}
-			// Make the cut durable: part of the frame may be on disk
-			// already, and once Heal rotates, this segment is no longer
-			// the last one, where a torn tail is tolerated.
-			if serr := s.seg.Sync(); serr != nil {
-				return s.stop(fmt.Errorf("fdatasync log after a full disk: %w", serr))
-			}
-			s.mu.Lock()
-			s.degraded = true
-			s.mu.Unlock()
-			s.log.Error("disk full: refusing changes until space is back", "dir", s.opts.Dir)
-			return ErrNoSpace
-		}
-		return s.stop(fmt.Errorf("write log: %w", err))
+// segmentFull reports whether the segment has grown past SegmentBytes; s.mu
+// is held. A rotation that fails for a full disk leaves it so, and the
+// writer tries again once more is written.
+func (s *Store) segmentFull() bool { return s.segSize > s.opts.SegmentBytes && s.cur.frames > 0 }
+
+// takeBatch makes the frames written so far the batch being synced; s.mu is
+// held. It returns nil when there are none.
+func (s *Store) takeBatch() *Batch {
+	if s.cur.frames == 0 {
+		return nil
 	}
+	b := s.cur
+	s.cur = newBatch()
+	s.inflight = b
+	return b
+}
+
+// sync makes batch b durable on seg and answers its callers. A failed
+// fdatasync stops the store.
+func (s *Store) sync(seg File, b *Batch) {
 	if s.opts.ackBeforeSync {
 		b.early = true
 		close(b.done)
 	}
-	if err := s.seg.Sync(); err != nil {
-		return s.stop(fmt.Errorf("fdatasync log: %w", err))
+	var err error
+	if serr := seg.Sync(); serr != nil {
+		err = s.stop(fmt.Errorf("fdatasync log: %w", serr))
 	}
-	s.segSize += int64(len(b.buf))
-	return nil
+	s.mu.Lock()
+	s.inflight = nil
+	s.mu.Unlock()
+	if !b.early {
+		b.err = err
+		close(b.done)
+	}
 }
 
 func (s *Store) stop(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopLocked(err)
+}
+
+// stopLocked stops the store for good; s.mu is held.
+func (s *Store) stopLocked(err error) error {
 	s.log.Error("store stopped: the log can no longer be trusted, restart to recover", "error", err)
 	err = fmt.Errorf("%w: %w", ErrStopped, err)
-	s.mu.Lock()
 	if s.fatal == nil {
 		s.fatal = err
 	}
-	s.mu.Unlock()
+	s.rotated.Broadcast()
 	return err
 }
 
@@ -653,11 +683,35 @@ func (s *Store) Err() error {
 	return s.fatal
 }
 
-// Degraded reports whether the store refuses changes for a full disk.
-func (s *Store) Degraded() bool {
+// NoSpace reports whether the last write ran out of space (the next one
+// tries again).
+func (s *Store) NoSpace() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.degraded
+	return s.noSpace
+}
+
+// ProbeSpace writes and removes a file of a typical frame's size in the data
+// directory, and ends the NoSpace state if that works: with no changes
+// coming in, nothing else would find out that space is back.
+func (s *Store) ProbeSpace() {
+	const name = "space-probe.tmp" // removed at start if a crash leaves it
+	p := s.path(name)
+	_ = s.fs.Remove(p)
+	f, err := s.fs.Create(p)
+	if err == nil {
+		_, err = f.Write(make([]byte, 64<<10))
+		f.Close()
+		_ = s.fs.Remove(p)
+	}
+	if err == nil {
+		s.mu.Lock()
+		if s.noSpace {
+			s.noSpace = false
+			s.log.Info("disk space is back: accepting changes again", "dir", s.opts.Dir)
+		}
+		s.mu.Unlock()
+	}
 }
 
 // WALBytes returns the bytes appended since the last snapshot, and the size
@@ -774,20 +828,6 @@ func (s *Store) Snapshot(walk func(emit func([]byte) error) error) error {
 	return nil
 }
 
-// Heal ends the degraded state after a full disk: walk must emit the whole
-// state while the owner keeps every change out (memory may hold changes the
-// log lacks, and the snapshot is what stores them).
-func (s *Store) Heal(walk func(emit func([]byte) error) error) error {
-	if err := s.Snapshot(walk); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.degraded = false
-	s.mu.Unlock()
-	s.log.Info("disk space is back: accepting changes again", "dir", s.opts.Dir)
-	return nil
-}
-
 // Close writes what is pending and stops the writer.
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -797,6 +837,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.wake.Signal()
+	s.rotated.Broadcast()
 	s.mu.Unlock()
 	<-s.stopped
 	return s.Err()

@@ -200,14 +200,18 @@ func (m *model) advance(now int64) {
 	}
 }
 
-// restart keeps only what is stored: leases and dirty marks are lost, and
-// pending keys line up by pending_since.
-func (m *model) restart() {
+// restart keeps only what is stored: leases and dirty marks are lost, a
+// delayed key whose time has come is pending since then, and pending keys
+// line up by pending_since.
+func (m *model) restart(now int64) {
 	var ps []string
 	for k, it := range m.items {
 		it.announced, it.dirty, it.token, it.worker = 0, false, 0, ""
 		if it.state == Leased {
 			it.state, it.deadline = Pending, 0
+		}
+		if it.state == Delayed && it.deadline <= now {
+			it.state, it.pendingSince, it.deadline = Pending, it.deadline, 0
 		}
 		if it.state == Pending {
 			ps = append(ps, k)
@@ -267,17 +271,40 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	keys := []string{"a", "b", "c", "d", "e"}
 	m := &model{cfg: &cfg, items: map[string]*mItem{}}
 	disk := map[string]record.Record{}
-	sink := func(r *record.Record) {
-		if r.Kind == record.KindDelete {
-			delete(disk, r.Key)
-		} else {
-			disk[r.Key] = *r
+	// Records reach the disk when their transaction commits; a refused
+	// write (one in eight operations) rolls the queue back and the model
+	// does not take the step at all.
+	var unwritten []record.Record
+	sink := func(r *record.Record) { unwritten = append(unwritten, *r) }
+	write := func() {
+		for _, r := range unwritten {
+			if r.Kind == record.KindDelete {
+				delete(disk, r.Key)
+			} else {
+				disk[r.Key] = r
+			}
 		}
+		unwritten = unwritten[:0]
 	}
 	tokens := &seqTokens{}
 	q := New("q", &cfg, tokens, sink)
+	// txn runs op in a transaction that fails one time in eight, and
+	// reports whether it was kept.
+	txn := func(op func()) bool {
+		q.Begin()
+		op()
+		if rng.IntN(8) == 0 {
+			q.Rollback()
+			unwritten = unwritten[:0]
+			return false
+		}
+		q.Commit()
+		write()
+		return true
+	}
 	now := int64(1000 * sec)
 	var live []Grant // grants handed out, valid or not
+	var counted Counters // Adds, Collapsed, Leases, Acks since the last restart
 	var trace []string
 	fail := func(format string, args ...any) {
 		t.Helper()
@@ -285,8 +312,11 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	}
 	for step := 0; step < steps; step++ {
 		now += int64(rng.IntN(4000)) * int64(time.Millisecond)
-		q.Advance(now)
-		m.advance(now)
+		if txn(func() { q.Advance(now) }) {
+			m.advance(now)
+		} else {
+			trace = append(trace, "advance refused")
+		}
 		key := keys[rng.IntN(len(keys))]
 		var ev string
 		switch op := rng.IntN(100); {
@@ -296,9 +326,30 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				d = time.Duration(rng.IntN(8000)) * time.Millisecond
 			}
 			p := Priority(1 + rng.IntN(3))
-			ev = fmt.Sprintf("add(%s,%v,%d)", key, d, p)
-			if got, want := q.Add(key, d, p, now), m.add(key, d, p, now); got != want {
-				fail("%s: queued %v, want %v", ev, got, want)
+			// One Add of up to four keys, repeats allowed, as the broker
+			// sends a request's keys in one transaction.
+			batch := []string{key}
+			for rng.IntN(3) == 0 && len(batch) < 4 {
+				batch = append(batch, keys[rng.IntN(len(keys))])
+			}
+			ev = fmt.Sprintf("add(%v,%v,%d)", batch, d, p)
+			got := make([]bool, len(batch))
+			if !txn(func() {
+				for i, k := range batch {
+					got[i] = q.Add(k, d, p, now)
+				}
+			}) {
+				ev += " refused"
+				break
+			}
+			for i, k := range batch {
+				if want := m.add(k, d, p, now); got[i] != want {
+					fail("%s: key %s queued %v, want %v", ev, k, got[i], want)
+				}
+				counted.Adds++
+				if !got[i] {
+					counted.Collapsed++
+				}
 			}
 		case op < 50:
 			n := 1 + rng.IntN(3)
@@ -309,6 +360,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				fail("%s: %v, want %v", ev, got, want)
 			}
 			live = append(live, got...)
+			counted.Leases += uint64(len(got))
 		case op < 75 && len(live) > 0:
 			i := rng.IntN(len(live))
 			g := live[i]
@@ -322,9 +374,16 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				o = Outcome{RequeueAfter: time.Duration(1+rng.IntN(5000)) * time.Millisecond}
 			}
 			ev = fmt.Sprintf("ack(%s,%d,%+v)", g.Key, g.Token, o)
-			_, got := q.Ack(g.Key, g.Token, o, now)
+			var got bool
+			if !txn(func() { _, got = q.Ack(g.Key, g.Token, o, now) }) {
+				ev += " refused"
+				break
+			}
 			if want := m.ack(g.Key, g.Token, o, now); got != want {
 				fail("%s: %v, want %v", ev, got, want)
+			}
+			if got {
+				counted.Acks++
 			}
 		case op < 82 && len(live) > 0:
 			g := live[rng.IntN(len(live))]
@@ -341,9 +400,14 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			}
 		case op < 88:
 			ev = fmt.Sprintf("forget(%s)", key)
+			var got bool
+			if !txn(func() { got = q.Forget(key) }) {
+				ev += " refused"
+				break
+			}
 			_, want := m.items[key]
 			delete(m.items, key)
-			if got := q.Forget(key); got != want {
+			if got != want {
 				fail("%s: %v, want %v", ev, got, want)
 			}
 		case op < 93:
@@ -356,7 +420,8 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			}
 			q.Settle(now)
 			q.SetSink(sink)
-			m.restart()
+			m.restart(now)
+			counted = Counters{}
 		default:
 			ev = "tick"
 		}
@@ -375,11 +440,13 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			// A delayed key that became ready needs no write: stored as
 			// delayed with a past not_before, it restores as pending since
 			// then.
+			// (Unless the step that would have made it pending was refused.)
 			onDisk := disk[k]
-			if onDisk.State == record.StateDelayed && onDisk.NotBefore <= now {
+			wantRec := stored("q", q.items.get(k))
+			if onDisk != wantRec && onDisk.State == record.StateDelayed && onDisk.NotBefore <= now {
 				onDisk.State, onDisk.PendingSince, onDisk.NotBefore = record.StatePending, onDisk.NotBefore, 0
 			}
-			if want := stored("q", q.items.get(k)); onDisk != want {
+			if want := wantRec; onDisk != want {
 				fail("key %s stored %+v, want %+v", k, disk[k], want)
 			}
 		}
@@ -390,6 +457,9 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			if it.dirty {
 				c[0]++
 			}
+		}
+		if c := st.Counters; c.Adds != counted.Adds || c.Collapsed != counted.Collapsed || c.Leases != counted.Leases || c.Acks != counted.Acks {
+			fail("counters %+v, want %+v", c, counted)
 		}
 		if st.Pending != c[Pending] || st.Delayed != c[Delayed] || st.Leased != c[Leased] || st.Parked != c[Parked] || st.Dirty != c[0] {
 			fail("stats %+v, model counts %v", st, c)

@@ -195,6 +195,7 @@ type Queue struct {
 
 	pending, delayed, leased, dirty, parked int
 	stats                                   Counters
+	tx                                      txn // see txn.go
 }
 
 // Counters are a queue's traffic since the process started.
@@ -234,6 +235,7 @@ func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (que
 	it, slot, h := q.items.find(key)
 	if it == nil {
 		it = &item{key: key, pf: uint8(p), hidx: -1, announced: 1}
+		q.created(it)
 		q.items.putAt(slot, h, it)
 		if delay > 0 {
 			q.toDelayed(it, now+int64(delay))
@@ -243,6 +245,7 @@ func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (que
 		q.store(it)
 		return true
 	}
+	q.touch(it)
 	it.announce()
 	raised := p.rank() > it.prio().rank()
 	if raised {
@@ -310,6 +313,9 @@ type Grant struct {
 // effective priority (a head older than the aging bound counts as HIGH), the
 // oldest first among equals.
 func (q *Queue) Lease(dst []Grant, max int, worker string, d time.Duration, now int64) []Grant {
+	if q.tx.active {
+		panic("workqueue: Lease inside a transaction") // it pops rings; see txn.go
+	}
 	for n := 0; n < max; n++ {
 		it := q.nextReady(now)
 		if it == nil {
@@ -379,6 +385,7 @@ func (q *Queue) Ack(key string, token uint64, o Outcome, now int64) (AckResult, 
 	if it == nil || it.state != Leased || it.ext.token != token {
 		return AckResult{}, false
 	}
+	q.touch(it)
 	res := AckResult{LeaseStart: it.ext.leaseStart}
 	q.stats.Acks++
 	q.endLease(it)
@@ -423,6 +430,7 @@ func (q *Queue) Extend(key string, token uint64, d time.Duration, now int64) (in
 	if it == nil || it.state != Leased || it.ext.token != token {
 		return 0, false
 	}
+	q.touch(it)
 	it.ext.expires = now + int64(d)
 	q.timers.fix(it)
 	return it.ext.expires, true
@@ -434,6 +442,7 @@ func (q *Queue) Forget(key string) bool {
 	if it == nil {
 		return false
 	}
+	q.touch(it)
 	switch it.state {
 	case Pending:
 		q.pending--
@@ -460,6 +469,7 @@ func (q *Queue) Advance(now int64) int {
 	due := q.due[:0]
 	for q.timers.len() > 0 && q.timers.min().at <= now {
 		e := q.timers.min()
+		q.touch(e.it)
 		q.timers.remove(e.it)
 		due = append(due, e)
 	}
