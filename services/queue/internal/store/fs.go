@@ -146,4 +146,4 @@ func (o *osFile) Truncate(size int64) error {
 	_, err := o.f.Seek(size, io.SeekStart)
 	return err
 }
-func (o *osFile) Close() error              { return o.f.Close() }
+func (o *osFile) Close() error { return o.f.Close() }

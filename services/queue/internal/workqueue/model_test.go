@@ -303,7 +303,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		return true
 	}
 	now := int64(1000 * sec)
-	var live []Grant // grants handed out, valid or not
+	var live []Grant     // grants handed out, valid or not
 	var counted Counters // Adds, Collapsed, Leases, Acks since the last restart
 	var trace []string
 	fail := func(format string, args ...any) {
