@@ -1,18 +1,22 @@
 // Command baton-queue is Baton's queue owner: a durable work queue with
 // client-go's workqueue semantics, served over gRPC (baton.queue.v1).
 //
-//	baton-queue [flags]          serve
-//	baton-queue healthcheck      probe the local service, exit 0 or 1
+//	baton-queue [flags]                                 serve
+//	baton-queue healthcheck                             probe the local service, exit 0 or 1
+//	baton-queue repair --data-dir DIR [--dry-run]       make a log the queue refuses as corrupt readable again
 //
 // Every flag can also be set as BATON_QUEUE_<FLAG>, e.g. BATON_QUEUE_DATA_DIR.
 package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 
 	"github.com/batonrun/baton/services/queue/service"
+	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
 )
 
@@ -21,6 +25,9 @@ func main() {
 }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "repair" {
+		return repair(args[1:])
+	}
 	cfg := service.DefaultConfig()
 	return serve.Main(serve.Command{
 		Name:      "baton-queue",
@@ -29,4 +36,20 @@ func run(args []string) int {
 		Probe:     func() (string, string) { return cfg.GRPCAddr, cfg.HTTPAddr },
 		Run:       func(ctx context.Context, log *slog.Logger) error { return service.Run(ctx, cfg, log) },
 	}, args)
+}
+
+func repair(args []string) int {
+	fs := flag.NewFlagSet("baton-queue repair", flag.ContinueOnError)
+	dir := fs.String("data-dir", service.DefaultConfig().DataDir, "the queue's data directory")
+	dry := fs.Bool("dry-run", false, "report the damage, change nothing")
+	if err := flagenv.Parse(fs, "BATON_QUEUE", args, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "baton-queue repair: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := service.Repair(*dir, *dry, os.Stdout, log); err != nil {
+		fmt.Fprintf(os.Stderr, "baton-queue repair: %v\n", err)
+		return 1
+	}
+	return 0
 }

@@ -61,12 +61,14 @@ var (
 	descUnfinished  = prometheus.NewDesc("baton_queue_unfinished_work_seconds", "Sum of the ages of live leases.", []string{"queue"}, nil)
 	descLongest     = prometheus.NewDesc("baton_queue_longest_running_processor_seconds", "Age of the oldest live lease.", []string{"queue"}, nil)
 	descOldest      = prometheus.NewDesc("baton_queue_oldest_pending_age_seconds", "How long the oldest ready key has waited.", []string{"queue"}, nil)
+	descRepairs     = prometheus.NewDesc("baton_queue_store_repairs_total", "Writes torn by a crash that recovery cut off the end of the log when this process started (each is also logged at ERROR).", nil, nil)
+	descNoSpace     = prometheus.NewDesc("baton_queue_store_no_space", "1 while the disk is full and changes are refused, else 0.", nil, nil)
 )
 
 type stateCollector Metrics
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDepth, descItems, descAdds, descCollapsed, descLeases, descAcks, descRetries, descExpirations, descUnfinished, descLongest, descOldest} {
+	for _, d := range []*prometheus.Desc{descDepth, descItems, descAdds, descCollapsed, descLeases, descAcks, descRetries, descExpirations, descUnfinished, descLongest, descOldest, descRepairs, descNoSpace} {
 		ch <- d
 	}
 }
@@ -75,6 +77,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.broker == nil {
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(descRepairs, prometheus.CounterValue, float64(c.broker.st.Repairs()))
+	noSpace := 0.0
+	if c.broker.st.NoSpace() {
+		noSpace = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descNoSpace, prometheus.GaugeValue, noSpace)
 	stats, _ := c.broker.Stats("")
 	for _, s := range stats {
 		q := s.Name

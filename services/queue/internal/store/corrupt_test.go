@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -242,8 +243,10 @@ func TestOpenReportsCorruption(t *testing.T) {
 
 // TestOpenFlipsEveryByte flips each byte of a middle frame, in the last
 // segment and in an earlier one, and of the last frame, on the in-memory
-// disk: a middle frame must always be reported at its offset; the last one
-// may instead be dropped as a torn write, but never come back altered.
+// disk: a middle frame must always be reported at its offset, and so must
+// the last one, unless the flip makes its length run past the end of the
+// file (which is what a write cut short looks like); it never comes back
+// altered.
 func TestOpenFlipsEveryByte(t *testing.T) {
 	for _, segFrames := range [][]int{{4}, {4, 1}} {
 		base := newFaultDisk(1)
@@ -284,8 +287,14 @@ func TestOpenFlipsEveryByte(t *testing.T) {
 				for _, mask := range []byte{0x01, 0x80, 0xff} {
 					err := try(t, at, mask)
 					if err == nil {
-						if len(segFrames) > 1 {
-							t.Fatalf("byte %d ^ %#x of an earlier segment's last frame was dropped as torn", at, mask)
+						// Only a length made to run past the end of the
+						// file looks like a write cut short; every other
+						// flip in a whole frame is damage, not a torn
+						// write.
+						flipped := flip(b, at, mask)
+						pastEnd := at < last+4 && last+frameHeader+int(binary.BigEndian.Uint32(flipped[last:])) > len(b)
+						if len(segFrames) > 1 || !pastEnd {
+							t.Fatalf("byte %d ^ %#x of the last frame (at %d) was dropped as torn", at, mask, last)
 						}
 						continue
 					}
@@ -318,6 +327,29 @@ func TestOpenTruncatesTornTail(t *testing.T) {
 			clear(b[last+frameHeader:])
 			return b, last
 		}},
+		{name: "header never written (zeros), payload written", drop: true, tear: func(b []byte, last int) ([]byte, int) {
+			b = bytes.Clone(b)
+			clear(b[last : last+frameHeader])
+			return b, last
+		}},
+		{name: "one sector of a long frame never written", drop: true, tear: func(b []byte, last int) ([]byte, int) {
+			// The last frame, made 3 sectors long, with its middle sector
+			// (file offsets) zeros: written back around it.
+			long := frameOf(putRec(nil, strings.Repeat("x", 3*sectorSize), 1))
+			b = append(bytes.Clone(b[:last]), long...)
+			at := (last/sectorSize + 2) * sectorSize
+			clear(b[at : at+sectorSize])
+			return b, last
+		}},
+		{name: "two frames after a sync, the first one's sector unwritten", drop: true, tear: func(b []byte, last int) ([]byte, int) {
+			// Frames written between two syncs may reach the disk in any
+			// order: the second arrived, the first did not (zeros). Both
+			// go: neither was synced.
+			second := frameOf(putRec(nil, "later", 1))
+			b = append(bytes.Clone(b), second...)
+			clear(b[last : last+frameHeader])
+			return b, last
+		}},
 		{name: "zeros after the last frame", tear: func(b []byte, last int) ([]byte, int) {
 			return append(bytes.Clone(b), make([]byte, 4096)...), len(b)
 		}},
@@ -338,6 +370,11 @@ func TestOpenTruncatesTornTail(t *testing.T) {
 			offs := l.offs[seg]
 			b, keep := tt.tear(readOS(t, path), offs[len(offs)-1])
 			writeOS(t, path, b)
+			// A crash tears a write; a clean shutdown, which the log was
+			// built with, would have recorded the end it tore into.
+			if err := os.Remove(filepath.Join(l.dir, cleanName)); err != nil {
+				t.Fatal(err)
+			}
 			want := l.state
 			if tt.drop {
 				want = l.without(seg, len(offs)-1)
@@ -496,4 +533,58 @@ func TestOpenIgnoresUnfinishedFiles(t *testing.T) {
 	}
 	slices.Sort(names)
 	t.Logf("files: %v", names)
+}
+
+// TestOpenRefusesALogCutAfterACleanShutdown: a log found shorter than it was
+// at its last clean shutdown lost synced frames, which no crash does, so
+// Open refuses it rather than repair it as a torn write (cutting the log in
+// half once lost thousands of acknowledged keys behind one line at WARN).
+func TestOpenRefusesALogCutAfterACleanShutdown(t *testing.T) {
+	for _, cut := range []string{"half", "a frame boundary", "one byte"} {
+		t.Run(cut, func(t *testing.T) {
+			l := osLog(t, []int{2, 6}, 0)
+			seg := l.segs[1]
+			path := filepath.Join(l.dir, seg)
+			b := readOS(t, path)
+			offs := l.offs[seg]
+			var at int
+			switch cut {
+			case "half":
+				at = len(b) / 2
+			case "a frame boundary":
+				at = offs[3]
+			default:
+				at = len(b) - 1
+			}
+			writeOS(t, path, b[:at])
+			_, _, err := openState(t, Options{Dir: l.dir})
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "last clean shutdown") {
+				t.Fatalf("Open of a log cut at %d = %v, want ErrCorrupt naming %s and the clean shutdown", at, err, path)
+			}
+		})
+	}
+}
+
+// TestOpenCountsRepairs: a torn tail repaired by Open is counted (the queue
+// exports it as a metric) and logged at ERROR.
+func TestOpenCountsRepairs(t *testing.T) {
+	l := osLog(t, []int{3}, 0)
+	path := filepath.Join(l.dir, l.segs[0])
+	b := readOS(t, path)
+	writeOS(t, path, b[:len(b)-2])
+	if err := os.Remove(filepath.Join(l.dir, cleanName)); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	s, err := Open(Options{Dir: l.dir, Logger: slog.New(slog.NewTextHandler(&logged, nil))}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Repairs() != 1 {
+		t.Errorf("Repairs() = %d, want 1", s.Repairs())
+	}
+	if !strings.Contains(logged.String(), "level=ERROR") || !strings.Contains(logged.String(), "torn") {
+		t.Errorf("the repair was not logged at ERROR: %s", logged.String())
+	}
 }

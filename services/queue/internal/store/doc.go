@@ -15,6 +15,9 @@
 // The data directory holds:
 //
 //	epoch                    the restart epoch (fencing tokens never repeat)
+//	clean                    where the log ended at the last clean shutdown
+//	lock                     flock(2)ed while a store has the directory open
+//	damaged-<time>/          the old files of a log Repair rewrote
 //	wal-<seq:016x>.log       log segments, seq increasing by one
 //	snap-<seq:016x>.snap     a snapshot; replay segments >= seq after it
 //	*.tmp                    an unfinished write, removed at start
@@ -43,16 +46,41 @@
 //
 // Open loads the newest snapshot, then replays every segment from the
 // snapshot's seq on, in order. Records state a key's whole stored state, so
-// replay order is all that matters. A frame that fails its length or CRC
-// check at the very end of the last segment (no valid frame anywhere after
-// it) is a write torn by a crash: it was never fsynced, so no caller was
-// answered for it, and the segment is truncated before it. Any other damage
-// (a bad frame with data after it, such as a middle frame whose damaged
-// length seems to run past the end; a bad frame in an earlier segment or a
-// snapshot; a missing segment, counting from 1, or from the snapshot's seq;
-// an undecodable record) is corruption: Open fails with an error that names
-// the file and byte offset, and the queue refuses to start rather than
-// silently drop keys.
+// replay order is all that matters.
+//
+// Torn is not corrupt (etcd's WAL draws the same line). A crash can leave
+// the end of the last segment torn: frames written since the last completed
+// fdatasync may be missing, cut short, or have sectors that read as zeros
+// (several frames may be unsynced at once, and the kernel writes their pages
+// back in any order). No caller was answered for any of them. So at the
+// first bad frame of the last segment, Open repairs the log by cutting it
+// there, when that frame is
+//
+//   - a header cut short, or a header of zeros;
+//   - a frame whose length runs past the end of the file, with no valid
+//     frame anywhere after it (a crash cannot leave a file longer than a
+//     frame it did not finish, so a good frame behind it means its length
+//     was damaged);
+//   - a frame whose checksum fails and which holds a stretch of at least
+//     minZeroRun zeros between two sector boundaries (512 bytes) of the
+//     file: a sector never written.
+//
+// Each such repair is logged at ERROR and counted (Repairs, exported as
+// baton_queue_store_repairs_total). A whole frame whose checksum fails
+// otherwise, anywhere, is corruption, as is any bad frame in an earlier
+// segment or a snapshot, a missing segment (counting from 1, or from the
+// snapshot's seq), an undecodable record, and a log shorter than it was at
+// its last clean shutdown: Close records the end of the log in the file
+// "clean" (seq and size, with their CRC-32C), and since a torn write can
+// never reach back before what a clean shutdown synced, a segment found
+// shorter is refused rather than repaired. On corruption Open fails with an
+// error that names the file and byte offset, and the queue refuses to start
+// rather than silently drop keys; Repair (`baton-queue repair`) is the
+// operator's explicit way past it, and reports every key the damage held.
+//
+// Open takes an exclusive flock(2) on the file "lock" for as long as the
+// store is open, so neither a second queue nor Repair can use the
+// directory at the same time.
 //
 // # Snapshots while serving
 //

@@ -410,6 +410,9 @@ func (m *faultFS) MkdirAll(dir string) error {
 	return nil
 }
 
+// Lock implements FS: one process (the test) uses the disk.
+func (m *faultFS) Lock(string) (func(), error) { return func() {}, nil }
+
 func (m *faultFS) SyncDir(dir string) error {
 	d := m.d
 	dir = filepath.Clean(dir)

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -26,6 +28,9 @@ type FS interface {
 	// SyncDir makes the directory's entries (creations, renames, removals)
 	// durable.
 	SyncDir(dir string) error
+	// Lock takes dir for this process alone, or fails with ErrLocked if
+	// another process has it; unlock gives it back.
+	Lock(dir string) (unlock func(), err error)
 }
 
 // File is an open file.
@@ -116,6 +121,24 @@ func (OS) SyncDir(dir string) error {
 		return err
 	}
 	return d.Close()
+}
+
+// Lock implements FS with an exclusive flock(2) on dir/lock, which the
+// kernel drops when the process dies, so a SIGKILLed queue never leaves its
+// directory locked.
+func (OS) Lock(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("flock %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil
 }
 
 type osFile struct{ f *os.File }

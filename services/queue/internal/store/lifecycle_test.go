@@ -139,7 +139,7 @@ func TestSnapshotCompactsAndRecovers(t *testing.T) {
 	}
 	files := liveFiles(t, dir)
 	seq := s.segSeq
-	if wantFiles := []string{"epoch", snapName(seq), segName(seq)}; !slices.Equal(files, wantFiles) {
+	if wantFiles := []string{"epoch", "lock", snapName(seq), segName(seq)}; !slices.Equal(files, wantFiles) {
 		t.Fatalf("files after the snapshot: %v, want %v", files, wantFiles)
 	}
 	if wal, snap := s.WALBytes(); wal != 0 || snap <= int64(len(snapMagic)+len(snapFooter)) {
@@ -174,7 +174,9 @@ func TestSnapshotCompactsAndRecovers(t *testing.T) {
 	if seq2 <= seq {
 		t.Fatalf("second snapshot at seq %d, first at %d", seq2, seq)
 	}
-	if wantFiles := []string{"epoch", snapName(seq2), segName(seq2)}; !slices.Equal(liveFiles(t, dir), wantFiles) {
+	// ("clean" records where the log ended at the last Close; "lock" is
+	// the directory's lock.)
+	if wantFiles := []string{cleanName, "epoch", "lock", snapName(seq2), segName(seq2)}; !slices.Equal(liveFiles(t, dir), wantFiles) {
 		t.Fatalf("files after the second snapshot: %v, want %v", liveFiles(t, dir), wantFiles)
 	}
 	put("c", 1)

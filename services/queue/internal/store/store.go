@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -86,9 +84,16 @@ type Store struct {
 	segSize int64
 
 	names   record.Names // interned queue names, during recovery only
-	epochMu sync.Mutex
-	epoch   uint64
-	stopped chan struct{}
+	repairs int          // torn writes repaired by Open
+	unlock  func()       // releases the data directory's lock
+
+	// The end of the log at the last clean shutdown (file "clean"): no
+	// repair may cut segment cleanSeq shorter than cleanSize.
+	cleanSeq  uint64
+	cleanSize int64
+	epochMu   sync.Mutex
+	epoch     uint64
+	stopped   chan struct{}
 }
 
 type rotation struct {
@@ -141,12 +146,19 @@ func Open(opts Options, apply func(*record.Record)) (*Store, error) {
 	if err := s.fs.MkdirAll(opts.Dir); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
+	unlock, err := s.fs.Lock(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
 	if err := s.bumpEpoch(); err != nil {
+		unlock()
 		return nil, err
 	}
 	if err := s.recover(apply); err != nil {
+		unlock()
 		return nil, err
 	}
+	s.unlock = unlock
 	s.names = nil
 	go s.writer()
 	return s, nil
@@ -238,223 +250,6 @@ func parseSeq(name, prefix, suffix string) (uint64, bool) {
 	}
 	return seq, true
 }
-
-func (s *Store) recover(apply func(*record.Record)) error {
-	names, err := s.fs.List(s.opts.Dir)
-	if err != nil {
-		return fmt.Errorf("list data dir: %w", err)
-	}
-	var segs, snaps []uint64
-	for _, n := range names {
-		switch {
-		case strings.HasSuffix(n, ".tmp"):
-			_ = s.fs.Remove(s.path(n)) // an interrupted write, never renamed into place
-		case strings.HasPrefix(n, "wal-"):
-			if seq, ok := parseSeq(n, "wal-", ".log"); ok {
-				segs = append(segs, seq)
-			}
-		case strings.HasPrefix(n, "snap-"):
-			if seq, ok := parseSeq(n, "snap-", ".snap"); ok {
-				snaps = append(snaps, seq)
-			}
-		}
-	}
-	sort.Slice(segs, func(i, j int) bool { return segs[i] < segs[j] })
-	sort.Slice(snaps, func(i, j int) bool { return snaps[i] < snaps[j] })
-
-	from := uint64(1)
-	if len(snaps) > 0 {
-		from = snaps[len(snaps)-1]
-		if err := s.loadSnapshot(snapName(from), apply); err != nil {
-			return err
-		}
-		for _, old := range snaps[:len(snaps)-1] {
-			_ = s.fs.Remove(s.path(snapName(old)))
-		}
-	}
-	var replay []uint64
-	for _, seq := range segs {
-		if seq < from {
-			_ = s.fs.Remove(s.path(segName(seq))) // covered by the snapshot
-			continue
-		}
-		replay = append(replay, seq)
-	}
-	for i, seq := range replay {
-		// Without a snapshot the log starts at segment 1: segments are
-		// only removed once a snapshot covering them is durable, so a
-		// later first segment means a lost segment or snapshot.
-		want := from
-		if i > 0 {
-			want = replay[i-1] + 1
-		}
-		if seq != want {
-			return fmt.Errorf("%w: segment %s is missing", ErrCorrupt, s.path(segName(want)))
-		}
-		last := i == len(replay)-1
-		size, err := s.replaySegment(segName(seq), last, apply)
-		if err != nil {
-			return err
-		}
-		if last {
-			s.segSeq, s.segSize = seq, size
-			s.walBytes = size
-		}
-	}
-	if len(replay) == 0 {
-		if len(snaps) > 0 {
-			// The snapshot's segment was durable before the snapshot was
-			// written, and may have held frames after it.
-			return fmt.Errorf("%w: segment %s is missing", ErrCorrupt, s.path(segName(from)))
-		}
-		return s.newSegment(from)
-	}
-	f, err := s.fs.OpenAppend(s.path(segName(s.segSeq)))
-	if err != nil {
-		return fmt.Errorf("open segment: %w", err)
-	}
-	s.seg = f
-	return nil
-}
-
-func (s *Store) loadSnapshot(name string, apply func(*record.Record)) error {
-	p := s.path(name)
-	b, err := s.fs.ReadFile(p)
-	if err != nil {
-		return fmt.Errorf("read snapshot: %w", err)
-	}
-	if len(b) < len(snapMagic)+len(snapFooter) || string(b[:len(snapMagic)]) != snapMagic {
-		return fmt.Errorf("%w: %s at offset 0: bad snapshot header", ErrCorrupt, p)
-	}
-	if string(b[len(b)-len(snapFooter):]) != snapFooter {
-		return fmt.Errorf("%w: %s at offset %d: snapshot footer missing", ErrCorrupt, p, len(b)-len(snapFooter))
-	}
-	body := b[:len(b)-len(snapFooter)]
-	off := len(snapMagic)
-	for off < len(body) {
-		payload, n, err := readFrame(body, off)
-		if err != nil {
-			return fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, p, off, err)
-		}
-		if err := s.decodeAll(payload, p, off+frameHeader, apply); err != nil {
-			return err
-		}
-		off += n
-	}
-	s.snapSize = int64(len(b))
-	return nil
-}
-
-// replaySegment applies a segment's records and returns its valid length,
-// truncating a torn tail when last is set.
-func (s *Store) replaySegment(name string, last bool, apply func(*record.Record)) (int64, error) {
-	p := s.path(name)
-	b, err := s.fs.ReadFile(p)
-	if err != nil {
-		return 0, fmt.Errorf("read segment: %w", err)
-	}
-	if len(b) < len(walMagic) || string(b[:len(walMagic)]) != walMagic {
-		if last && (allZero(b) || strings.HasPrefix(walMagic, string(b))) {
-			// Created, but its header never fully reached the disk: nothing
-			// was ever written after it.
-			s.log.Warn("rewriting the torn header of the last segment", "file", p)
-			if err := s.fs.Truncate(p, 0); err != nil {
-				return 0, fmt.Errorf("repair segment %s: %w", p, err)
-			}
-			f, err := s.fs.OpenAppend(p)
-			if err != nil {
-				return 0, fmt.Errorf("repair segment %s: %w", p, err)
-			}
-			defer f.Close()
-			if _, err := f.Write([]byte(walMagic)); err != nil {
-				return 0, fmt.Errorf("repair segment %s: %w", p, err)
-			}
-			if err := f.Sync(); err != nil {
-				return 0, fmt.Errorf("repair segment %s: %w", p, err)
-			}
-			return int64(len(walMagic)), nil
-		}
-		return 0, fmt.Errorf("%w: %s at offset 0: bad segment header", ErrCorrupt, p)
-	}
-	off := len(walMagic)
-	for off < len(b) {
-		payload, n, err := readFrame(b, off)
-		if err != nil {
-			torn := last && (allZero(b[off:]) || claimedEnd(b, off) >= len(b)) && !frameAfter(b, off)
-			if !torn {
-				return 0, fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, p, off, err)
-			}
-			s.log.Warn("truncating a torn write at the end of the log", "file", p, "offset", off, "dropped_bytes", len(b)-off)
-			if err := s.fs.Truncate(p, int64(off)); err != nil {
-				return 0, fmt.Errorf("truncate torn tail of %s: %w", p, err)
-			}
-			return int64(off), nil
-		}
-		if err := s.decodeAll(payload, p, off+frameHeader, apply); err != nil {
-			return 0, err
-		}
-		off += n
-	}
-	return int64(off), nil
-}
-
-func (s *Store) decodeAll(payload []byte, file string, base int, apply func(*record.Record)) error {
-	if s.names == nil {
-		s.names = record.Names{}
-	}
-	for i := 0; i < len(payload); {
-		r, n, err := s.names.Decode(payload[i:])
-		if err != nil {
-			return fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, file, base+i, err)
-		}
-		apply(&r)
-		i += n
-	}
-	return nil
-}
-
-// readFrame checks the frame at off and returns its payload and length.
-func readFrame(b []byte, off int) ([]byte, int, error) {
-	if len(b)-off < frameHeader {
-		return nil, 0, errors.New("truncated frame header")
-	}
-	n := int(binary.BigEndian.Uint32(b[off:]))
-	sum := binary.BigEndian.Uint32(b[off+4:])
-	if n == 0 {
-		return nil, 0, errors.New("empty frame")
-	}
-	if n > len(b)-off-frameHeader {
-		return nil, 0, fmt.Errorf("frame of %d bytes runs past the end", n)
-	}
-	payload := b[off+frameHeader : off+frameHeader+n]
-	if crc32.Checksum(payload, castagnoli) != sum {
-		return nil, 0, errors.New("checksum mismatch")
-	}
-	return payload, frameHeader + n, nil
-}
-
-func claimedEnd(b []byte, off int) int {
-	if len(b)-off < frameHeader {
-		return len(b)
-	}
-	return off + frameHeader + int(binary.BigEndian.Uint32(b[off:]))
-}
-
-// frameAfter reports whether a valid frame starts anywhere after off. A torn
-// write is one frame at the very end (each frame is synced before the next
-// is written), so a good frame behind a bad one means the bad one was
-// damaged in place, e.g. a flipped length bit that makes it seem to run past
-// the end, and the frames after it were acknowledged.
-func frameAfter(b []byte, off int) bool {
-	for p := off + 1; p+frameHeader < len(b); p++ {
-		if _, _, err := readFrame(b, p); err == nil {
-			return true
-		}
-	}
-	return false
-}
-
-func allZero(b []byte) bool { return len(bytes.TrimLeft(b, "\x00")) == 0 }
 
 // newSegment creates segment seq and makes it the one written to.
 func (s *Store) newSegment(seq uint64) error {
@@ -828,7 +623,38 @@ func (s *Store) Snapshot(walk func(emit func([]byte) error) error) error {
 	return nil
 }
 
-// Close writes what is pending and stops the writer.
+// Repairs returns how many torn writes Open repaired.
+func (s *Store) Repairs() int { return s.repairs }
+
+// cleanName is the file that records where the log ended at the last clean
+// shutdown: segment seq and size, 8 bytes each big-endian, then their
+// CRC-32C. A log found shorter than that was cut after it was synced, which
+// a crash cannot do, so it is refused as corrupt rather than repaired as a
+// torn write. It is only ever evidence of a lower bound: later runs append
+// beyond it, and no repair cuts below it.
+const cleanName = "clean"
+
+func (s *Store) readClean() {
+	b, err := s.fs.ReadFile(s.path(cleanName))
+	if err != nil {
+		return
+	}
+	if len(b) != 20 || crc32.Checksum(b[:16], castagnoli) != binary.BigEndian.Uint32(b[16:]) {
+		s.log.Warn("ignoring a damaged record of the last clean shutdown", "file", s.path(cleanName))
+		return
+	}
+	s.cleanSeq, s.cleanSize = binary.BigEndian.Uint64(b), int64(binary.BigEndian.Uint64(b[8:]))
+}
+
+func (s *Store) writeClean() error {
+	b := binary.BigEndian.AppendUint64(nil, s.segSeq)
+	b = binary.BigEndian.AppendUint64(b, uint64(s.segSize))
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	return s.writeAtomic(cleanName, b)
+}
+
+// Close writes what is pending, stops the writer and records where the log
+// ends.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -840,5 +666,12 @@ func (s *Store) Close() error {
 	s.rotated.Broadcast()
 	s.mu.Unlock()
 	<-s.stopped
-	return s.Err()
+	defer s.unlock()
+	if err := s.Err(); err != nil {
+		return err
+	}
+	if err := s.writeClean(); err != nil {
+		s.log.Warn("could not record the end of the log", "error", err)
+	}
+	return nil
 }
