@@ -37,6 +37,11 @@ type Config struct {
 	DefaultLease time.Duration
 	// MaxRequestBytes bounds a request's encoded size (--max-request-bytes).
 	MaxRequestBytes int
+	// MaxQueues bounds the queues that exist at once (--max-queues).
+	MaxQueues int
+	// EmptyQueueRetention is how long an empty queue with no waiting worker
+	// is kept before it is forgotten (--empty-queue-retention).
+	EmptyQueueRetention time.Duration
 	// GracePeriod bounds the drain on SIGTERM.
 	GracePeriod time.Duration
 	// EnablePprof serves /debug/pprof/ on the HTTP address.
@@ -51,6 +56,7 @@ func DefaultConfig() Config {
 		GRPCAddr: ":7070", HTTPAddr: ":9090", DataDir: "./data/queue",
 		BackoffBase: 5 * time.Millisecond, BackoffMax: 1000 * time.Second,
 		DefaultLease: limits.DefaultLease, MaxRequestBytes: limits.DefaultMaxRequestBytes,
+		MaxQueues: broker.DefaultMaxQueues, EmptyQueueRetention: broker.DefaultEmptyRetention,
 		GracePeriod: 10 * time.Second,
 	}
 }
@@ -65,6 +71,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxAttempts, "max-attempts", c.MaxAttempts, "park a key after this many failures (0 = never park)")
 	fs.DurationVar(&c.DefaultLease, "default-lease", c.DefaultLease, "lease length when a worker asks for none")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request accepted, in bytes (larger ones get RESOURCE_EXHAUSTED)")
+	fs.IntVar(&c.MaxQueues, "max-queues", c.MaxQueues, "most queues that may exist at once (an Add that would make one more gets RESOURCE_EXHAUSTED)")
+	fs.DurationVar(&c.EmptyQueueRetention, "empty-queue-retention", c.EmptyQueueRetention, "how long an empty queue no worker waits on keeps its counters before it is forgotten")
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
 }
@@ -97,6 +105,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--default-lease must be in (0, %v], not %v", limits.MaxLease, c.DefaultLease)
 	case c.MaxRequestBytes < minRequestBytes || c.MaxRequestBytes > maxRequestBytes:
 		return fmt.Errorf("--max-request-bytes must be in [%d, %d], not %d", minRequestBytes, maxRequestBytes, c.MaxRequestBytes)
+	case c.MaxQueues < 1:
+		return fmt.Errorf("--max-queues must be at least 1, not %d", c.MaxQueues)
+	case c.EmptyQueueRetention < time.Second:
+		return fmt.Errorf("--empty-queue-retention must be at least 1s, not %v", c.EmptyQueueRetention)
 	}
 	return nil
 }
@@ -114,7 +126,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	wq := workqueue.DefaultConfig()
 	wq.BackoffBase, wq.BackoffMax, wq.MaxAttempts = cfg.BackoffBase, cfg.BackoffMax, uint32(cfg.MaxAttempts)
 	metrics := broker.NewMetrics()
-	b, err := broker.Open(broker.Config{Queue: wq, DefaultLease: cfg.DefaultLease}, store.Options{Dir: cfg.DataDir}, metrics, log)
+	b, err := broker.Open(broker.Config{Queue: wq, DefaultLease: cfg.DefaultLease, MaxQueues: cfg.MaxQueues, EmptyRetention: cfg.EmptyQueueRetention},
+		store.Options{Dir: cfg.DataDir}, metrics, log)
 	if err != nil {
 		return err
 	}

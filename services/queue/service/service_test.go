@@ -865,3 +865,109 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownQueuesLeaveMetricsFlat makes every call on a thousand queue
+// names nobody added to, through the real server: /metrics must not grow
+// by a line (it once grew to 6.2 M lines and took 38 s to scrape).
+func TestUnknownQueuesLeaveMetricsFlat(t *testing.T) {
+	h := start(t)
+	ctx := ctxT(t)
+	if _, err := h.c.Add(ctx, "real", []string{"k"}, client.AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	calls := func(q string) {
+		t.Helper()
+		ack := &queuev1.Ack{Key: "k", Token: 1, Outcome: &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}}}
+		for _, err := range []error{
+			func() error { _, err := h.raw.Lease(ctx, &queuev1.LeaseRequest{Queue: q, Worker: "w"}); return err }(),
+			func() error {
+				_, err := h.raw.Lease(ctx, &queuev1.LeaseRequest{Queue: q, Worker: "w", Wait: dur(time.Millisecond)})
+				return err
+			}(),
+			func() error {
+				_, err := h.raw.Ack(ctx, &queuev1.AckRequest{Queue: q, Acks: []*queuev1.Ack{ack}})
+				return err
+			}(),
+			func() error {
+				_, err := h.raw.Extend(ctx, &queuev1.ExtendRequest{Queue: q, Leases: []*queuev1.LeaseRef{{Key: "k", Token: 1}}})
+				return err
+			}(),
+			func() error {
+				_, err := h.raw.Forget(ctx, &queuev1.ForgetRequest{Queue: q, Keys: []string{"k"}})
+				return err
+			}(),
+			func() error { _, err := h.raw.Inspect(ctx, &queuev1.InspectRequest{Queue: q, Key: "k"}); return err }(),
+			func() error { _, err := h.raw.List(ctx, &queuev1.ListRequest{Queue: q}); return err }(),
+		} {
+			if err != nil {
+				t.Fatalf("a call on unknown queue %s: %v", q, err)
+			}
+		}
+		if _, err := h.raw.Stats(ctx, &queuev1.StatsRequest{Queue: q}); status.Code(err) != codes.NotFound {
+			t.Fatalf("Stats of unknown queue %s: %v, want NOT_FOUND", q, err)
+		}
+	}
+	calls("warm-up") // every method and code has its gRPC series from here on
+	lines := func() int { return strings.Count(httpGet(t, ctx, "http://"+h.httpAddr+"/metrics"), "\n") }
+	before := lines()
+	for i := range 1000 {
+		calls(fmt.Sprintf("nobody-%d", i))
+	}
+	if after := lines(); after != before {
+		t.Errorf("/metrics grew from %d to %d lines after calls on 1,000 unknown queues", before, after)
+	}
+}
+
+// TestAnswersFitADefaultClient: a Lease of 10,000 keys of 1 KiB, and a
+// List page of 10,000 items with long errors, are answered in messages a
+// gRPC client with the default 4 MiB receive limit can read: the Lease
+// grants fewer keys, the page ends early with a token for the rest.
+func TestAnswersFitADefaultClient(t *testing.T) {
+	h := start(t)
+	ctx := ctxT(t)
+	conn, err := grpc.NewClient(h.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	raw := queuev1.NewQueueServiceClient(conn)
+	const q = "big"
+	keys := keysOf(6000, 1024)
+	for start := 0; start < len(keys); start += 1000 {
+		if _, err := raw.Add(ctx, &queuev1.AddRequest{Queue: q, Keys: keys[start : start+1000]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lr, err := raw.Lease(ctx, &queuev1.LeaseRequest{Queue: q, Worker: "w", MaxItems: 10000, LeaseDuration: dur(time.Minute)})
+	if err != nil {
+		t.Fatalf("a Lease of 10,000 keys of 1 KiB: %v", err)
+	}
+	n := len(lr.GetLeases())
+	if n == 0 || n >= len(keys) || proto.Size(lr) > 4<<20 {
+		t.Fatalf("leased %d keys in %d bytes", n, proto.Size(lr))
+	}
+	acks := make([]*queuev1.Ack, n)
+	for i, l := range lr.GetLeases() {
+		acks[i] = &queuev1.Ack{Key: l.GetKey(), Token: l.GetToken(), Outcome: &queuev1.Ack_Failure{Failure: &queuev1.AckFailure{Error: strings.Repeat("e", 4096)}}}
+	}
+	for start := 0; start < n; start += 200 {
+		if _, err := raw.Ack(ctx, &queuev1.AckRequest{Queue: q, Acks: acks[start:min(start+200, n)]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen, pages, token := 0, 0, ""
+	for {
+		resp, err := raw.List(ctx, &queuev1.ListRequest{Queue: q, PageSize: 10000, PageToken: token})
+		if err != nil {
+			t.Fatalf("List page %d: %v", pages, err)
+		}
+		seen += len(resp.GetItems())
+		pages++
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if seen != len(keys) || pages < 2 {
+		t.Fatalf("listed %d of %d items in %d pages", seen, len(keys), pages)
+	}
+}

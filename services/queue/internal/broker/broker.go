@@ -31,13 +31,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	limits "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/services/queue/internal/record"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 )
 
-// ErrQueueNotFound is returned by Stats for a queue that was never used.
-var ErrQueueNotFound = errors.New("broker: queue not found")
+var (
+	// ErrQueueNotFound is returned by Stats for a queue that does not
+	// exist.
+	ErrQueueNotFound = errors.New("broker: queue not found")
+	// ErrTooManyQueues is returned by an Add that would make a queue beyond
+	// Config.MaxQueues.
+	ErrTooManyQueues = errors.New("broker: too many queues")
+)
 
 // Config configures a Broker.
 type Config struct {
@@ -47,7 +54,20 @@ type Config struct {
 	// CompactBytes snapshots once the log has grown past both this and twice
 	// the last snapshot (64 MiB when 0).
 	CompactBytes int64
+	// MaxQueues bounds the queues that exist at once (DefaultMaxQueues
+	// when 0): an Add that would make one more is refused.
+	MaxQueues int
+	// EmptyRetention is how long a queue that holds nothing, with no
+	// worker waiting on it, is kept (with its counters and metric series)
+	// before it is forgotten (DefaultEmptyRetention when 0).
+	EmptyRetention time.Duration
 }
+
+// Defaults of Config.
+const (
+	DefaultMaxQueues      = 1000
+	DefaultEmptyRetention = 10 * time.Minute
+)
 
 // Broker owns every queue of one store.
 type Broker struct {
@@ -57,21 +77,33 @@ type Broker struct {
 	metrics *Metrics
 	tokens  tokens
 
-	mu     sync.RWMutex // held shared by every operation, exclusively to heal
+	// mu is held shared by every operation on a queue, exclusively to add
+	// a queue to the registry or drop one from it.
+	mu     sync.RWMutex
 	queues map[string]*shard
+	// existing counts the shards that exist (Add made them, or recovery):
+	// the queues MaxQueues bounds. The others are waiting Leases' alone.
+	existing atomic.Int64
 
 	compacting atomic.Bool
 	walkStep   int // keys per locked step of a snapshot walk
 	closed     chan struct{}
 	draining   chan struct{} // closed by Drain
 	drainOnce  sync.Once
+	closeOnce  sync.Once
 	wg         sync.WaitGroup
 }
 
+// A shard is one queue. It exists from its first Add until it has held
+// nothing for EmptyRetention with no worker waiting: only then is it
+// forgotten, counters, metric series and all. A shard that does not exist
+// is kept only while Leases wait on it, for the Add that would wake them;
+// calls on a name nobody added to leave nothing behind.
 type shard struct {
 	mu      sync.Mutex
 	q       *workqueue.Queue
-	exists  bool          // announced at least once (Stats answers NOT_FOUND before)
+	exists  bool          // Stats answers NOT_FOUND until it does
+	used    int64         // when work last touched it (Unix ns); reads do not count
 	buf     []byte        // records of the operation in progress
 	ready   chan struct{} // closed (and replaced) when keys become ready
 	waiters atomic.Int32  // Leases waiting on ready
@@ -95,6 +127,12 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	if cfg.CompactBytes <= 0 {
 		cfg.CompactBytes = 64 << 20
 	}
+	if cfg.MaxQueues <= 0 {
+		cfg.MaxQueues = DefaultMaxQueues
+	}
+	if cfg.EmptyRetention <= 0 {
+		cfg.EmptyRetention = DefaultEmptyRetention
+	}
 	if metrics == nil {
 		metrics = NewMetrics()
 	}
@@ -108,7 +146,10 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	gc := debug.SetGCPercent(800)
 	st, err := store.Open(opts, func(r *record.Record) {
 		sh := b.shardLocked(r.Queue)
-		sh.exists = true
+		if !sh.exists {
+			sh.exists = true
+			b.existing.Add(1)
+		}
 		if r.Kind != record.KindQueue {
 			sh.q.Restore(r)
 			restored++
@@ -127,6 +168,7 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 		// Under the shard's lock like every other change: the timer armed
 		// here may fire, and take the lock, before this loop moves on.
 		sh.mu.Lock()
+		sh.used = now // an empty queue is kept for EmptyRetention from here
 		sh.q.Settle(now)
 		sh.q.SetSink(sh.sink)
 		keys += sh.q.Len()
@@ -136,7 +178,7 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	debug.SetGCPercent(gc)
 	log.Info("recovered", "queues", len(b.queues), "keys", keys, "records", restored, "epoch", st.Epoch(), "took", time.Since(start))
 	b.wg.Add(1)
-	go b.probeSpace()
+	go b.housekeeping()
 	return b, nil
 }
 
@@ -147,7 +189,7 @@ func (sh *shard) sink(r *record.Record) { sh.buf = record.Append(sh.buf, r) }
 func (b *Broker) shardLocked(name string) *shard {
 	sh := b.queues[name]
 	if sh == nil {
-		sh = &shard{ready: make(chan struct{}), obs: b.metrics.observers(name)}
+		sh = &shard{ready: make(chan struct{})}
 		sh.q = workqueue.New(name, &b.cfg.Queue, &b.tokens, sh.sink)
 		b.queues[name] = sh
 	}
@@ -156,20 +198,84 @@ func (b *Broker) shardLocked(name string) *shard {
 
 // lock returns the named shard locked, with b.mu held shared, and its due
 // deadlines applied; end with b.unlock, or b.commit for a change. It creates
-// the shard (not yet existing for Stats) if needed.
+// the shard if there is none: only Add, and a Lease about to wait, may.
 func (b *Broker) lock(name string) *shard {
+	if sh := b.lockExisting(name); sh != nil {
+		return sh
+	}
+	b.mu.Lock()
+	b.shardLocked(name)
+	b.mu.Unlock()
+	return b.lock(name)
+}
+
+// lockExisting is lock for a shard there is, or nil (and no lock held).
+func (b *Broker) lockExisting(name string) *shard {
 	b.mu.RLock()
 	sh := b.queues[name]
 	if sh == nil {
 		b.mu.RUnlock()
-		b.mu.Lock()
-		sh = b.shardLocked(name)
-		b.mu.Unlock()
-		b.mu.RLock()
+		return nil
 	}
 	sh.mu.Lock()
 	b.advance(sh)
 	return sh
+}
+
+// abort ends an operation begun on sh that changed nothing.
+func (b *Broker) abort(sh *shard, pendingBefore int) {
+	sh.q.Rollback()
+	b.unlock(sh, pendingBefore)
+}
+
+// use notes that work touched the queue now: an empty queue is forgotten
+// EmptyRetention after its last work, however often it is read (a
+// dashboard or a metrics scrape must not keep it forever). sh.mu is held.
+func (sh *shard) use() { sh.used = time.Now().UnixNano() }
+
+// observers returns the queue's latency histograms, made when first needed:
+// a shard only waited on has no metric series. sh.mu is held.
+func (b *Broker) observers(sh *shard) *queueObservers {
+	if sh.obs == nil {
+		sh.obs = b.metrics.observers(sh.q.Name())
+	}
+	return sh.obs
+}
+
+// dropIfUnused forgets a shard that holds nothing, has no waiter and does
+// not exist (a Lease waited on it, or its first Add was refused).
+func (b *Broker) dropIfUnused(name string, sh *shard) {
+	sh.mu.Lock()
+	unused := !sh.exists && sh.q.Len() == 0 && sh.waiters.Load() == 0
+	sh.mu.Unlock()
+	if !unused {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dropLocked(name, sh, func(sh *shard) bool { return !sh.exists })
+}
+
+// dropLocked removes sh from the registry if it is still there, unused
+// (no keys, no waiter) and ok says so; b.mu is held exclusively, so no
+// operation holds the shard.
+func (b *Broker) dropLocked(name string, sh *shard, ok func(*shard) bool) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b.queues[name] != sh || sh.q.Len() != 0 || sh.waiters.Load() != 0 || !ok(sh) {
+		return false
+	}
+	delete(b.queues, name)
+	if sh.exists {
+		b.existing.Add(-1)
+	}
+	if sh.timer != nil {
+		sh.timer.Stop()
+	}
+	if sh.obs != nil {
+		b.metrics.forget(name)
+	}
+	return true
 }
 
 // advance applies due deadlines (delayed keys become ready, leases lapse)
@@ -268,9 +374,15 @@ func (b *Broker) fire(sh *shard) {
 // collapsed, once every change is durable.
 func (b *Broker) Add(ctx context.Context, queue string, keys []string, delay time.Duration, p workqueue.Priority) (queued, collapsed int, err error) {
 	sh := b.lock(queue)
+	sh.use()
 	before, existed := sh.begin()
 	now := time.Now().UnixNano()
 	if !sh.exists {
+		if !b.reserveQueue() {
+			b.abort(sh, before)
+			b.dropIfUnused(queue, sh)
+			return 0, 0, fmt.Errorf("%w: %d queues exist, the most allowed", ErrTooManyQueues, b.cfg.MaxQueues)
+		}
 		sh.exists = true
 		sh.sink(&record.Record{Kind: record.KindQueue, Queue: queue})
 	}
@@ -280,6 +392,10 @@ func (b *Broker) Add(ctx context.Context, queue string, keys []string, delay tim
 		}
 	}
 	batch, err := b.commit(sh, before, existed)
+	if err != nil && !existed {
+		b.existing.Add(-1) // the new queue was rolled back
+		b.dropIfUnused(queue, sh)
+	}
 	if err == nil {
 		err = batch.Wait(ctx)
 	}
@@ -288,6 +404,19 @@ func (b *Broker) Add(ctx context.Context, queue string, keys []string, delay tim
 	}
 	b.maybeCompact()
 	return queued, len(keys) - queued, nil
+}
+
+// reserveQueue counts one more existing queue, unless MaxQueues exist.
+func (b *Broker) reserveQueue() bool {
+	for {
+		n := b.existing.Load()
+		if n >= int64(b.cfg.MaxQueues) {
+			return false
+		}
+		if b.existing.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // Lease hands out up to max ready keys, waiting up to wait for one.
@@ -303,12 +432,22 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, max int, d, wa
 	}
 	expired := false
 	for {
-		sh := b.lock(queue)
+		sh := b.lockExisting(queue)
+		if sh == nil {
+			if wait <= 0 || expired {
+				return nil, nil // no queue, nothing to hand out: nothing kept
+			}
+			sh = b.lock(queue) // a shard to wait on, for the Add that wakes us
+		}
+		sh.use()
 		before := sh.q.PendingCount()
 		now := time.Now().UnixNano()
-		grants := sh.q.Lease(nil, max, worker, d, now)
+		grants := sh.q.Lease(nil, max, limits.MaxResponseBytes, worker, d, now)
 		if len(grants) > 0 || wait <= 0 || expired {
-			obs := sh.obs
+			var obs *queueObservers
+			if len(grants) > 0 {
+				obs = b.observers(sh)
+			}
 			b.unlock(sh, before)
 			for _, g := range grants {
 				obs.queueDur.Observe(float64(now-g.PendingSince) / 1e9)
@@ -318,6 +457,7 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, max int, d, wa
 		sh.waiters.Add(1)
 		ready := sh.ready
 		b.unlock(sh, before)
+		var err error
 		select {
 		case <-ready:
 		case <-timeout:
@@ -325,13 +465,15 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, max int, d, wa
 		case <-b.draining:
 			expired = true // shutting down: answer now, with what is ready
 		case <-ctx.Done():
-			sh.waiters.Add(-1)
-			return nil, ctx.Err()
+			err = ctx.Err()
 		case <-b.closed:
-			sh.waiters.Add(-1)
-			return nil, store.ErrClosed
+			err = store.ErrClosed
 		}
 		sh.waiters.Add(-1)
+		b.dropIfUnused(queue, sh)
+		if err != nil {
+			return nil, err
+		}
 	}
 }
 
@@ -344,7 +486,11 @@ type AckItem struct {
 
 // Ack applies outcomes and reports, per item, whether it was accepted.
 func (b *Broker) Ack(ctx context.Context, queue string, acks []AckItem) ([]bool, error) {
-	sh := b.lock(queue)
+	sh := b.lockExisting(queue)
+	if sh == nil {
+		return make([]bool, len(acks)), nil // no queue holds these leases
+	}
+	sh.use()
 	before, existed := sh.begin()
 	now := time.Now().UnixNano()
 	ok := make([]bool, len(acks))
@@ -356,7 +502,10 @@ func (b *Broker) Ack(ctx context.Context, queue string, acks []AckItem) ([]bool,
 			started = append(started, res.LeaseStart)
 		}
 	}
-	obs := sh.obs
+	var obs *queueObservers
+	if len(started) > 0 {
+		obs = b.observers(sh)
+	}
 	batch, err := b.commit(sh, before, existed)
 	if err == nil {
 		for _, s := range started {
@@ -376,10 +525,14 @@ func (b *Broker) Extend(queue string, refs []AckItem, d time.Duration) []int64 {
 	if d <= 0 {
 		d = b.cfg.DefaultLease
 	}
-	sh := b.lock(queue)
+	out := make([]int64, len(refs))
+	sh := b.lockExisting(queue)
+	if sh == nil {
+		return out
+	}
+	sh.use()
 	before := sh.q.PendingCount()
 	now := time.Now().UnixNano()
-	out := make([]int64, len(refs))
 	for i, r := range refs {
 		out[i], _ = sh.q.Extend(r.Key, r.Token, d, now)
 	}
@@ -389,7 +542,11 @@ func (b *Broker) Extend(queue string, refs []AckItem, d time.Duration) []int64 {
 
 // Forget removes keys and returns how many were present.
 func (b *Broker) Forget(ctx context.Context, queue string, keys []string) (int, error) {
-	sh := b.lock(queue)
+	sh := b.lockExisting(queue)
+	if sh == nil {
+		return 0, nil
+	}
+	sh.use()
 	before, existed := sh.begin()
 	n := 0
 	for _, k := range keys {
@@ -407,30 +564,22 @@ func (b *Broker) Forget(ctx context.Context, queue string, keys []string) (int, 
 	return n, nil
 }
 
-// known reports whether a queue has a shard, so reads of names nobody uses
-// create nothing.
-func (b *Broker) known(queue string) bool {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.queues[queue] != nil
-}
-
 // Inspect returns one key's state.
 func (b *Broker) Inspect(queue, key string) workqueue.View {
-	if !b.known(queue) {
+	sh := b.lockExisting(queue)
+	if sh == nil {
 		return workqueue.View{Key: key, State: workqueue.Absent}
 	}
-	sh := b.lock(queue)
 	defer b.unlock(sh, sh.q.PendingCount())
 	return sh.q.Inspect(key)
 }
 
 // List returns a page of items in key order after `after`.
 func (b *Broker) List(queue string, state workqueue.State, after string, limit int) ([]workqueue.View, bool) {
-	if !b.known(queue) {
+	sh := b.lockExisting(queue)
+	if sh == nil {
 		return nil, false
 	}
-	sh := b.lock(queue)
 	defer b.unlock(sh, sh.q.PendingCount())
 	return sh.q.List(state, after, limit)
 }
@@ -454,7 +603,10 @@ func (b *Broker) Stats(queue string) ([]QueueStats, error) {
 	sort.Strings(names)
 	var out []QueueStats
 	for _, n := range names {
-		sh := b.lock(n)
+		sh := b.lockExisting(n)
+		if sh == nil {
+			continue // dropped meanwhile
+		}
 		if sh.exists {
 			out = append(out, QueueStats{Name: n, Stats: sh.q.Stats(time.Now().UnixNano())})
 		}
@@ -490,6 +642,11 @@ func (b *Broker) Drain() { b.drainOnce.Do(func() { close(b.draining) }) }
 
 // Close stops timers and the store, after the log is written.
 func (b *Broker) Close() error {
+	first := false
+	b.closeOnce.Do(func() { first = true })
+	if !first {
+		return b.st.Close() // already closed: the store says how it ended
+	}
 	close(b.closed)
 	b.wg.Wait()
 	b.mu.Lock()
@@ -571,9 +728,10 @@ func (b *Broker) maybeCompact() {
 	}()
 }
 
-// probeSpace tries the disk every second while it is full, so readiness
-// comes back with the space even when no change comes in to find out.
-func (b *Broker) probeSpace() {
+// housekeeping runs every second: it tries the disk while it is full, so
+// readiness comes back with the space even when no change comes in to find
+// out, and it forgets queues that have been empty for EmptyRetention.
+func (b *Broker) housekeeping() {
 	defer b.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -585,6 +743,34 @@ func (b *Broker) probeSpace() {
 		}
 		if b.st.NoSpace() && b.st.Err() == nil {
 			b.st.ProbeSpace()
+		}
+		b.dropEmpty(time.Now().UnixNano())
+	}
+}
+
+// dropEmpty forgets the queues that have held nothing, with no worker
+// waiting, for EmptyRetention. (Their Queue record in the log makes them
+// exist again at a restart, empty, until the next snapshot leaves it out.)
+func (b *Broker) dropEmpty(now int64) {
+	old := now - int64(b.cfg.EmptyRetention)
+	var idle []string
+	b.mu.RLock()
+	for name, sh := range b.queues {
+		sh.mu.Lock()
+		if sh.q.Len() == 0 && sh.waiters.Load() == 0 && sh.used < old {
+			idle = append(idle, name)
+		}
+		sh.mu.Unlock()
+	}
+	b.mu.RUnlock()
+	if len(idle) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, name := range idle {
+		if sh := b.queues[name]; sh != nil && b.dropLocked(name, sh, func(sh *shard) bool { return sh.used < old }) {
+			b.log.Info("forgot an empty queue", "queue", name, "empty_for_at_least", b.cfg.EmptyRetention)
 		}
 	}
 }

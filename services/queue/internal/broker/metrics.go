@@ -38,6 +38,12 @@ func (m *Metrics) observers(queue string) *queueObservers {
 	return &queueObservers{queueDur: m.queueDur.WithLabelValues(queue), workDur: m.workDur.WithLabelValues(queue)}
 }
 
+// forget deletes a dropped queue's series.
+func (m *Metrics) forget(queue string) {
+	m.queueDur.DeleteLabelValues(queue)
+	m.workDur.DeleteLabelValues(queue)
+}
+
 // Register registers the metrics of b with reg.
 func (m *Metrics) Register(reg prometheus.Registerer, b *Broker) error {
 	m.broker = b

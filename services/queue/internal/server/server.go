@@ -91,6 +91,8 @@ func toStatus(err error) error {
 		return status.Errorf(codes.Unavailable, "the queue's store has stopped (a change in flight may or may not be stored; the queue restarts and recovers): %v", err)
 	case errors.Is(err, broker.ErrQueueNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, broker.ErrTooManyQueues):
+		return status.Errorf(codes.ResourceExhausted, "%v (--max-queues): nothing was stored; a queue is forgotten once it has been empty for --empty-queue-retention", err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded before the change was durable; it may or may not be stored")
 	case errors.Is(err, context.Canceled):
@@ -313,7 +315,14 @@ func (s *server) List(ctx context.Context, req *queuev1.ListRequest) (*queuev1.L
 		return resp, nil // the queue lists what it holds
 	}
 	views, more := s.b.List(req.GetQueue(), state, after, size)
-	for _, v := range views {
+	// A page also ends before it would pass what a client can receive:
+	// items carry error texts of up to 4 KiB.
+	bytes := 0
+	for i, v := range views {
+		if bytes += len(v.Key) + len(v.LastError) + len(v.Worker) + itemOverhead; i > 0 && bytes > limits.MaxResponseBytes {
+			views, more = views[:i], true
+			break
+		}
 		resp.Items = append(resp.Items, toItem(v))
 	}
 	if more {
@@ -344,6 +353,10 @@ func (s *server) Stats(ctx context.Context, req *queuev1.StatsRequest) (*queuev1
 	}
 	return resp, nil
 }
+
+// itemOverhead is what an Item costs in a List page beside its strings: its
+// numbers, timestamps and framing, rounded up.
+const itemOverhead = 96
 
 func toItem(v workqueue.View) *queuev1.Item {
 	it := &queuev1.Item{Key: v.Key, State: queuev1.ItemState(v.State), Dirty: v.Dirty, Attempts: v.Attempts,

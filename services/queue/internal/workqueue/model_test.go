@@ -355,7 +355,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			n := 1 + rng.IntN(3)
 			d := time.Duration(1+rng.IntN(6)) * time.Second
 			ev = fmt.Sprintf("lease(%d,%v)", n, d)
-			got, want := q.Lease(nil, n, "w", d, now), m.lease(n, d, now)
+			got, want := q.Lease(nil, n, 0, "w", d, now), m.lease(n, d, now)
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				fail("%s: %v, want %v", ev, got, want)
 			}

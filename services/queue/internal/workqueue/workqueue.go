@@ -299,6 +299,10 @@ func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (que
 	return false
 }
 
+// GrantOverhead is what a grant costs in a Lease answer beside its key: the
+// token, the attempt, two timestamps and their framing, rounded up.
+const GrantOverhead = 64
+
 // Grant is one key handed out by Lease.
 type Grant struct {
 	Key          string
@@ -311,14 +315,21 @@ type Grant struct {
 // Lease hands up to max ready keys to worker until now+d, appending them to
 // dst. Among the heads of the three priorities it serves the highest
 // effective priority (a head older than the aging bound counts as HIGH), the
-// oldest first among equals.
-func (q *Queue) Lease(dst []Grant, max int, worker string, d time.Duration, now int64) []Grant {
+// oldest first among equals. With maxBytes > 0 it stops before the keys it
+// grants, at GrantOverhead bytes each beside the key itself, would pass
+// maxBytes (the first key is always granted): the answer must fit what a
+// client can receive.
+func (q *Queue) Lease(dst []Grant, max, maxBytes int, worker string, d time.Duration, now int64) []Grant {
 	if q.tx.active {
 		panic("workqueue: Lease inside a transaction") // it pops rings; see txn.go
 	}
+	bytes := 0
 	for n := 0; n < max; n++ {
 		it := q.nextReady(now)
 		if it == nil {
+			break
+		}
+		if bytes += len(it.key) + GrantOverhead; maxBytes > 0 && n > 0 && bytes > maxBytes {
 			break
 		}
 		q.ready[it.prio().rank()].pop()

@@ -29,7 +29,7 @@ func newFixture(maxAttempts uint32) *fixture {
 
 func (f *fixture) lease(t *testing.T, now int64) Grant {
 	t.Helper()
-	g := f.q.Lease(nil, 1, "w", 30*time.Second, now)
+	g := f.q.Lease(nil, 1, 0, "w", 30*time.Second, now)
 	if len(g) != 1 {
 		t.Fatalf("lease: got %d grants, want 1", len(g))
 	}
@@ -136,7 +136,7 @@ func TestTransitions(t *testing.T) {
 			case "add90":
 				ok = f.q.Add("k", 90*time.Second, Normal, now)
 			case "lease":
-				ok = len(f.q.Lease(nil, 1, "w", time.Minute, now)) == 1
+				ok = len(f.q.Lease(nil, 1, 0, "w", time.Minute, now)) == 1
 			case "success":
 				_, ok = f.q.Ack("k", tok, Outcome{}, now)
 			case "failure":
@@ -237,7 +237,7 @@ func TestParkingAndRevival(t *testing.T) {
 	if v.State != Parked || v.Attempts != 3 || v.LastError != "3" {
 		t.Fatalf("got %+v, want parked after 3 attempts", v)
 	}
-	if len(f.q.Lease(nil, 10, "w", time.Minute, now+1000*sec)) != 0 {
+	if len(f.q.Lease(nil, 10, 0, "w", time.Minute, now+1000*sec)) != 0 {
 		t.Fatal("a parked key was leased")
 	}
 	if !f.q.Add("k", 0, Normal, now) {
@@ -268,7 +268,7 @@ func TestPriorityAndAging(t *testing.T) {
 	f.q.Add("high", 0, High, now+2)
 	f.q.Add("normal2", 0, Normal, now+3)
 	var order []string
-	for _, g := range f.q.Lease(nil, 10, "w", time.Minute, now+4) {
+	for _, g := range f.q.Lease(nil, 10, 0, "w", time.Minute, now+4) {
 		order = append(order, g.Key)
 	}
 	if got, want := order, []string{"high", "normal", "normal2", "low"}; !equal(got, want) {
@@ -300,7 +300,7 @@ func TestPriorityAndAging(t *testing.T) {
 	if g := f.lease(t, now); g.Key != "a" {
 		t.Fatalf("got %s, want a", g.Key)
 	}
-	if g := f.q.Lease(nil, 1, "w", time.Minute, now); len(g) != 0 {
+	if g := f.q.Lease(nil, 1, 0, "w", time.Minute, now); len(g) != 0 {
 		t.Fatalf("stale ring slot leased again: %+v", g)
 	}
 }
