@@ -24,7 +24,11 @@
 // key created, changed or deleted meanwhile is announced. Keys wait in the
 // outbox until the queue accepts them. If the observer itself dies, the
 // outbox is lost with it, and the full list at its next start announces
-// everything again (the queue collapses keys it already holds).
+// everything again (the queue collapses keys it already holds). Deletes made
+// while no observer ran come from replaying etcd's history after the
+// checkpoint stored in etcd (CheckpointKey) or, when etcd has compacted
+// that history, from the known-key record stored beside it (RecordKey):
+// every recorded key the list no longer has is announced as deleted.
 //
 // # Two observers at once
 //

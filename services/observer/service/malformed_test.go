@@ -17,7 +17,8 @@ import (
 )
 
 // scrape returns the value of every sample of metric on the observer's
-// /metrics, by its label set as Prometheus writes it ({a="x",b="y"}).
+// /metrics, by its label set as Prometheus writes it ({a="x",b="y"}; ""
+// for none).
 func scrape(t testing.TB, httpAddr, metric string) map[string]float64 {
 	t.Helper()
 	resp, err := httpClient.Get("http://" + httpAddr + "/metrics")
@@ -29,19 +30,20 @@ func scrape(t testing.TB, httpAddr, metric string) map[string]float64 {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, metric+"{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
+		var labels, value string
+		if rest, ok := strings.CutPrefix(line, metric+"{"); ok {
+			if labels, value, ok = strings.Cut(rest, "} "); !ok {
+				continue
+			}
+			labels = "{" + labels + "}"
+		} else if value, ok = strings.CutPrefix(line, metric+" "); !ok {
 			continue
 		}
 		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
 			t.Fatalf("metric line %q: %v", line, err)
 		}
-		out["{"+labels+"}"] = v
+		out[labels] = v
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)

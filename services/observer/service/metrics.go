@@ -14,7 +14,7 @@ type metrics struct {
 
 	events, relists, restarts, observed, head, lag *prometheus.Desc
 	outbox, delivered, failures, dropped, objects  *prometheus.Desc
-	malformed                                      *prometheus.Desc
+	malformed, recordWrites, recordBytes           *prometheus.Desc
 }
 
 func newMetrics(o *observer) *metrics {
@@ -29,18 +29,20 @@ func newMetrics(o *observer) *metrics {
 			// 100 µs to ~100 s: from an idle loopback queue to a long outage.
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 11),
 		}, []string{"queue"}),
-		events:    d("events_total", "Watch events received.", "prefix"),
-		relists:   d("relists_total", "Full lists of a prefix (at start and after compaction).", "prefix"),
-		restarts:  d("watch_restarts_total", "Watches opened again after a break.", "prefix"),
-		observed:  d("observed_revision", "The etcd revision the cache reflects for a prefix.", "prefix"),
-		head:      d("head_revision", "etcd's head revision as last seen by a prefix's watch.", "prefix"),
-		lag:       d("lag_revisions", "head_revision - observed_revision.", "prefix"),
-		outbox:    d("outbox_size", "Distinct keys waiting to be added to a queue.", "queue"),
-		delivered: d("delivered_keys_total", "Keys the queue accepted from the outbox.", "queue"),
-		failures:  d("add_failures_total", "Add calls to the queue that failed (and were retried).", "queue"),
-		dropped:   d("dropped_keys_total", "Keys not announced because the queue would refuse them (empty, over 1024 bytes, not UTF-8).", "queue"),
-		objects:   d("cache_objects", "Objects in the cache."),
-		malformed: d("malformed_objects_total", "Malformed keys and values seen in lists and watch events, by reason: bad_path (not cached, not announced), empty, protobuf, invalid_json, not_object, namespace_mismatch (cached without owners, announced by their own key).", "prefix", "reason"),
+		events:       d("events_total", "Watch events received.", "prefix"),
+		relists:      d("relists_total", "Full lists of a prefix (at start and after compaction).", "prefix"),
+		restarts:     d("watch_restarts_total", "Watches opened again after a break.", "prefix"),
+		observed:     d("observed_revision", "The etcd revision the cache reflects for a prefix.", "prefix"),
+		head:         d("head_revision", "etcd's head revision as last seen by a prefix's watch.", "prefix"),
+		lag:          d("lag_revisions", "head_revision - observed_revision.", "prefix"),
+		outbox:       d("outbox_size", "Distinct keys waiting to be added to a queue.", "queue"),
+		delivered:    d("delivered_keys_total", "Keys the queue accepted from the outbox.", "queue"),
+		failures:     d("add_failures_total", "Add calls to the queue that failed (and were retried).", "queue"),
+		dropped:      d("dropped_keys_total", "Keys not announced because the queue would refuse them (empty, over 1024 bytes, not UTF-8).", "queue"),
+		objects:      d("cache_objects", "Objects in the cache."),
+		recordWrites: d("record_writes_total", "Known-key records written beside the checkpoint (docs/observer.md)."),
+		recordBytes:  d("record_written_bytes_total", "Bytes of known-key records written (chunks and manifest)."),
+		malformed:    d("malformed_objects_total", "Malformed keys and values seen in lists and watch events, by reason: bad_path (not cached, not announced), empty, protobuf, invalid_json, not_object, namespace_mismatch (cached without owners, announced by their own key).", "prefix", "reason"),
 	}
 }
 
@@ -53,7 +55,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.objects, m.malformed} {
+	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.objects, m.malformed, m.recordWrites, m.recordBytes} {
 		ch <- d
 	}
 }
@@ -82,4 +84,6 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(b.Dropped()), q)
 	}
 	ch <- prometheus.MustNewConstMetric(m.objects, prometheus.GaugeValue, float64(m.o.cache.Len()))
+	ch <- prometheus.MustNewConstMetric(m.recordWrites, prometheus.CounterValue, float64(m.o.recordWrites.Load()))
+	ch <- prometheus.MustNewConstMetric(m.recordBytes, prometheus.CounterValue, float64(m.o.recordBytes.Load()))
 }

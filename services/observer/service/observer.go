@@ -2,13 +2,15 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
+	"sync/atomic"
 	"time"
 
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"github.com/batonrun/baton/services/observer/internal/cache"
+	"github.com/batonrun/baton/services/observer/internal/checkpoint"
 	"github.com/batonrun/baton/services/observer/internal/informer"
 	"github.com/batonrun/baton/services/observer/internal/outbox"
 	"github.com/batonrun/baton/services/observer/internal/rules"
@@ -26,21 +28,40 @@ type observer struct {
 	metrics   *metrics
 	log       *slog.Logger
 
-	lastCheckpoint int64 // the last checkpoint written; only tick uses it
+	// The checkpoint and the known-key record; only tick uses these.
+	store          *checkpoint.Store
+	recordInterval time.Duration // the least time between two records
+	lastCheckpoint int64         // the last checkpoint written
+	nextRecord     time.Time     // no record is written before it
+
+	recordWrites, recordBytes atomic.Uint64 // for metrics
 }
 
 // CheckpointKey is where observers record the revision up to which every
 // change has been accepted by the queue. It lies outside /registry/, and
 // rules may not watch it.
-const CheckpointKey = "/baton/observer/checkpoint"
+const CheckpointKey = checkpoint.Key
+
+// RecordKey holds the manifest of the known-key record stored beside the
+// checkpoint (package checkpoint; docs/observer.md).
+const RecordKey = checkpoint.RecordKey
+
+// recordBytesPerSecond bounds what records cost etcd on a busy cluster: a
+// record of n bytes waits n/recordBytesPerSecond seconds (at least the
+// record interval) before the next. 40,000 pods make a record of about
+// 175 KB, written at most every 5 s (the default interval); a million, of
+// about 4.5 MB, every 70 s. Meanwhile the checkpoint still advances up to
+// the first key the stored record lacks.
+const recordBytesPerSecond = 64 << 10
 
 // readyzKey is read (counted, it never exists) to learn whether etcd
 // answers.
 const readyzKey = "/baton/observer/readyz"
 
-func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, log *slog.Logger) *observer {
+func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, recordInterval time.Duration, log *slog.Logger) *observer {
 	prefixes := rules.Prefixes(rs)
-	o := &observer{etcd: etcd, rules: rs, cache: cache.New(prefixes), log: log}
+	o := &observer{etcd: etcd, rules: rs, cache: cache.New(prefixes), log: log,
+		store: checkpoint.NewStore(etcd), recordInterval: recordInterval}
 	o.metrics = newMetrics(o)
 	o.outbox = outbox.NewSet(rules.Queues(rs), add, outbox.Options{
 		Source:  "baton-observer",
@@ -48,7 +69,7 @@ func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, log *
 		Logger:  log,
 	})
 	for _, p := range prefixes {
-		o.informers = append(o.informers, informer.New(etcd, p, rs, o.cache, o.outbox, informer.Options{Logger: log, Checkpoint: o.readCheckpoint}))
+		o.informers = append(o.informers, informer.New(etcd, p, rs, o.cache, o.outbox, informer.Options{Logger: log, Checkpoint: o.readCheckpoint, Known: o.readRecord}))
 	}
 	return o
 }
@@ -92,19 +113,19 @@ func (o *observer) tick(ctx context.Context, progress, resync time.Duration) {
 func (o *observer) readCheckpoint(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := o.etcd.Get(ctx, CheckpointKey)
-	if err != nil {
-		return 0, fmt.Errorf("read checkpoint: %w", err)
-	}
-	if len(resp.Kvs) == 0 {
+	c, err := o.store.Checkpoint(ctx)
+	if errors.Is(err, checkpoint.ErrMalformed) {
+		o.log.Warn("ignoring a malformed checkpoint", "error", err)
 		return 0, nil
 	}
-	c, err := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
-	if err != nil || c < 0 {
-		o.log.Warn("ignoring a malformed checkpoint", "value", string(resp.Kvs[0].Value))
-		return 0, nil
-	}
-	return c, nil
+	return c, err
+}
+
+// readRecord returns the known-key record of prefix (nil if none).
+func (o *observer) readRecord(ctx context.Context, prefix string) (*checkpoint.Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return o.store.Read(ctx, prefix)
 }
 
 // checkpoint computes a revision up to which every change under every
@@ -139,27 +160,84 @@ func (o *observer) checkpoint() int64 {
 	return max(c, 0)
 }
 
-// writeCheckpoint records the checkpoint if it moved. The value only ever
-// grows (a compare-and-swap on the zero-padded value), so two observers can
-// share the key: whichever is further ahead has delivered up to its value.
+// writeCheckpoint records the checkpoint if it moved, with a known-key
+// record valid at it. The value only ever grows (a compare-and-swap on the
+// zero-padded value), so two observers can share the key: whichever is
+// further ahead has delivered up to its value, and its record is valid at
+// it.
+//
+// The record is rewritten only when the stored one lacks a key that may
+// have existed at the new checkpoint (or is another observer's), and at
+// most every recordInterval (longer for a large record). Until then the
+// checkpoint advances only to just below the first such key: replaying
+// from an older checkpoint only announces again what the queue collapses.
 func (o *observer) writeCheckpoint(ctx context.Context) {
 	c := o.checkpoint()
 	if c <= o.lastCheckpoint {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	var floor, unrecorded int64
+	for _, in := range o.informers {
+		floor = max(floor, in.Floor())
+		if u := in.Unrecorded(); u > 0 && (unrecorded == 0 || u < unrecorded) {
+			unrecorded = u
+		}
+	}
+	if c < floor {
+		return // a record is valid only from the last list on
+	}
+	rewrite := !o.store.Owns() || (unrecorded > 0 && unrecorded <= c)
+	if rewrite && time.Now().Before(o.nextRecord) {
+		if !o.store.Owns() || unrecorded-1 <= o.lastCheckpoint || unrecorded-1 < floor {
+			return
+		}
+		c, rewrite = unrecorded-1, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	v := fmt.Sprintf("%020d", c)
-	_, err := o.etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(CheckpointKey), "<", v)).
-		Then(clientv3.OpPut(CheckpointKey, v)).
-		Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(CheckpointKey), "=", 0)}, []clientv3.Op{clientv3.OpPut(CheckpointKey, v)}, nil)).
-		Commit()
+	var (
+		outcome checkpoint.Outcome
+		err     error
+	)
+	if rewrite {
+		var n int
+		outcome, n, err = o.store.Write(ctx, c, o.knownKeys)
+		if n > 0 {
+			o.recordWrites.Add(1)
+			o.recordBytes.Add(uint64(n))
+			wait := time.Duration(float64(n) / recordBytesPerSecond * float64(time.Second))
+			o.nextRecord = time.Now().Add(max(o.recordInterval, wait))
+		}
+		if err == nil && outcome == checkpoint.Written {
+			o.log.Debug("wrote checkpoint and known-key record", "checkpoint", c, "bytes", n)
+		}
+	} else {
+		outcome, err = o.store.Advance(ctx, c)
+	}
 	if err != nil {
-		o.log.Debug("write checkpoint", "error", err)
+		o.log.Debug("write checkpoint", "error", err) // etcd's loss is logged by the monitor
 		return
 	}
-	o.lastCheckpoint = c
+	switch outcome {
+	case checkpoint.Written:
+		o.lastCheckpoint = c
+		for _, in := range o.informers {
+			in.Recorded(c, rewrite)
+		}
+	case checkpoint.Behind:
+		o.lastCheckpoint = c // another observer is further on
+	case checkpoint.NotMine:
+		// Another observer wrote the record: the next tick writes ours.
+	}
+}
+
+// knownKeys returns every prefix's keys for a record.
+func (o *observer) knownKeys() []checkpoint.Set {
+	sets := make([]checkpoint.Set, 0, len(o.informers))
+	for _, in := range o.informers {
+		sets = append(sets, checkpoint.Set{Prefix: in.Prefix(), Keys: in.KnownKeys()})
+	}
+	return sets
 }
 
 // ready: etcd answers and every prefix has been listed once.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
+	"github.com/batonrun/baton/services/observer/internal/checkpoint"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"github.com/batonrun/baton/services/observer/internal/server"
 	"github.com/batonrun/baton/services/queue/client"
@@ -42,6 +43,9 @@ type Config struct {
 	// prefixes (etcd's own periodic ones come only every 10 minutes by
 	// default).
 	ProgressInterval time.Duration
+	// RecordInterval is the least time between two writes of the
+	// known-key record (longer for a large one: see recordBytesPerSecond).
+	RecordInterval time.Duration
 	// EnablePprof serves /debug/pprof/ on the HTTP address.
 	EnablePprof bool
 	// Rules, if set, are used instead of RulesFile and the built-in rules
@@ -56,7 +60,7 @@ func DefaultConfig() Config {
 	return Config{
 		GRPCAddr: ":7071", HTTPAddr: ":9091",
 		EtcdEndpoints: []string{"http://127.0.0.1:2379"}, QueueAddr: "127.0.0.1:7070",
-		GracePeriod: 10 * time.Second, ProgressInterval: time.Second,
+		GracePeriod: 10 * time.Second, ProgressInterval: time.Second, RecordInterval: 5 * time.Second,
 	}
 }
 
@@ -102,6 +106,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--grace-period must be 0 or more, not %v", c.GracePeriod)
 	case c.ProgressInterval <= 0:
 		return fmt.Errorf("ProgressInterval must be positive, not %v", c.ProgressInterval)
+	case c.RecordInterval <= 0:
+		return fmt.Errorf("RecordInterval must be positive, not %v", c.RecordInterval)
 	}
 	return nil
 }
@@ -114,8 +120,8 @@ func LoadRules(cfg Config) ([]rules.Rule, []string, error) {
 		return nil, nil, err
 	}
 	for _, r := range rs {
-		if strings.HasPrefix(CheckpointKey, r.Prefix) {
-			return nil, nil, fmt.Errorf("rules: prefix %s would watch the observer's own checkpoint %s", r.Prefix, CheckpointKey)
+		if strings.HasPrefix(checkpoint.Root, r.Prefix) || strings.HasPrefix(r.Prefix, checkpoint.Root) {
+			return nil, nil, fmt.Errorf("rules: prefix %s would watch the observer's own keys under %s (its checkpoint and known-key record)", r.Prefix, checkpoint.Root)
 		}
 	}
 	return rs, warnings, nil
@@ -182,7 +188,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer queue.Close()
 
-	o := newObserver(etcd, queue, rs, log)
+	o := newObserver(etcd, queue, rs, cfg.RecordInterval, log)
 	reg := prometheus.NewRegistry()
 	if err := o.metrics.register(reg); err != nil {
 		return fmt.Errorf("register metrics: %w", err)

@@ -29,8 +29,16 @@
 // WithPrevKV) and announces every change in it at PRIORITY_NORMAL, deletes
 // with their owners from the previous value; with no checkpoint yet, it
 // replays all the history etcd holds. If etcd has compacted that history,
-// the replay is skipped with a warning: deletes in it are lost to the queue
-// (the owners' keys still come from the list).
+// the informer reads the known-key record stored beside the checkpoint
+// (Options.Known) and announces as deleted every recorded key the list no
+// longer has; the owners of those keys are unknown (owners of surviving
+// children still come from the list). Without a record it warns that
+// such deletes are not announced.
+//
+// The informer keeps what that record needs (KnownKeys, Unrecorded, Floor,
+// Recorded): the keys it knew from the last stored checkpoint on, and
+// whether the stored record still covers them. Within one process, a
+// relist after compaction finds deletes by diffing with the cache.
 //
 // # Malformed keys and values
 //
@@ -53,6 +61,7 @@ import (
 
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/observer/internal/cache"
+	"github.com/batonrun/baton/services/observer/internal/checkpoint"
 	"github.com/batonrun/baton/services/observer/internal/object"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -83,6 +92,12 @@ type Options struct {
 	// list, and the history after it is replayed. Without it nothing is
 	// replayed.
 	Checkpoint func(context.Context) (int64, error)
+	// Known, if set, returns the known-key record of a prefix (nil if none
+	// is stored). When the history since the checkpoint is compacted, every
+	// key of the record that the first list lacks is announced as deleted.
+	// An error wrapping checkpoint.ErrCorrupt is taken as no record; others
+	// are retried.
+	Known func(ctx context.Context, prefix string) (*checkpoint.Record, error)
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -121,6 +136,7 @@ type Informer struct {
 	changed  atomic.Int64  // revision of the last change seen (event or list)
 
 	malformed malformedLog
+	ledger    ledger
 
 	mu      sync.Mutex
 	watchCx context.Context // the watch's context, for RequestProgress; nil when not watching
@@ -231,11 +247,10 @@ func (in *Informer) Run(ctx context.Context) error {
 			needList = false
 			if !in.listed.Load() && in.opts.Checkpoint != nil && checkpoint < in.observed.Load() {
 				err := in.replay(ctx, checkpoint, in.observed.Load())
-				switch {
-				case errors.Is(err, rpctypes.ErrCompacted):
-					in.log.Warn("history since the checkpoint is compacted; changes made while no observer ran cannot be replayed (deletes among them are not announced)",
-						"checkpoint", checkpoint, "error", err)
-				case err != nil:
+				if errors.Is(err, rpctypes.ErrCompacted) {
+					err = in.announceVanished(ctx, checkpoint, err)
+				}
+				if err != nil {
 					if ctx.Err() == nil {
 						in.log.Warn("replay failed; listing and replaying again", "error", err)
 						needList = true
@@ -388,6 +403,9 @@ func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
 	in.relists.Add(1)
 	end := clientv3.GetPrefixRangeEnd(in.prefix)
 	from := in.prefix
+	// A key the list finds that the cache lacks appeared after the
+	// revision the cache reflected (or, at the first list, any time).
+	since := in.observed.Load() + 1
 	var rev int64
 	seen := make(map[string]struct{}, in.cache.Len())
 	var created, changed, deleted int
@@ -416,7 +434,7 @@ func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
 				continue
 			}
 			seen[key] = struct{}{}
-			old := in.cache.Put(obj)
+			old := in.cachePut(obj, since)
 			if old == nil {
 				created++
 				in.announce(key, &obj.Meta, nil, prio, now, rev)
@@ -435,12 +453,13 @@ func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
 		if _, ok := seen[o.Key]; ok {
 			continue
 		}
-		if old := in.cache.Delete(o.Key); old != nil {
+		if old := in.cacheDelete(o.Key, rev); old != nil {
 			deleted++
 			in.announce(o.Key, nil, &old.Meta, prio, now, rev)
 		}
 	}
 	in.changed.Store(max(in.changed.Load(), rev))
+	in.setFloor(rev)
 	in.setObserved(rev)
 	in.log.Info("listed", "revision", rev, "objects", len(seen), "created", created, "changed", changed, "deleted", deleted, "took", time.Since(start))
 	return nil
@@ -522,7 +541,7 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 			if obj == nil {
 				break
 			}
-			old := in.cache.Put(obj)
+			old := in.cachePut(obj, rev)
 			var oldMeta *object.Meta
 			if old != nil {
 				oldMeta = &old.Meta
@@ -532,7 +551,7 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 			if _, _, err := object.SplitKey(key, in.prefix); err != nil {
 				break // never cached nor announced
 			}
-			old := in.cache.Delete(key)
+			old := in.cacheDelete(key, rev)
 			var oldMeta *object.Meta
 			if old != nil {
 				oldMeta = &old.Meta
@@ -545,6 +564,49 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 		in.changed.Store(max(in.changed.Load(), last))
 		in.setObserved(last)
 	}
+}
+
+// announceVanished announces as deleted, at PRIORITY_NORMAL and by the
+// rules that key by the object itself, every key of the known-key record
+// that the first list (the cache now) no longer has: they were deleted
+// while no observer ran, in history etcd has compacted (compactErr), so the
+// replay from the checkpoint `from` could not show them. Their owners are unknown
+// (the record holds keys only); owners of surviving children come from the
+// list. With no record it says what cannot be known, and goes on.
+func (in *Informer) announceVanished(ctx context.Context, from int64, compactErr error) error {
+	var rec *checkpoint.Record
+	var readErr error
+	if in.opts.Known != nil {
+		rec, readErr = in.opts.Known(ctx, in.prefix)
+		if readErr != nil && !errors.Is(readErr, checkpoint.ErrCorrupt) {
+			return readErr
+		}
+	}
+	if rec == nil {
+		attrs := []any{"checkpoint", from, "error", compactErr}
+		if readErr != nil {
+			attrs = append(attrs, "record_error", readErr)
+		}
+		in.log.Warn("history since the checkpoint is compacted and no usable known-key record is stored (an observer older than the record wrote the checkpoint, or the record is corrupt); deletes made while no observer ran are not announced",
+			attrs...)
+		return nil
+	}
+	now, rev := time.Now(), in.observed.Load()
+	deleted := 0
+	for _, k := range rec.Keys {
+		if _, ok := in.cache.Get(k); ok {
+			continue
+		}
+		in.announce(k, nil, nil, queuev1.Priority_PRIORITY_NORMAL, now, rev)
+		deleted++
+	}
+	if rec.Revision < rec.Checkpoint {
+		in.log.Warn("the known-key record is older than the checkpoint (an observer that keeps no record moved it): keys created between the two and deleted since are not announced",
+			"record_revision", rec.Revision, "checkpoint", rec.Checkpoint)
+	}
+	in.log.Info("history since the checkpoint is compacted; announced as deleted every key of the known-key record the list no longer has",
+		"checkpoint", from, "record_revision", rec.Revision, "recorded", len(rec.Keys), "deleted", deleted, "list_revision", rev, "error", compactErr)
+	return nil
 }
 
 // replay announces every change under the prefix in etcd's history from

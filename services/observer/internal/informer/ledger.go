@@ -1,0 +1,156 @@
+package informer
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/batonrun/baton/services/observer/internal/cache"
+)
+
+// ledger keeps what the known-key record needs (package checkpoint): a
+// record stored with checkpoint C must hold every key that existed under
+// the prefix at C. The informer's cache reflects a later revision, so the
+// ledger also remembers the keys deleted since the last checkpoint stored
+// (tomb); the cache's keys and tomb together hold every key that existed at
+// any revision from that checkpoint on. A delete moves a key from one to
+// the other, so only a key new to both (an addition) makes the stored
+// record stale, and only for checkpoints at or after the revision it may
+// have appeared at.
+//
+// Every cache write of the prefix goes through the ledger's lock, so a
+// snapshot sees the cache and tomb at one moment.
+type ledger struct {
+	mu   sync.Mutex
+	tomb map[string]int64 // deleted key → revision by which it was gone
+	// fresh is the lowest revision an addition since the last snapshot may
+	// have appeared at (0: none); held is the same for additions in a
+	// snapshot whose record is not known to be stored yet.
+	fresh, held int64
+	// floor is the revision of the last list: a record cannot be valid
+	// below it (keys deleted before a list, after the revision the cache
+	// reflected, were never seen).
+	floor int64
+}
+
+func minSet(a, b int64) int64 {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	default:
+		return min(a, b)
+	}
+}
+
+// cachePut stores obj in the cache and returns the object it replaced; a
+// key new to the ledger may have existed from revision since on.
+func (in *Informer) cachePut(obj *cache.Object, since int64) *cache.Object {
+	l := &in.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := in.cache.Put(obj)
+	if old == nil {
+		if _, ok := l.tomb[obj.Key]; ok {
+			delete(l.tomb, obj.Key) // back: it is in the cache's keys again
+		} else {
+			l.fresh = minSet(l.fresh, since)
+		}
+	}
+	return old
+}
+
+// cacheDelete removes key from the cache, remembering it was gone by rev,
+// and returns the object removed.
+func (in *Informer) cacheDelete(key string, rev int64) *cache.Object {
+	l := &in.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := in.cache.Delete(key)
+	if old != nil {
+		if l.tomb == nil {
+			l.tomb = map[string]int64{}
+		}
+		l.tomb[key] = rev
+	}
+	return old
+}
+
+func (in *Informer) setFloor(rev int64) {
+	in.ledger.mu.Lock()
+	in.ledger.floor = max(in.ledger.floor, rev)
+	in.ledger.mu.Unlock()
+}
+
+// KnownKeys returns the keys for a known-key record, sorted: every key in
+// the cache under the prefix and every key deleted since the last
+// checkpoint stored. A record of them is valid at any revision from
+// Floor() up to the revision the cache reflected before the call. Call
+// Recorded once the record is stored.
+func (in *Informer) KnownKeys() []string {
+	l := &in.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	keys := make([]string, 0, in.cache.Len()+len(l.tomb))
+	in.cache.Range(in.prefix, func(o *cache.Object) bool {
+		keys = append(keys, o.Key)
+		return true
+	})
+	if len(l.tomb) > 0 {
+		gone := make([]string, 0, len(l.tomb))
+		for k := range l.tomb {
+			gone = append(gone, k)
+		}
+		slices.Sort(gone)
+		keys = mergeSorted(keys, gone)
+	}
+	l.held, l.fresh = minSet(l.held, l.fresh), 0
+	return keys
+}
+
+// mergeSorted merges two sorted lists without common elements.
+func mergeSorted(a, b []string) []string {
+	out := make([]string, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0] < b[0] {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
+// Unrecorded returns the lowest revision an addition not in a stored
+// record may have appeared at (0: none). The stored record is valid at a
+// revision below it; a checkpoint at or past it needs a new record.
+func (in *Informer) Unrecorded() int64 {
+	in.ledger.mu.Lock()
+	defer in.ledger.mu.Unlock()
+	return minSet(in.ledger.held, in.ledger.fresh)
+}
+
+// Floor returns the revision of the last list: no record is valid below
+// it, so no checkpoint is stored below it.
+func (in *Informer) Floor() int64 {
+	in.ledger.mu.Lock()
+	defer in.ledger.mu.Unlock()
+	return in.ledger.floor
+}
+
+// Recorded tells the informer that the checkpoint rev is stored, with a
+// record of the last KnownKeys if wrote is true. Keys deleted by rev are
+// forgotten: no later record needs them.
+func (in *Informer) Recorded(rev int64, wrote bool) {
+	l := &in.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if wrote {
+		l.held = 0
+	}
+	for k, d := range l.tomb {
+		if d <= rev {
+			delete(l.tomb, k)
+		}
+	}
+}
