@@ -61,10 +61,6 @@ const (
 	ResultPanic        = "panic"
 )
 
-// maxErrorBytes bounds the error text sent with a failure ack; the queue keeps
-// it as last_error and shows it in Inspect, so a page of stack is no help.
-const maxErrorBytes = 2048
-
 // Options configures a Manager.
 type Options struct {
 	// Worker names this process to the queue (shown by Inspect as the lease
@@ -326,13 +322,13 @@ func (r *runner) process(ctx context.Context, j *job) {
 	var result string
 	switch {
 	case panicked:
-		result, out = ResultPanic, client.Failure(truncate(err.Error()))
+		result, out = ResultPanic, client.Failure(err.Error())
 		log.Error("reconcile panicked", "err", err)
 	case err != nil && reconcile.IsTerminal(err):
 		result, out = ResultTerminal, client.Terminal(err.Error())
 		log.Error("reconcile failed terminally, not retrying", "err", err)
 	case err != nil:
-		result, out = ResultError, client.Failure(truncate(err.Error()))
+		result, out = ResultError, client.Failure(err.Error())
 		log.Info("reconcile failed, will retry", "err", err)
 	case res.RequeueAfter > 0:
 		result, out = ResultRequeueAfter, client.RequeueAfter(res.RequeueAfter)
@@ -364,13 +360,6 @@ func call(ctx context.Context, rec reconcile.Reconciler, req reconcile.Request) 
 	}()
 	res, err = rec.Reconcile(ctx, req)
 	return res, err, false
-}
-
-func truncate(s string) string {
-	if len(s) <= maxErrorBytes {
-		return s
-	}
-	return s[:maxErrorBytes]
 }
 
 // forget drops j from the in-flight set (if it is still the entry there).
