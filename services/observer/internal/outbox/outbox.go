@@ -13,13 +13,13 @@ package outbox
 import (
 	"context"
 	"errors"
+	limits "github.com/batonrun/baton/client/queue"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/client"
@@ -124,16 +124,6 @@ type Box struct {
 	dropped   atomic.Uint64
 }
 
-// MaxKeyBytes is the longest key the queue accepts.
-const MaxKeyBytes = 1024
-
-// validKey reports whether the queue would accept k. A key it refuses would
-// fail its whole batch forever, so such keys are dropped (and counted)
-// instead of delivered.
-func validKey(k string) bool {
-	return k != "" && len(k) <= MaxKeyBytes && utf8.ValidString(k)
-}
-
 // Set holds the outbox of every queue.
 type Set struct {
 	boxes map[string]*Box
@@ -211,7 +201,9 @@ func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time, rev int64)
 	}
 	b.mu.Lock()
 	for _, k := range keys {
-		if !validKey(k) {
+		// A key the queue refuses would fail its whole batch forever, so
+		// such keys are dropped (and counted) instead of delivered.
+		if !limits.ValidKey(k) {
 			b.dropped.Add(1)
 			b.opts.Logger.Warn("dropping a key the queue would refuse (empty, over 1024 bytes or not UTF-8)", "queue", b.queue, "key", k)
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	limits "github.com/batonrun/baton/client/queue"
 	"sync"
 	"testing"
 	"time"
@@ -191,7 +192,7 @@ func TestFlushOnStop(t *testing.T) {
 func TestDropsKeysTheQueueRefuses(t *testing.T) {
 	q := &fakeQueue{got: map[string]queuev1.Priority{}}
 	s := NewSet([]string{"pods"}, q, Options{})
-	long := string(make([]byte, MaxKeyBytes+1))
+	long := string(make([]byte, limits.MaxKeyBytes+1))
 	_ = s.Put("pods", []string{"", long, "bad\xff", "ns/ok"}, 0, time.Now(), 1)
 	if got, want := s.Len(), 1; got != want {
 		t.Errorf("outbox holds %d keys, want %d", got, want)
