@@ -38,11 +38,11 @@ run: build ## Starts the embedded stack (etcd in-process + every service).
 	@scripts/run.sh
 
 .PHONY: up
-up: ## docker compose up: builds the images and starts the stack.
-	@scripts/images.sh && $(COMPOSE) up -d --build
+up: ## docker compose up -d --build, plus what this machine lacks; waits until healthy.
+	@scripts/up.sh
 
 .PHONY: down
-down: ## Stops the compose stack and removes its volumes.
+down: ## Stops the compose stack and removes its volumes (keeps the baton/* images).
 	@$(COMPOSE) down -v
 
 .PHONY: test-e2e

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# End-to-end test of the compose stack (make test-e2e): builds the images,
-# starts docker-compose.yml as project baton-e2e, applies examples/ with
-# batonctl and waits for convergence; then, under load, SIGKILLs the queue,
-# restarts it and checks that nothing was lost; scales to 3 workers; cuts the
-# observer off the network for 10 s and checks that it catches up. It always
-# removes the stack and its volumes (docker-compose down -v), also on failure
-# or timeout, and it is bounded in time ($BATON_E2E_TIMEOUT seconds, default
-# 1200, image builds included).
+# End-to-end test of the compose stack (make test-e2e), as a new user meets
+# it: a fresh clone of this repository's HEAD, then `make up` in it (which
+# builds every image from the clone, starts docker-compose.yml as project
+# baton-e2e on free ports, and waits until it is healthy); then it applies
+# examples/ with batonctl and waits for convergence; under load, SIGKILLs the
+# queue, restarts it and checks that nothing was lost; scales to 3 workers;
+# cuts the observer off the network for 10 s and checks that it catches up;
+# makes a one-line change to the queue's source and times the second
+# `make up`, which must rebuild and restart the queue alone. It always removes
+# the stack and its volumes (down -v), also on failure or timeout, and it is
+# bounded in time ($BATON_E2E_TIMEOUT seconds, default 1200, image builds
+# included).
 #
 # Where no Docker engine answers it prints why and exits 0 (skipped).
 #
@@ -24,15 +28,12 @@ STEP_TIMEOUT=${BATON_E2E_STEP_TIMEOUT:-240} # each wait for health or convergenc
 LOAD=${BATON_E2E_LOAD:-100}                 # ReplicaSets applied before the queue is killed
 JOBS=${BATON_E2E_JOBS:-20}                  # and Jobs, whose pods run for 30 s
 EXAMPLES=${BATON_E2E_EXAMPLES:-examples}    # the manifests applied first
-BUILD=${BATON_E2E_BUILD:-1}                 # 0: use the baton/*:dev images and bin/ as they are
+CLONE=${BATON_E2E_CLONE:-}                  # a clone to use, else a fresh one in a temporary directory
 
-compose() {
-  if docker compose version >/dev/null 2>&1; then
-    docker compose -p "$PROJECT" "$@"
-  else
-    docker-compose -p "$PROJECT" "$@"
-  fi
-}
+# Every compose call, the clone's `make up` included, works on this project,
+# and the images get a tag of their own, so a stack of `make up` stays as it
+# is.
+export COMPOSE_PROJECT_NAME=$PROJECT BATON_IMAGE_TAG=e2e
 
 # Publish on free host ports, so the test neither collides with a stack
 # started by `make up` or `make run` nor needs the default ports free.
@@ -49,6 +50,13 @@ if [ "${1:-}" != --steps ]; then
     exit 1
   fi
   command -v jq >/dev/null || { echo "e2e: FAIL: jq is needed (apt-get install jq)" >&2; exit 1; }
+  if [ -z "$CLONE" ]; then
+    CLONE=$(mktemp -d)/baton
+    git clone -q "$ROOT" "$CLONE"
+    log "a fresh clone of $(git -C "$CLONE" rev-parse --short HEAD) in $CLONE"
+  fi
+  export BATON_E2E_CLONE=$CLONE
+  cd "$CLONE"
 
   cleanup() {
     local rc=$?
@@ -58,8 +66,10 @@ if [ "${1:-}" != --steps ]; then
       compose ps >&2 || true
       compose logs --no-color --tail=40 >&2 || true
     fi
-    log "docker-compose down -v"
+    log "down -v"
     compose down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || true
+    docker images -q "baton/*:e2e" | xargs -r docker rmi >/dev/null 2>&1 || true
+    [ -n "${BATON_E2E_KEEP:-}" ] || rm -rf "$(dirname "$CLONE")"
     exit "$rc"
   }
   trap cleanup EXIT
@@ -72,6 +82,8 @@ if [ "${1:-}" != --steps ]; then
 fi
 
 # ---- the steps (run under timeout by the part above) ----------------------
+
+cd "$CLONE"
 
 fail() { echo "e2e: FAIL: $*" >&2; exit 1; }
 
@@ -108,8 +120,9 @@ stack_healthy() {
   healthy etcd 1 && healthy queue 1 && healthy observer 1 && healthy worker "${1:-1}"
 }
 
-batonctl() { "$ROOT/bin/batonctl" "$@"; }
-etcdctl() { "$ROOT/bin/etcdctl" --endpoints "$ETCD" --dial-timeout 3s --command-timeout 10s "$@"; }
+batonctl() { "$CLONE/bin/batonctl" "$@"; }
+# etcdctl runs in the etcd container: the host needs none.
+etcdctl() { compose exec -T etcd /usr/local/bin/etcdctl --endpoints http://127.0.0.1:2379 --dial-timeout 3s --command-timeout 10s "$@"; }
 
 # problems prints one line per object that has not converged (see the top).
 problems() {
@@ -203,18 +216,15 @@ EOF
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-if [ "$BUILD" != 0 ]; then
-  log "building the images"
-  "$ROOT/scripts/images.sh"
-fi
-[ -x bin/batonctl ] || fail "bin/batonctl was not built"
-[ -x bin/etcdctl ] || fail "bin/etcdctl was not built (scripts/images.sh etcd builds it)"
 [ -e "$EXAMPLES" ] || fail "$EXAMPLES is missing"
 
-log "docker-compose up (project $PROJECT)"
 compose down -v --remove-orphans >/dev/null 2>&1 || true # leftovers of a killed run
-compose up -d
-wait_for "the stack is healthy" stack_healthy 1
+log "make up (project $PROJECT, in the clone)"
+up_start=$SECONDS
+make up >"$tmp/up.log" 2>&1 || { tail -n 40 "$tmp/up.log" >&2; fail "make up failed"; }
+log "make up: healthy in $((SECONDS - up_start))s"
+[ -x bin/batonctl ] || fail "make up did not build bin/batonctl"
+stack_healthy 1 >/dev/null || fail "make up returned but the stack is not healthy"
 
 # discover points batonctl and etcdctl at the published ports, which are
 # free ports picked by Docker and change when a container restarts.
@@ -301,3 +311,18 @@ no_load_pods() { local n; n=$(count /registry/pods/e2e/); echo "$n load pods lef
 wait_for "the load's pods are deleted" no_load_pods
 wait_for "everything else is still converged" converged
 batonctl queue stats
+
+log "a one-line change to the queue's source, then make up again: only the queue is rebuilt and restarted"
+ids() { for svc in etcd observer worker; do compose ps -q "$svc"; done | sort; }
+others=$(ids)
+queue_before=$(compose ps -q queue)
+sed -i 's/log.Info("recovered", /log.Info("recovered (changed by the e2e test)", /' services/queue/internal/broker/broker.go
+git diff --quiet -- services/queue/internal/broker/broker.go && fail "the one-line change did not apply"
+up_start=$SECONDS
+make up >"$tmp/up2.log" 2>&1 || { tail -n 40 "$tmp/up2.log" >&2; fail "the second make up failed"; }
+took=$((SECONDS - up_start))
+[ "$(compose ps -q queue)" != "$queue_before" ] || fail "the queue was not restarted with its change"
+[ "$(ids)" = "$others" ] || fail "make up after a change to the queue restarted other services too"
+compose logs --no-color queue | grep -q "recovered (changed by the e2e test)" || fail "the restarted queue does not run the changed source"
+log "the second make up, after a one-line change to the queue: ${took}s, the queue alone rebuilt and restarted"
+wait_for "everything is still converged" converged

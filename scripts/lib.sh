@@ -24,3 +24,29 @@ modules() {
 }
 
 log() { printf '==> %s\n' "$*" >&2; }
+
+# compose runs `docker compose` (v2) if it is installed, else Debian's
+# docker-compose (v1), which builds with BuildKit (whose cache mounts the
+# Dockerfile uses) only when told to.
+compose() {
+  if docker compose version >/dev/null 2>&1; then
+    docker compose "$@"
+  else
+    COMPOSE_DOCKER_CLI_BUILD=1 DOCKER_BUILDKIT=1 docker-compose "$@"
+  fi
+}
+
+# compose_name is how to spell the compose command here, for messages.
+compose_name() {
+  if docker compose version >/dev/null 2>&1; then echo "docker compose"; else echo "docker-compose"; fi
+}
+
+# go_image is the build stage's Go image: $BATON_GO_IMAGE, or the default the
+# Dockerfile pins.
+go_image() {
+  if [ -n "${BATON_GO_IMAGE:-}" ]; then echo "$BATON_GO_IMAGE"; return; fi
+  sed -n 's/^ARG BATON_GO_IMAGE=//p' "$ROOT/deploy/docker/Dockerfile"
+}
+
+# Pinned buildx, for a docker CLI that has none (BuildKit needs it).
+BUILDX_VERSION=v0.38.2
