@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -654,6 +655,190 @@ func TestWorkerAutoscaler(t *testing.T) {
 		if deref(h.Spec.MinReplicas, 1) > h.Spec.MaxReplicas || len(h.Spec.Metrics) == 0 {
 			t.Errorf("hpa %s: min %d max %d, %d metrics", h.Name, deref(h.Spec.MinReplicas, 1), h.Spec.MaxReplicas, len(h.Spec.Metrics))
 		}
+	}
+}
+
+// controllerFields lists every field of the manifests that another writer
+// owns once the objects exist: a field set by a controller, the scheduler or
+// the API server itself. Applied server-side, each is a conflict waiting for
+// the first time that writer changes it (`conflict with "kubectl" with
+// subresource "scale" ... .spec.replicas` after an HPA or `kubectl scale`
+// moved the replicas of a Deployment that sets them); applied client-side,
+// each re-apply silently undoes that writer. Fields the API server only
+// defaults have no owner and fight nobody: they are not listed.
+func controllerFields(objs []object) []string {
+	var bad []string
+	fail := func(where, format string, args ...any) {
+		bad = append(bad, where+": "+fmt.Sprintf(format, args...))
+	}
+	// The scale subresource's spec.replicas belongs to whoever scales: the
+	// HPA, or the person running kubectl scale.
+	scaled := map[string]string{} // kind/namespace/name -> HPA
+	for _, o := range objs {
+		if h, ok := o.obj.(*autoscalingv2.HorizontalPodAutoscaler); ok {
+			ref := h.Spec.ScaleTargetRef
+			scaled[ref.Kind+"/"+h.Namespace+"/"+ref.Name] = h.Name
+		}
+	}
+	for _, o := range objs {
+		meta, status := objectMeta(o.obj)
+		checkServerMeta(o.where, meta, fail)
+		if !status.IsZero() {
+			fail(o.where, "status is set: it is the controllers' to write, and the API server drops it on apply")
+		}
+		var tmpl *corev1.PodTemplateSpec
+		var replicas *int32
+		switch v := o.obj.(type) {
+		case *corev1.Namespace:
+			if len(v.Spec.Finalizers) > 0 {
+				fail(o.where, "spec.finalizers %v: the namespace controller's", v.Spec.Finalizers)
+			}
+		case *corev1.Service:
+			if ip := v.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
+				fail(o.where, "spec.clusterIP %s: allocated by the API server (only None, for a headless Service, is the author's)", ip)
+			}
+			if len(v.Spec.ClusterIPs) > 0 {
+				fail(o.where, "spec.clusterIPs %v: allocated by the API server", v.Spec.ClusterIPs)
+			}
+			for _, p := range v.Spec.Ports {
+				if p.NodePort != 0 {
+					fail(o.where, "port %s: nodePort %d: allocated by the API server", p.Name, p.NodePort)
+				}
+			}
+		case *appsv1.Deployment:
+			tmpl, replicas = &v.Spec.Template, v.Spec.Replicas
+			if v.Spec.Selector != nil {
+				checkControllerLabels(o.where+" selector", v.Spec.Selector.MatchLabels, fail)
+			}
+		case *appsv1.StatefulSet:
+			tmpl, replicas = &v.Spec.Template, v.Spec.Replicas
+			if v.Spec.Selector != nil {
+				checkControllerLabels(o.where+" selector", v.Spec.Selector.MatchLabels, fail)
+			}
+			for _, c := range v.Spec.VolumeClaimTemplates {
+				if !reflect.ValueOf(c.Status).IsZero() {
+					fail(o.where, "volumeClaimTemplate %s: status is set", c.Name)
+				}
+				if c.Spec.VolumeName != "" {
+					fail(o.where, "volumeClaimTemplate %s: spec.volumeName %s: the volume binder's", c.Name, c.Spec.VolumeName)
+				}
+			}
+		}
+		if tmpl != nil {
+			checkControllerLabels(o.where+" template", tmpl.Labels, fail)
+			if _, ok := tmpl.Annotations["kubectl.kubernetes.io/restartedAt"]; ok {
+				fail(o.where, "template annotation kubectl.kubernetes.io/restartedAt: kubectl rollout restart's")
+			}
+			if tmpl.Spec.NodeName != "" {
+				fail(o.where, "template spec.nodeName %s: the scheduler's", tmpl.Spec.NodeName)
+			}
+			kind := strings.TrimPrefix(fmt.Sprintf("%T", o.obj), "*v1.")
+			if hpa, ok := scaled[kind+"/"+meta.Namespace+"/"+meta.Name]; ok && replicas != nil {
+				fail(o.where, "spec.replicas %d: HorizontalPodAutoscaler %s scales it through the scale subresource, so a re-apply conflicts on .spec.replicas (server-side) or undoes the scaling (client-side); leave replicas out, the HPA's minReplicas sets the floor", *replicas, hpa)
+			}
+		}
+	}
+	return bad
+}
+
+// objectMeta returns an object's metadata and its status, as a value whose
+// IsZero says whether the manifest sets any of it.
+func objectMeta(obj any) (*metav1.ObjectMeta, reflect.Value) {
+	v := reflect.ValueOf(obj).Elem()
+	return v.FieldByName("ObjectMeta").Addr().Interface().(*metav1.ObjectMeta), v.FieldByName("Status")
+}
+
+// checkServerMeta fails on the metadata the API server or a controller
+// writes.
+func checkServerMeta(where string, m *metav1.ObjectMeta, fail func(where, format string, args ...any)) {
+	for name, set := range map[string]bool{
+		"uid":               m.UID != "",
+		"resourceVersion":   m.ResourceVersion != "",
+		"generation":        m.Generation != 0,
+		"creationTimestamp": !m.CreationTimestamp.IsZero(),
+		"deletionTimestamp": m.DeletionTimestamp != nil,
+		"managedFields":     len(m.ManagedFields) > 0,
+		"ownerReferences":   len(m.OwnerReferences) > 0,
+		"finalizers":        len(m.Finalizers) > 0,
+	} {
+		if set {
+			fail(where, "metadata.%s is set: the API server's or a controller's", name)
+		}
+	}
+	for _, a := range []string{
+		"kubectl.kubernetes.io/last-applied-configuration", // client-side apply's record
+		"deployment.kubernetes.io/revision",                // the Deployment controller's
+	} {
+		if _, ok := m.Annotations[a]; ok {
+			fail(where, "annotation %s: written by kubectl or a controller", a)
+		}
+	}
+}
+
+// checkControllerLabels fails on the labels the workload controllers add to
+// the ReplicaSets and pods they create.
+func checkControllerLabels(where string, l map[string]string, fail func(where, format string, args ...any)) {
+	for _, k := range []string{
+		appsv1.DefaultDeploymentUniqueLabelKey, // pod-template-hash
+		appsv1.ControllerRevisionHashLabelKey,  // controller-revision-hash
+		appsv1.StatefulSetPodNameLabel,         // statefulset.kubernetes.io/pod-name
+		appsv1.PodIndexLabel,                   // apps.kubernetes.io/pod-index
+	} {
+		if _, ok := l[k]; ok {
+			fail(where, "label %s: added by the workload controller to what it creates", k)
+		}
+	}
+}
+
+// TestNoFieldOwnedByAController checks that a re-apply, server-side or not,
+// fights no controller: see controllerFields.
+func TestNoFieldOwnedByAController(t *testing.T) {
+	for _, msg := range controllerFields(manifests(t)) {
+		t.Error(msg)
+	}
+}
+
+// TestControllerFieldsRejects shows controllerFields catches what it exists
+// to catch.
+func TestControllerFieldsRejects(t *testing.T) {
+	const hpa = "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: h, namespace: n}\n" +
+		"spec: {scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: w}, maxReplicas: 3}\n---\n"
+	const deploy = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: w, namespace: n}\n"
+	tests := []struct {
+		name, docs, want string
+	}{
+		{"replicas of an HPA's Deployment", hpa + deploy + "spec: {replicas: 2}\n", "spec.replicas 2: HorizontalPodAutoscaler h scales it"},
+		{"replicas of an HPA's StatefulSet", strings.Replace(hpa, "kind: Deployment", "kind: StatefulSet", 1) +
+			"apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: w, namespace: n}\nspec: {replicas: 1}\n", "HorizontalPodAutoscaler h scales it"},
+		{"status", deploy + "status: {replicas: 2}\n", "status is set"},
+		{"claim status", "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: s}\nspec:\n  volumeClaimTemplates: [{metadata: {name: d}, status: {phase: Pending}}]\n", "volumeClaimTemplate d: status"},
+		{"server metadata", "apiVersion: v1\nkind: Namespace\nmetadata: {name: n, resourceVersion: \"7\"}\n", "metadata.resourceVersion"},
+		{"last-applied", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: n\n  annotations: {kubectl.kubernetes.io/last-applied-configuration: \"{}\"}\n", "last-applied-configuration"},
+		{"namespace finalizers", "apiVersion: v1\nkind: Namespace\nmetadata: {name: n}\nspec: {finalizers: [kubernetes]}\n", "namespace controller's"},
+		{"clusterIP", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {clusterIP: 10.0.0.1}\n", "spec.clusterIP 10.0.0.1"},
+		{"nodePort", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {type: NodePort, ports: [{name: p, port: 1, nodePort: 30001}]}\n", "nodePort 30001"},
+		{"pod-template-hash", deploy + "spec: {selector: {matchLabels: {pod-template-hash: abc}}}\n", "label pod-template-hash"},
+		{"nodeName", deploy + "spec: {template: {spec: {nodeName: node-1}}}\n", "the scheduler's"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs, err := decode("test.yaml", strings.NewReader(tt.docs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := controllerFields(objs)
+			if !slices.ContainsFunc(bad, func(m string) bool { return strings.Contains(m, tt.want) }) {
+				t.Errorf("controllerFields = %q, want a message containing %q", bad, tt.want)
+			}
+		})
+	}
+	// The same HPA and Deployment without replicas: nothing to report.
+	objs, err := decode("ok.yaml", strings.NewReader(hpa+deploy+"spec: {template: {metadata: {labels: {app: w}}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := controllerFields(objs); len(bad) > 0 {
+		t.Errorf("controllerFields of a clean HPA target = %q, want none", bad)
 	}
 }
 
