@@ -54,6 +54,8 @@ if [ ! -x "$etcd_bin" ]; then
 fi
 
 log "applying deploy/kubernetes/ to kube-apiserver $k8s_ver"
+out="$ROOT/test-output/test/k8s"
+rm -rf "$out" && mkdir -p "$out" # the last run's logs only
 cd test/k8s
 BATON_TEST_K8S_BIN_DIR="$k8s_bin" BATON_TEST_K8S_ETCD="$etcd_bin" \
-  go test -count=1 -timeout 5m -v -artifacts -outputdir "$ROOT/test-output/test/k8s" "$@" ./...
+  go test -count=1 -timeout 5m -v -artifacts -outputdir "$out" "$@" ./...
