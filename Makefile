@@ -7,7 +7,7 @@ COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker c
 
 .PHONY: help
 help: ## Lists the targets.
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{n[NR] = $$1; d[NR] = $$2; if (length($$1) > w) w = length($$1)} END {for (i = 1; i <= NR; i++) printf "  %-" w "s  %s\n", n[i], d[i]}'
 
 .PHONY: build
 build: ## Builds every binary statically into bin/.
@@ -29,13 +29,17 @@ test: verify ## Runs make verify, then every module's tests under -race, then te
 test-etcd-compat: ## The observer's tests against etcd v3.5 and v3.7 (pinned in test/etcdcompat).
 	@scripts/etcd-compat.sh
 
+.PHONY: test-k8s
+test-k8s: ## Applies deploy/kubernetes/ server-side to a kube-apiserver and kube-controller-manager built from k8s.io/kubernetes (pinned in test/k8s).
+	@scripts/test-k8s.sh
+
 .PHONY: bench
 bench: build ## Runs the benchmarks and writes docs/benchmarks.md.
 	@scripts/bench.sh
 
 .PHONY: run
-run: build ## Starts the embedded stack (etcd in-process + every service).
-	@scripts/run.sh
+run: ## Builds bin/baton-dev and bin/batonctl, then starts the embedded stack (etcd in-process + every service).
+	@scripts/build.sh baton-dev batonctl && scripts/run.sh
 
 .PHONY: up
 up: ## docker compose up -d --build, plus what this machine lacks; waits until healthy.

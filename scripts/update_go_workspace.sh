@@ -11,8 +11,10 @@ gover=$(awk '/^go /{print $2; exit}' proto/go.mod)
   echo
   echo "use ("
   # The etcd compatibility pins stay out: in one workspace graph their
-  # etcd versions would replace the one every service requires.
-  modules | grep -v '^test/etcdcompat/' | sed 's|^|\t./|'
+  # etcd versions would replace the one every service requires. test/k8s
+  # stays out too: its replaces pin k8s.io/api and friends to v0.35.4 for
+  # every module, deploy/kubernetes included.
+  modules | grep -v -e '^test/etcdcompat/' -e '^test/k8s$' | sed 's|^|\t./|'
   echo ")"
   echo
   # etcd's dependencies (go-grpc-middleware v1.3.0, whose go.mod predates

@@ -45,3 +45,15 @@ func TestRunNeedsBinary(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errs.String())
 	}
 }
+
+// TestRunRefusesStrayArguments: `batonbench healthcheck` once started the
+// benchmarks (minutes of work); a word batonbench does not know is a usage
+// error.
+func TestRunRefusesStrayArguments(t *testing.T) {
+	for _, args := range [][]string{{"healthcheck"}, {"-quick", "extra"}} {
+		var out, errs strings.Builder
+		if code := run(args, &out, &errs); code != 2 || !strings.Contains(errs.String(), "unknown argument") || !strings.Contains(errs.String(), "usage:") {
+			t.Errorf("batonbench %v: exit %d, stderr %q; want 2 and a usage line", args, code, errs.String())
+		}
+	}
+}

@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,6 +70,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	pipelineFlags(fs, &c.pipe)
 	fs.IntVar(&c.rounds, "rounds", 0, "rounds of the paired reference/baton workloads, keeping each figure's best (default 2, 1 with -quick)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		// Running the benchmarks anyway would take minutes to answer a typo.
+		fmt.Fprintf(stderr, "batonbench: unknown argument %q\nusage: batonbench [flags]  |  batonbench %s -in FILE.json -out FILE.png\n", fs.Arg(0), plotCmd)
 		return 2
 	}
 	c.dur, c.bigKeys, c.cycleKeys, c.batchKeys = 3*time.Second, 1_000_000, 1_000_000, 2_000_000

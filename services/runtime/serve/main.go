@@ -2,10 +2,13 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/batonrun/baton/services/runtime/flagenv"
@@ -24,6 +27,9 @@ type Command struct {
 	Probe func() (grpcAddr, httpAddr string)
 	// Run serves until ctx is cancelled.
 	Run func(ctx context.Context, log *slog.Logger) error
+	// Usage lists the binary's other subcommands, one usage line each
+	// (e.g. "repair --data-dir DIR [--dry-run]"), for the usage message.
+	Usage []string
 }
 
 // Main is every Baton binary's main: flags (each also from the
@@ -39,8 +45,26 @@ func Main(c Command, args []string) int {
 	fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
 	c.Flags(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\nFlags (each also %s_<FLAG> in the environment):\n", usageLine(c), c.EnvPrefix)
+		fs.PrintDefaults()
+	}
 	if err := flagenv.Parse(fs, c.EnvPrefix, args, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		fmt.Fprintf(os.Stderr, "%s: %v\n", c.Name, err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		// A stray word is a mistake (a subcommand misspelt, a flag without
+		// its dashes): serving anyway would, for the queue, create a data
+		// directory wherever it was run.
+		what := "argument"
+		if !health && len(args) > 0 && args[0] == fs.Arg(0) {
+			what = "subcommand"
+		}
+		fmt.Fprintf(os.Stderr, "%s: unknown %s %q\n%s\n", c.Name, what, fs.Arg(0), usageLine(c))
 		return 2
 	}
 	if health {
@@ -58,10 +82,33 @@ func Main(c Command, args []string) int {
 		fmt.Fprintf(os.Stderr, "%s: --log-level: %v\n", c.Name, err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	log := NewLogger(os.Stderr, lvl)
 	if err := c.Run(SignalContext(), log); err != nil {
 		log.Error(c.Name+" failed", "error", err)
 		return 1
 	}
 	return 0
+}
+
+// usageLine is the one-line usage of c.
+func usageLine(c Command) string {
+	lines := []string{c.Name + " [flags]", c.Name + " healthcheck [flags]"}
+	for _, u := range c.Usage {
+		lines = append(lines, c.Name+" "+u)
+	}
+	return "usage: " + strings.Join(lines, "\n       ")
+}
+
+// NewLogger returns the JSON logger every Baton binary writes with, at
+// level. Durations are written as Go duration strings ("1.5s"), as etcd
+// writes them, not as integers of nanoseconds.
+func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}))
+}
+
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

@@ -40,6 +40,11 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "baton-dev:", err)
 		return 2
 	}
+	if fs.NArg() > 0 {
+		// Serving anyway would hide a misspelt flag behind a running stack.
+		fmt.Fprintf(os.Stderr, "baton-dev: unknown argument %q\nusage: baton-dev [flags] (baton-dev -h lists them)\n", fs.Arg(0))
+		return 2
+	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		fmt.Fprintln(os.Stderr, "baton-dev: --log-level:", err)

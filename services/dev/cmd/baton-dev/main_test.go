@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -242,5 +243,23 @@ func TestKillAndRestart(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("baton-dev did not stop within 60s of Ctrl-C\n%s", second.stderr)
+	}
+}
+
+// TestStrayArgumentsAreRefused: `baton-dev bogus --foo` once started the
+// whole stack; a word it does not know, or a flag it does not have, is a
+// usage error (exit 2) with a usage line, and nothing starts.
+func TestStrayArgumentsAreRefused(t *testing.T) {
+	for _, args := range [][]string{{"bogus", "--foo"}, {"--data-dir", t.TempDir(), "extra"}, {"--no-such-flag"}} {
+		cmd := exec.Command(binary, args...)
+		cmd.Dir = t.TempDir()
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "usage") && !strings.Contains(string(out), "flag provided but not defined") {
+			t.Errorf("baton-dev %v: %v, output %q; want exit 2 and a usage message", args, err, out)
+		}
+		if entries, _ := os.ReadDir(cmd.Dir); len(entries) != 0 {
+			t.Errorf("baton-dev %v created %v in its directory", args, entries)
+		}
 	}
 }

@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -35,18 +36,28 @@ func run(args []string) int {
 		Flags:     cfg.RegisterFlags,
 		Probe:     func() (string, string) { return cfg.GRPCAddr, cfg.HTTPAddr },
 		Run:       func(ctx context.Context, log *slog.Logger) error { return service.Run(ctx, cfg, log) },
+		Usage:     []string{repairUsage},
 	}, args)
 }
+
+const repairUsage = "repair --data-dir DIR [--dry-run]"
 
 func repair(args []string) int {
 	fs := flag.NewFlagSet("baton-queue repair", flag.ContinueOnError)
 	dir := fs.String("data-dir", service.DefaultConfig().DataDir, "the queue's data directory")
 	dry := fs.Bool("dry-run", false, "report the damage, change nothing")
 	if err := flagenv.Parse(fs, "BATON_QUEUE", args, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		fmt.Fprintf(os.Stderr, "baton-queue repair: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "baton-queue repair: unknown argument %q\nusage: baton-queue %s\n", fs.Arg(0), repairUsage)
+		return 2
+	}
+	log := serve.NewLogger(os.Stderr, slog.LevelInfo)
 	if err := service.Repair(*dir, *dry, os.Stdout, log); err != nil {
 		fmt.Fprintf(os.Stderr, "baton-queue repair: %v\n", err)
 		return 1
