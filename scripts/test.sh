@@ -12,6 +12,14 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
+# The Python worker's test (services/dev/stack) runs examples/python-worker
+# on Debian's python3 and its gRPC packages (grpc_tools imports pkg_resources).
+if ! /usr/bin/python3 -c 'import grpc, grpc_tools.protoc, google.protobuf' >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  log "installing python3-grpcio and python3-grpc-tools for the Python worker's test"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    python3 python3-grpcio python3-grpc-tools python3-protobuf python3-pkg-resources >/dev/null
+fi
+
 # Every module runs even when one fails, so one run shows every failure.
 failed=()
 for m in $(modules); do

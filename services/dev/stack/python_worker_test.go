@@ -1,0 +1,297 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/client"
+)
+
+// pythonWorker is examples/python-worker, a worker written in Python.
+var pythonWorker = filepath.Join("..", "..", "..", "examples", "python-worker")
+
+// pythonPackages are Debian's packages the Python worker and its stub
+// generator need; scripts/test.sh installs them when it runs as root.
+const pythonPackages = "python3-grpcio python3-grpc-tools python3-protobuf python3-pkg-resources"
+
+// findPython returns an interpreter that has grpcio, grpcio-tools and
+// protobuf: $BATON_PYTHON, else the first of python3 on PATH and Debian's
+// /usr/bin/python3 that has them (a pyenv or venv python3 first on PATH does
+// not see Debian's packages). There is no skip: CI must run this test.
+func findPython(t *testing.T) string {
+	t.Helper()
+	const probe = "import grpc, grpc_tools.protoc, google.protobuf"
+	candidates := []string{"python3", "/usr/bin/python3"}
+	if p := os.Getenv("BATON_PYTHON"); p != "" {
+		candidates = []string{p}
+	}
+	var tried []string
+	for _, c := range candidates {
+		p, err := exec.LookPath(c)
+		if err != nil {
+			tried = append(tried, c+": not found")
+			continue
+		}
+		out, err := exec.Command(p, "-c", probe).CombinedOutput()
+		if err == nil {
+			return p
+		}
+		tried = append(tried, fmt.Sprintf("%s: %s", p, lastLine(out)))
+	}
+	t.Fatalf("no python3 with grpcio, grpcio-tools and protobuf (%s).\n"+
+		"Install Debian's packages: apt-get install %s (scripts/test.sh does, as root);\n"+
+		"BATON_PYTHON names another interpreter.", strings.Join(tried, "; "), pythonPackages)
+	return ""
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
+
+// startStackWithRules is startStack with the observer reading a rules file.
+func startStackWithRules(t *testing.T, dir, rulesFile string) *running {
+	t.Helper()
+	var err error
+	for range 3 {
+		cfg := DefaultConfig()
+		cfg.FreePorts()
+		cfg.DataDir = dir
+		cfg.UnsafeNoFsync = true
+		cfg.Observer.RulesFile = rulesFile
+		cfg.Queue.GracePeriod, cfg.Observer.GracePeriod, cfg.Worker.GracePeriod = 5*time.Second, 5*time.Second, 5*time.Second
+		ready := make(chan Endpoints, 1)
+		cfg.OnReady = func(e Endpoints) { ready <- e }
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- Run(ctx, cfg, nil) }()
+		select {
+		case ep := <-ready:
+			r := &running{ep: ep}
+			r.stop = func() {
+				cancel()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Errorf("stack stopped with: %v", err)
+					}
+				case <-time.After(60 * time.Second):
+					t.Error("stack did not stop within 60s")
+				}
+			}
+			t.Cleanup(r.stop)
+			return r
+		case err = <-done:
+			cancel()
+		case <-time.After(90 * time.Second):
+			cancel()
+			<-done
+			err = errors.New("not ready after 90s")
+		}
+		t.Logf("start: %v; retrying", err)
+	}
+	t.Fatalf("stack did not start: %v", err)
+	return nil
+}
+
+// etcdJSON posts one request to etcd's JSON gateway, the one the Python
+// worker writes through.
+func etcdJSON(t *testing.T, endpoint, path string, req, resp any) {
+	t.Helper()
+	body, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr, err := http.Post(endpoint+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hr.Body.Close()
+	if hr.StatusCode != http.StatusOK {
+		t.Fatalf("etcd %s: %s", path, hr.Status)
+	}
+	if err := json.NewDecoder(hr.Body).Decode(resp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+func putGreeting(t *testing.T, endpoint, name, spec string, generation int) {
+	t.Helper()
+	obj := fmt.Sprintf(`{"kind":"Greeting","metadata":{"name":%q,"namespace":"default","uid":"uid-%s","generation":%d},"spec":%s}`,
+		name, name, generation, spec)
+	var resp map[string]any
+	etcdJSON(t, endpoint, "/v3/kv/put", map[string]string{"key": b64("/registry/greetings/default/" + name), "value": b64(obj)}, &resp)
+}
+
+// greetingStatus returns the status of a Greeting as JSON ("" if it has none).
+func greetingStatus(t *testing.T, endpoint, name string) string {
+	t.Helper()
+	var resp struct {
+		Kvs []struct {
+			Value []byte `json:"value"` // base64 in JSON
+		} `json:"kvs"`
+	}
+	etcdJSON(t, endpoint, "/v3/kv/range", map[string]string{"key": b64("/registry/greetings/default/" + name)}, &resp)
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	var obj struct {
+		Status json.RawMessage `json:"status"`
+	}
+	if err := json.Unmarshal(resp.Kvs[0].Value, &obj); err != nil {
+		t.Fatal(err)
+	}
+	return string(obj.Status)
+}
+
+// TestPythonWorker runs examples/python-worker/worker.py, a worker in
+// another language than the servers', against the embedded stack: the stubs
+// are generated from proto/ by its generate.sh, the observer announces
+// Greetings from etcd, and the Python process leases, reconciles (through
+// the observer's cache, writing status with a compare-and-swap), heartbeats
+// a reconcile longer than its lease, acks one malformed object as terminal,
+// and stops cleanly on SIGTERM.
+func TestPythonWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole stack and a Python process")
+	}
+	python := findPython(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+
+	// The stubs, generated from scratch as a user would.
+	stubs := filepath.Join(dir, "gen")
+	gen := exec.CommandContext(ctx, "bash", filepath.Join(pythonWorker, "generate.sh"), stubs)
+	gen.Env = append(os.Environ(), "PYTHON="+python)
+	if out, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("generate.sh: %v\n%s", err, out)
+	}
+
+	rules := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, []byte("rules:\n  - queue: greetings\n    prefix: /registry/greetings/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startStackWithRules(t, filepath.Join(dir, "stack"), rules)
+	etcd := s.ep.Etcd
+
+	putGreeting(t, etcd, "hi", `{"name":"world"}`, 1)
+	putGreeting(t, etcd, "bad", `{}`, 1)
+	// Longer than the lease below: only heartbeats keep it.
+	putGreeting(t, etcd, "slow", `{"name":"tortoise","workSeconds":4}`, 1)
+
+	logPath := filepath.Join(dir, "worker.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	worker := exec.CommandContext(ctx, python, filepath.Join(pythonWorker, "worker.py"),
+		"--queue-addr", s.ep.QueueGRPC, "--observer-addr", s.ep.ObserverGRPC, "--etcd-endpoints", etcd,
+		"--stubs", stubs, "--worker", "python-test", "--lease-duration", "1.5")
+	worker.Stdout, worker.Stderr = logFile, logFile
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = worker.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = worker.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("worker.py's log:\n%s", b)
+		}
+	})
+
+	q, err := client.Dial(s.ep.QueueGRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	stats := func() string {
+		st, err := q.Stats(ctx, "greetings")
+		if err != nil || len(st) != 1 {
+			return fmt.Sprintf("stats: %v", err)
+		}
+		return fmt.Sprintf("pending=%d delayed=%d leased=%d parked=%d lease_expirations=%d",
+			st[0].GetPending(), st[0].GetDelayed(), st[0].GetLeased(), st[0].GetParked(), st[0].GetLeaseExpirationsTotal())
+	}
+	const converge = 60 * time.Second
+	converged := func(want map[string]string, parked int) func() (bool, string) {
+		return func() (bool, string) {
+			var saw []string
+			ok := true
+			for name, w := range want {
+				got := greetingStatus(t, etcd, name)
+				ok = ok && got == w
+				saw = append(saw, name+": "+got)
+			}
+			st := stats()
+			ok = ok && st == fmt.Sprintf("pending=0 delayed=0 leased=0 parked=%d lease_expirations=0", parked)
+			return ok, strings.Join(append(saw, st), "\n")
+		}
+	}
+	eventually(t, converge, "the greetings greeted and the queue drained but for bad", converged(map[string]string{
+		"hi":   `{"message":"hello, world","observedGeneration":1}`,
+		"slow": `{"message":"hello, tortoise","observedGeneration":1}`,
+		"bad":  "",
+	}, 1))
+	item, err := q.Inspect(ctx, "greetings", "default/bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := item.GetState().String(); got != "ITEM_STATE_PARKED" || item.GetLastError() != "spec.name is empty" {
+		t.Errorf("default/bad: %s, last_error %q; want ITEM_STATE_PARKED, %q", got, item.GetLastError(), "spec.name is empty")
+	}
+
+	// A change is announced again and reconciled from the current state; the
+	// parked key comes back once its object changes.
+	putGreeting(t, etcd, "hi", `{"name":"python"}`, 2)
+	putGreeting(t, etcd, "bad", `{"name":"fixed"}`, 2)
+	eventually(t, converge, "the changes reconciled", converged(map[string]string{
+		"hi":  `{"message":"hello, python","observedGeneration":2}`,
+		"bad": `{"message":"hello, fixed","observedGeneration":2}`,
+	}, 0))
+
+	// SIGTERM: it stops leasing and exits 0.
+	if err := worker.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("worker.py exited with %v after SIGTERM, want 0", waitErr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("worker.py still running 30s after SIGTERM")
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"acked key=default/hi outcome=success", "terminal key=default/bad: spec.name is empty", "stopped"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("worker.py's log lacks %q", want)
+		}
+	}
+}
