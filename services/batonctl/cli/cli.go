@@ -20,9 +20,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -70,12 +73,16 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 	fs.StringVar(&a.queueAddr, "queue-addr", DefaultQueueAddr, "the queue's gRPC address (host:port)")
 	fs.StringVar(&a.observerAddr, "observer-addr", DefaultObserverAddr, "the observer's gRPC address (host:port)")
 	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "how long to wait for a server before giving up")
-	fs.Usage = func() { usage(stdio.Stderr, fs) }
-	if err := flagenv.Parse(fs, EnvPrefix, args, stdio.Lookup); err != nil {
+	// The flag package would print its own line and the usage beside
+	// batonctl's one error line; -h prints the usage below.
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	if err := flagenv.Parse(fs, EnvPrefix, hoistGlobals(fs, args), stdio.Lookup); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage(stdio.Stdout, fs)
 			return 0
 		}
-		fmt.Fprintln(stdio.Stderr, "error:", err)
+		fmt.Fprintf(stdio.Stderr, "error: %v (batonctl help lists the flags)\n", err)
 		return 2
 	}
 	defer a.close()
@@ -90,8 +97,7 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 	}
 	run, ok := commands[cmd]
 	if !ok {
-		fmt.Fprintf(stdio.Stderr, "error: unknown command %q\n", cmd)
-		usage(stdio.Stderr, fs)
+		fmt.Fprintf(stdio.Stderr, "error: unknown command %q (batonctl help lists the commands)\n", cmd)
 		return 2
 	}
 	err := run(ctx, a, rest)
@@ -150,6 +156,34 @@ Global flags (also BATON_BATONCTL_<FLAG> in the environment):
 	fs.PrintDefaults()
 }
 
+// hoistGlobals moves the global flags that follow the command to the front,
+// so `batonctl get pods --etcd-endpoints URL` works as kubectl and etcdctl
+// do. Everything after "--" stays where it is.
+func hoistGlobals(fs *flag.FlagSet, args []string) []string {
+	var globals, rest []string
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if !strings.HasPrefix(arg, "-") || name == "" || fs.Lookup(name) == nil {
+			rest = append(rest, arg)
+			continue
+		}
+		globals = append(globals, "--"+name)
+		switch {
+		case hasValue:
+			globals = append(globals, value)
+		case i+1 < len(args):
+			i++
+			globals = append(globals, args[i])
+		}
+	}
+	return append(globals, rest...)
+}
+
 // usageError is a mistake in the command line (exit status 2).
 type usageError struct{ msg string }
 
@@ -204,6 +238,17 @@ func (a *app) etcd(ctx context.Context) (*clientv3.Client, error) {
 	if len(eps) == 0 {
 		return nil, usagef("--etcd-endpoints is empty")
 	}
+	var hosts []string
+	for _, e := range eps {
+		if u, err := url.Parse(e); err == nil && u.Host != "" {
+			hosts = append(hosts, u.Host)
+		} else {
+			hosts = append(hosts, e)
+		}
+	}
+	if err := refused("etcd", a.etcdEndpoints, "--etcd-endpoints", hosts...); err != nil {
+		return nil, err
+	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints: eps, DialTimeout: a.timeout, Logger: zap.NewNop(),
 		DialKeepAliveTime: 30 * time.Second,
@@ -227,7 +272,9 @@ func (a *app) queue() (*queueclient.Client, error) {
 	if a.queueClient != nil {
 		return a.queueClient, nil
 	}
-	c, err := queueclient.Dial(a.queueAddr)
+	// One attempt: a command line answers now, it does not wait out a
+	// restart (the client's default retries Unavailable until the deadline).
+	c, err := queueclient.Dial(a.queueAddr, queueclient.WithBackoff(queueclient.Backoff{Attempts: 1}))
 	if err != nil {
 		return nil, a.unreachable("the queue", a.queueAddr, "--queue-addr", err)
 	}
@@ -246,6 +293,26 @@ func (a *app) observer() (observerv1.ObserverServiceClient, error) {
 	return observerv1.NewObserverServiceClient(a.obsConn), nil
 }
 
+// refused fails at once, naming the server and the flag, when every one of
+// addrs refuses a connection: nothing listens there, and waiting out the
+// timeout (the etcd client retries until it ends) would only end in
+// "context deadline exceeded". An address that does not refuse (or does not
+// answer within a second) is left to the real call. gRPC calls need no
+// probe: without WaitForReady a refused connection fails the call at once.
+func refused(what, flagValue, flagName string, addrs ...string) error {
+	for _, addr := range addrs {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil
+		}
+	}
+	return &unreachableError{msg: fmt.Sprintf("connection refused: is %s running at %s? (set %s)", what, flagValue, flagName), err: syscall.ECONNREFUSED}
+}
+
 // unreachable words a connection failure so that it names the endpoint and
 // the flag that sets it. Errors that are not about reaching the server pass
 // through unchanged.
@@ -254,6 +321,9 @@ func (a *app) unreachable(what, addr, flagName string, err error) error {
 		return nil
 	}
 	if isUnreachable(err) {
+		if strings.Contains(err.Error(), "connection refused") {
+			return &unreachableError{msg: fmt.Sprintf("connection refused: is %s running at %s? (set %s)", what, addr, flagName), err: err}
+		}
 		return &unreachableError{msg: fmt.Sprintf("cannot reach %s at %s (set %s): %s", what, addr, flagName, flatten(err)), err: err}
 	}
 	return err
@@ -302,14 +372,19 @@ func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
 // arguments (kubectl accepts `get deploy web -o yaml`), and returns the
 // positional arguments. "--" ends the flags.
 func parse(fs *flag.FlagSet, args []string, out io.Writer) ([]string, error) {
-	fs.SetOutput(out)
+	// The flag package would print its own line and the usage beside the
+	// one error line batonctl prints; -h prints the flags.
+	fs.SetOutput(io.Discard)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(out)
+				fmt.Fprintf(out, "Flags of batonctl %s:\n", fs.Name())
+				fs.PrintDefaults()
 				return nil, flag.ErrHelp
 			}
-			return nil, usageError{err.Error()}
+			return nil, usageError{fmt.Sprintf("%v (batonctl %s -h lists its flags)", err, fs.Name())}
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

@@ -229,11 +229,12 @@ func TestErrors(t *testing.T) {
 		{name: "missing file", e: live, args: []string{"apply", "-f", dir + "/nope.yaml"}, wantCode: 1, want: "nope.yaml: no such file or directory"},
 		{name: "apply without -f", e: live, args: []string{"apply"}, wantCode: 2, want: "usage: batonctl apply -f"},
 		{name: "unreachable etcd", e: dead, args: []string{"apply", "-f", good}, wantCode: 1,
-			want: "cannot reach etcd at http://127.0.0.1:1 (set --etcd-endpoints)"},
-		{name: "unreachable etcd on get", e: dead, args: []string{"get", "pods"}, wantCode: 1, want: "cannot reach etcd at http://127.0.0.1:1"},
+			want: "connection refused: is etcd running at http://127.0.0.1:1? (set --etcd-endpoints)"},
+		{name: "unreachable etcd on get", e: dead, args: []string{"get", "pods"}, wantCode: 1, want: "connection refused: is etcd running at http://127.0.0.1:1?"},
 		{name: "unreachable queue", e: live, args: []string{"queue", "stats"}, wantCode: 1,
-			want: "cannot reach the queue at 127.0.0.1:1 (set --queue-addr)"},
-		{name: "unreachable queue on watch", e: live, args: []string{"watch", "--once"}, wantCode: 1, want: "cannot reach the queue at 127.0.0.1:1"},
+			want: "connection refused: is the queue running at 127.0.0.1:1? (set --queue-addr)"},
+		{name: "unreachable queue on watch", e: live, args: []string{"watch", "--once"}, wantCode: 1, want: "connection refused: is the queue running at 127.0.0.1:1?"},
+		{name: "unknown global flag", e: live, args: []string{"--bogus", "get", "pods"}, wantCode: 2, want: "flag provided but not defined: -bogus"},
 		{name: "unknown resource", e: live, args: []string{"get", "foos"}, wantCode: 2, want: `unknown resource "foos"`},
 		{name: "unknown command", e: live, args: []string{"frobnicate"}, wantCode: 2, want: `unknown command "frobnicate"`},
 		{name: "unknown flag", e: live, args: []string{"get", "pods", "--bogus"}, wantCode: 2, want: "flag provided but not defined: -bogus"},
@@ -252,6 +253,11 @@ func TestErrors(t *testing.T) {
 			r := tc.e.run(t, "", args...)
 			if r.code != tc.wantCode || !strings.Contains(r.stderr, tc.want) {
 				t.Errorf("exit %d, want %d; stderr:\n%s\nwant it to contain:\n%s", r.code, tc.wantCode, r.stderr, tc.want)
+			}
+			// Each error once, and nothing else (the flag package used to
+			// print its own line and the usage beside batonctl's).
+			if n := strings.Count(r.stderr, tc.want); n != 1 || strings.Contains(r.stderr, "Usage") {
+				t.Errorf("stderr says it %d times, or with a usage dump:\n%s", n, r.stderr)
 			}
 		})
 	}
@@ -466,5 +472,41 @@ func TestHelp(t *testing.T) {
 	}
 	if r := runCtx(t, t.Context(), ""); r.code != 2 || !strings.Contains(r.stderr, "Commands:") {
 		t.Errorf("no command: %+v", r)
+	}
+}
+
+// TestGlobalFlagsAfterTheCommand: global flags may follow the command, as
+// kubectl's and etcdctl's do, in every spelling.
+func TestGlobalFlagsAfterTheCommand(t *testing.T) {
+	etcd := startEtcd(t)
+	for _, args := range [][]string{
+		{"get", "pods", "--etcd-endpoints", etcd},
+		{"get", "--etcd-endpoints=" + etcd, "pods"},
+		{"get", "pods", "-etcd-endpoints", etcd, "-A"},
+		{"--timeout", "3s", "get", "pods", "--etcd-endpoints", etcd},
+	} {
+		// The defaults point at nothing: only the hoisted flag can work.
+		r := runCtx(t, t.Context(), "", append([]string{"--etcd-endpoints", "http://" + deadAddr}, args...)...)
+		if r.code != 0 {
+			t.Errorf("batonctl %v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestRefusedAtOnce: when nothing listens at an address, batonctl says so
+// at once instead of waiting out its timeout for "context deadline
+// exceeded" (the timeout here is a minute; a refusal takes milliseconds).
+func TestRefusedAtOnce(t *testing.T) {
+	etcd := startEtcd(t)
+	for _, args := range [][]string{
+		{"--timeout", "1m", "--etcd-endpoints", "http://" + deadAddr, "get", "pods"},
+		{"--timeout", "1m", "--queue-addr", deadAddr, "queue", "stats"},
+		{"--timeout", "1m", "--etcd-endpoints", etcd, "--queue-addr", deadAddr, "watch", "--once"},
+	} {
+		start := time.Now()
+		r := runCtx(t, t.Context(), "", args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "connection refused: is ") || time.Since(start) > 30*time.Second {
+			t.Errorf("batonctl %v: exit %d after %v, stderr %q", args, r.code, time.Since(start), r.stderr)
+		}
 	}
 }

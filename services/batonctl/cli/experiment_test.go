@@ -89,7 +89,7 @@ func TestExperimentCommand(t *testing.T) {
 
 	// Nothing answers: the error names the endpoint and its flag.
 	r = env{etcd: e.etcd}.run(t, "", "experiment", "repeat")
-	if r.code != 1 || !strings.Contains(r.stderr, "cannot reach the queue at "+deadAddr+" (set --queue-addr)") {
+	if r.code != 1 || !strings.Contains(r.stderr, "connection refused: is the queue running at "+deadAddr+"? (set --queue-addr)") {
 		t.Errorf("no queue: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
