@@ -192,7 +192,7 @@ func TestPythonWorker(t *testing.T) {
 	putGreeting(t, etcd, "hi", `{"name":"world"}`, 1)
 	putGreeting(t, etcd, "bad", `{}`, 1)
 	// Longer than the lease below: only heartbeats keep it.
-	putGreeting(t, etcd, "slow", `{"name":"tortoise","workSeconds":4}`, 1)
+	putGreeting(t, etcd, "slow", `{"name":"tortoise","workSeconds":5}`, 1)
 
 	logPath := filepath.Join(dir, "worker.log")
 	logFile, err := os.Create(logPath)
@@ -202,7 +202,7 @@ func TestPythonWorker(t *testing.T) {
 	defer logFile.Close()
 	worker := exec.CommandContext(ctx, python, filepath.Join(pythonWorker, "worker.py"),
 		"--queue-addr", s.ep.QueueGRPC, "--observer-addr", s.ep.ObserverGRPC, "--etcd-endpoints", etcd,
-		"--stubs", stubs, "--worker", "python-test", "--lease-duration", "1.5")
+		"--stubs", stubs, "--worker", "python-test", "--lease-duration", "2")
 	worker.Stdout, worker.Stderr = logFile, logFile
 	if err := worker.Start(); err != nil {
 		t.Fatal(err)
