@@ -38,8 +38,12 @@ bench: build ## Runs the benchmarks and writes docs/benchmarks.md.
 	@scripts/bench.sh
 
 .PHONY: run
-run: ## Builds bin/baton-dev and bin/batonctl, then starts the embedded stack (etcd in-process + every service).
-	@scripts/build.sh baton-dev batonctl && scripts/run.sh
+run: ## Builds bin/baton-dev and bin/batonctl, then starts the embedded stack (etcd in-process + every service); ARGS go to baton-dev.
+	@scripts/build.sh baton-dev batonctl && scripts/run.sh $(ARGS)
+
+.PHONY: etcdctl
+etcdctl: ## Builds bin/etcdctl from the etcd module deploy/etcd pins (for objects of your own kinds).
+	@cd deploy/etcd && GOWORK=off CGO_ENABLED=0 go build -trimpath -o ../../bin/etcdctl go.etcd.io/etcd/etcdctl/v3
 
 .PHONY: up
 up: ## docker compose up -d --build, plus what this machine lacks; waits until healthy.

@@ -32,6 +32,7 @@ func run(args []string) int {
 	fs.IntVar(&cfg.Worker.Concurrency, "concurrency", cfg.Worker.Concurrency, "keys reconciled at once, per controller")
 	fs.IntVar(&cfg.Queue.MaxAttempts, "max-attempts", cfg.Queue.MaxAttempts, "park a key after this many failures (0 = never)")
 	fs.DurationVar(&cfg.Observer.Resync, "resync", cfg.Observer.Resync, "re-announce every object this often (0 = off)")
+	fs.StringVar(&cfg.Observer.RulesFile, "rules", cfg.Observer.RulesFile, "the observer's YAML rules file (default: the built-in rules of the reference controllers; `builtin: true` in the file keeps them)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := flagenv.Parse(fs, "BATON_DEV", args, nil); err != nil {
 		if err == flag.ErrHelp {

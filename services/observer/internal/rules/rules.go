@@ -4,14 +4,15 @@
 // of its owners of that kind (metadata.ownerReferences).
 //
 // The built-in rules serve the reference controllers; a YAML file replaces
-// them:
+// them, or, with `builtin: true`, adds to them:
 //
+//	builtin: true          # optional: keep the reference controllers' rules
 //	rules:
-//	  - queue: replicasets
-//	    prefix: /registry/replicasets/
-//	  - queue: replicasets
+//	  - queue: greetings
+//	    prefix: /registry/greetings/
+//	  - queue: greetings
 //	    prefix: /registry/pods/
-//	    ownerKind: ReplicaSet
+//	    ownerKind: Greeting
 //
 // Parse refuses a bad file with the line of the problem and the reason.
 package rules
@@ -160,26 +161,38 @@ func Parse(name string, data []byte) ([]Rule, []string, error) {
 		return fail(root.Line, "want a mapping with a rules list, not %s", kindString(root))
 	}
 	var list *yaml.Node
+	builtin := false
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
-		if k.Value != "rules" {
-			return fail(k.Line, "unknown field %q (want rules)", k.Value)
+		switch k.Value {
+		case "rules":
+			list = v
+		case "builtin":
+			if v.Kind != yaml.ScalarNode || (v.Value != "true" && v.Value != "false") {
+				return fail(v.Line, "builtin must be true or false")
+			}
+			builtin = v.Value == "true"
+		default:
+			return fail(k.Line, "unknown field %q (want rules or builtin)", k.Value)
 		}
-		list = v
-	}
-	if list == nil {
-		return fail(root.Line, "no rules list")
-	}
-	if list.Kind != yaml.SequenceNode {
-		return fail(list.Line, "rules must be a list, not %s", kindString(list))
-	}
-	if len(list.Content) == 0 {
-		return fail(list.Line, "rules is empty: an observer without rules has nothing to do")
 	}
 	var (
 		out      []Rule
 		warnings []string
 	)
+	if builtin {
+		out = Builtin()
+	}
+	switch {
+	case list == nil && builtin:
+		return out, nil, nil
+	case list == nil:
+		return fail(root.Line, "no rules list (and no builtin: true)")
+	case list.Kind != yaml.SequenceNode:
+		return fail(list.Line, "rules must be a list, not %s", kindString(list))
+	case len(list.Content) == 0 && !builtin:
+		return fail(list.Line, "rules is empty: an observer without rules has nothing to do")
+	}
 	for _, item := range list.Content {
 		if item.Kind != yaml.MappingNode {
 			return fail(item.Line, "a rule must be a mapping with queue, prefix and optional ownerKind, not %s", kindString(item))
@@ -231,13 +244,17 @@ func Parse(name string, data []byte) ([]Rule, []string, error) {
 			return fail(item.Line, "rule has no prefix")
 		}
 		for _, o := range out {
+			where := fmt.Sprintf("line %d", o.Line)
+			if o.Line == 0 {
+				where = "a built-in rule"
+			}
 			if o.Queue == r.Queue && o.Prefix == r.Prefix && o.OwnerKind == r.OwnerKind {
-				return fail(r.Line, "duplicate rule (same as line %d)", o.Line)
+				return fail(r.Line, "duplicate rule (same as %s)", where)
 			}
 			// One watch per prefix keeps one cache entry per key; nested
 			// prefixes would watch and cache the same keys twice.
 			if o.Prefix != r.Prefix && (strings.HasPrefix(o.Prefix, r.Prefix) || strings.HasPrefix(r.Prefix, o.Prefix)) {
-				return fail(r.Line, "prefix %s overlaps prefix %s of line %d; use the same prefix for both", r.Prefix, o.Prefix, o.Line)
+				return fail(r.Line, "prefix %s overlaps prefix %s of %s; use the same prefix for both", r.Prefix, o.Prefix, where)
 			}
 		}
 		out = append(out, r)

@@ -130,3 +130,29 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestParseBuiltin: `builtin: true` keeps the reference controllers' rules
+// and adds the file's, checked against them.
+func TestParseBuiltin(t *testing.T) {
+	rs, _, err := Parse("r.yaml", []byte("builtin: true\nrules:\n  - queue: greetings\n    prefix: /registry/greetings/\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != len(Builtin())+1 || rs[len(rs)-1].Queue != "greetings" || rs[0] != Builtin()[0] {
+		t.Fatalf("rules %v, want the built-in ones and greetings", rs)
+	}
+	if rs, _, err := Parse("r.yaml", []byte("builtin: true\n")); err != nil || len(rs) != len(Builtin()) {
+		t.Fatalf("builtin alone: %v %v", rs, err)
+	}
+	for _, c := range []struct{ file, want string }{
+		{"builtin: true\nrules:\n  - queue: pods\n    prefix: /registry/pods/\n", "r.yaml:3: duplicate rule (same as a built-in rule)"},
+		{"builtin: true\nrules:\n  - queue: x\n    prefix: /registry/pods/sub/\n", "r.yaml:3: prefix /registry/pods/sub/ overlaps prefix /registry/pods/ of a built-in rule"},
+		{"builtin: yes\n", "r.yaml:1: builtin must be true or false"},
+		{"builtin: false\nrules: []\n", "r.yaml:2: rules is empty"},
+		{"builtin: false\n", "no rules list"},
+	} {
+		if _, _, err := Parse("r.yaml", []byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.file, err, c.want)
+		}
+	}
+}
