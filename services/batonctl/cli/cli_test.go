@@ -460,6 +460,53 @@ func TestStatusWorkerDefault(t *testing.T) {
 	}
 }
 
+// TestStatusShowsWorkersTheQueueSaw: workers that publish no port (under
+// compose) are still reported, from the queue's view: every worker that
+// asked for keys lately, with what it holds.
+func TestStatusShowsWorkersTheQueueSaw(t *testing.T) {
+	qaddr, qhttp := startQueue(t)
+	e := env{etcd: startEtcd(t), queue: qaddr}
+	saved := defaultWorkerHTTP
+	defaultWorkerHTTP = deadAddr
+	t.Cleanup(func() { defaultWorkerHTTP = saved })
+	c, err := queueclient.Dial(qaddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	for _, q := range []string{"replicasets", "pods"} {
+		if _, err := c.Add(ctx, q, []string{"default/web"}, queueclient.AddOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ls, err := c.Lease(ctx, "replicasets", queueclient.LeaseOptions{Worker: "compose-worker-1"}); err != nil || len(ls) != 1 {
+		t.Fatalf("lease: %v %v", ls, err)
+	}
+	if _, err := c.Lease(ctx, "pods", queueclient.LeaseOptions{Worker: "compose-worker-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lease(ctx, "pods", queueclient.LeaseOptions{Worker: "compose-worker-2", MaxItems: 0}); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	eventually(t, 15*time.Second, "queue reported OK", func() bool {
+		r = e.run(t, "", "status", "--queue-http-addr", qhttp, "--observer-http-addr", deadAddr)
+		return hasRow(r.stdout, "queue", qaddr+",", "http://"+qhttp, "OK")
+	})
+	for _, want := range [][]string{
+		{"worker", "seen", "by", "the", "queue", "as", "compose-worker-1", "OK", "2", "leased;", "leases", "from", "pods,", "replicasets;"},
+		{"worker", "seen", "by", "the", "queue", "as", "compose-worker-2", "OK", "0", "leased;", "leases", "from", "pods;"},
+	} {
+		if !hasRow(r.stdout, want...) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "not probed") {
+		t.Errorf("status says no worker was probed though the queue saw two:\n%s", r.stdout)
+	}
+}
+
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"--help"}, {"get", "-h"}} {
 		r := runCtx(t, t.Context(), "", args...)

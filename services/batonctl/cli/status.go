@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"github.com/batonrun/baton/services/batonctl/internal/printer"
@@ -86,7 +87,12 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 		return grpcAddr + ", http://" + httpAddr
 	}
 
-	report("queue", endpoint(a.queueAddr, *queueHTTP), probe("queue", a.queueAddr, *queueHTTP), "grpc health SERVING, /readyz ok")
+	queueErr := probe("queue", a.queueAddr, *queueHTTP)
+	report("queue", endpoint(a.queueAddr, *queueHTTP), queueErr, "grpc health SERVING, /readyz ok")
+	var workers []workerSeen
+	if queueErr == nil {
+		workers = a.workersSeen(ctx)
+	}
 
 	// The observer: health, then how far its cache trails etcd.
 	var prefixes []*observerv1.PrefixStatus
@@ -118,12 +124,29 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 			report("observer", endpoint(a.observerAddr, *observerHTTP), nil, detail)
 		}
 	}
+	// The workers as the queue sees them: every one that asked for keys in
+	// the last two minutes or holds a lease, wherever it runs (compose's
+	// workers publish no port).
+	for _, w := range workers {
+		detail := fmt.Sprintf("%d leased; leases from %s", w.leased, strings.Join(w.queues, ", "))
+		if !w.last.IsZero() {
+			detail += fmt.Sprintf("; last Lease %s ago", a.now().Sub(w.last).Round(time.Second))
+		}
+		health := "OK"
+		if w.leased == 0 && a.now().Sub(w.last) > time.Minute {
+			health = "STALE" // no Lease for a minute: a live worker long-polls every few seconds
+		}
+		tbl.Row("worker", "seen by the queue as "+w.name, health, detail)
+	}
 	if *workerHTTP != "" {
 		err := probe("worker", "", *workerHTTP)
 		if errors.Is(err, syscall.ECONNREFUSED) && !flagSet(fs, "worker-http-addr") {
 			// Workers scale and publish no port (under compose, for one),
-			// so an empty default address says nothing about their health.
-			tbl.Row("worker", endpoint("", *workerHTTP), "-", "not probed: nothing listens at the default address (pass --worker-http-addr)")
+			// so an empty default address says nothing about their health:
+			// the rows above, from the queue, do.
+			if len(workers) == 0 {
+				tbl.Row("worker", endpoint("", *workerHTTP), "-", "not probed: nothing listens at the default address (pass --worker-http-addr), and the queue has seen no worker")
+			}
 		} else {
 			report("worker", endpoint("", *workerHTTP), err, "/readyz ok")
 		}
@@ -176,4 +199,47 @@ func bytesString(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// workerSeen is one worker across the queues that saw it.
+type workerSeen struct {
+	name   string
+	queues []string
+	leased uint64
+	last   time.Time
+}
+
+// workersSeen asks the queue which workers it has seen, merged across
+// queues by name; nil if the queue does not answer.
+func (a *app) workersSeen(ctx context.Context) []workerSeen {
+	q, err := a.queue()
+	if err != nil {
+		return nil
+	}
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+	stats, err := q.Stats(octx, "")
+	if err != nil {
+		return nil
+	}
+	byName := map[string]*workerSeen{}
+	for _, st := range stats {
+		for _, w := range st.GetWorkers() {
+			ws := byName[w.GetWorker()]
+			if ws == nil {
+				ws = &workerSeen{name: w.GetWorker()}
+				byName[w.GetWorker()] = ws
+			}
+			ws.queues = append(ws.queues, st.GetQueue())
+			ws.leased += w.GetLeased()
+			if t := w.GetLastLease(); t != nil && t.AsTime().After(ws.last) {
+				ws.last = t.AsTime()
+			}
+		}
+	}
+	out := make([]workerSeen, 0, len(byName))
+	for _, name := range sortedKeys(byName) {
+		out = append(out, *byName[name])
+	}
+	return out
 }

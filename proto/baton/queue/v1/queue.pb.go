@@ -1812,8 +1812,11 @@ type QueueStats struct {
 	OldestPendingAge *durationpb.Duration `protobuf:"bytes,13,opt,name=oldest_pending_age,json=oldestPendingAge" json:"oldest_pending_age,omitempty"`
 	// How long the oldest live lease has been held.
 	LongestLeaseAge *durationpb.Duration `protobuf:"bytes,14,opt,name=longest_lease_age,json=longestLeaseAge" json:"longest_lease_age,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The workers that asked this queue for keys in the last two minutes, or
+	// hold a lease from it, by name; at most 256 (the most recent).
+	Workers       []*WorkerStats `protobuf:"bytes,15,rep,name=workers" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStats) Reset() {
@@ -1944,6 +1947,77 @@ func (x *QueueStats) GetLongestLeaseAge() *durationpb.Duration {
 	return nil
 }
 
+func (x *QueueStats) GetWorkers() []*WorkerStats {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+// WorkerStats is one worker as a queue sees it.
+type WorkerStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name its Lease calls gave.
+	Worker string `protobuf:"bytes,1,opt,name=worker" json:"worker,omitempty"`
+	// Keys it holds leased from this queue now.
+	Leased uint64 `protobuf:"varint,2,opt,name=leased" json:"leased,omitempty"`
+	// When it last called Lease on this queue (answered or still waiting).
+	LastLease     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_lease,json=lastLease" json:"last_lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerStats) Reset() {
+	*x = WorkerStats{}
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerStats) ProtoMessage() {}
+
+func (x *WorkerStats) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
+func (*WorkerStats) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *WorkerStats) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *WorkerStats) GetLeased() uint64 {
+	if x != nil {
+		return x.Leased
+	}
+	return 0
+}
+
+func (x *WorkerStats) GetLastLease() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastLease
+	}
+	return nil
+}
+
 var File_baton_queue_v1_queue_proto protoreflect.FileDescriptor
 
 const file_baton_queue_v1_queue_proto_rawDesc = "" +
@@ -2049,7 +2123,7 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\fStatsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"C\n" +
 	"\rStatsResponse\x122\n" +
-	"\x06queues\x18\x01 \x03(\v2\x1a.baton.queue.v1.QueueStatsR\x06queues\"\x95\x04\n" +
+	"\x06queues\x18\x01 \x03(\v2\x1a.baton.queue.v1.QueueStatsR\x06queues\"\xcc\x04\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
@@ -2068,7 +2142,13 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\x0efailures_total\x18\v \x01(\x04R\rfailuresTotal\x126\n" +
 	"\x17lease_expirations_total\x18\f \x01(\x04R\x15leaseExpirationsTotal\x12G\n" +
 	"\x12oldest_pending_age\x18\r \x01(\v2\x19.google.protobuf.DurationR\x10oldestPendingAge\x12E\n" +
-	"\x11longest_lease_age\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x0flongestLeaseAge*^\n" +
+	"\x11longest_lease_age\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x0flongestLeaseAge\x125\n" +
+	"\aworkers\x18\x0f \x03(\v2\x1b.baton.queue.v1.WorkerStatsR\aworkers\"x\n" +
+	"\vWorkerStats\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x16\n" +
+	"\x06leased\x18\x02 \x01(\x04R\x06leased\x129\n" +
+	"\n" +
+	"last_lease\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tlastLease*^\n" +
 	"\bPriority\x12\x18\n" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x01\x12\x10\n" +
@@ -2108,7 +2188,7 @@ func file_baton_queue_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_baton_queue_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_baton_queue_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_baton_queue_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_baton_queue_v1_queue_proto_goTypes = []any{
 	(Priority)(0),                 // 0: baton.queue.v1.Priority
 	(ItemState)(0),                // 1: baton.queue.v1.ItemState
@@ -2139,61 +2219,64 @@ var file_baton_queue_v1_queue_proto_goTypes = []any{
 	(*StatsRequest)(nil),          // 26: baton.queue.v1.StatsRequest
 	(*StatsResponse)(nil),         // 27: baton.queue.v1.StatsResponse
 	(*QueueStats)(nil),            // 28: baton.queue.v1.QueueStats
-	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(*WorkerStats)(nil),           // 29: baton.queue.v1.WorkerStats
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
 }
 var file_baton_queue_v1_queue_proto_depIdxs = []int32{
-	29, // 0: baton.queue.v1.AddRequest.delay:type_name -> google.protobuf.Duration
+	30, // 0: baton.queue.v1.AddRequest.delay:type_name -> google.protobuf.Duration
 	0,  // 1: baton.queue.v1.AddRequest.priority:type_name -> baton.queue.v1.Priority
-	29, // 2: baton.queue.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
-	29, // 3: baton.queue.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
+	30, // 2: baton.queue.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
+	30, // 3: baton.queue.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
 	7,  // 4: baton.queue.v1.LeaseResponse.leases:type_name -> baton.queue.v1.Lease
-	30, // 5: baton.queue.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	30, // 6: baton.queue.v1.Lease.pending_since:type_name -> google.protobuf.Timestamp
+	31, // 5: baton.queue.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 6: baton.queue.v1.Lease.pending_since:type_name -> google.protobuf.Timestamp
 	9,  // 7: baton.queue.v1.AckRequest.acks:type_name -> baton.queue.v1.Ack
 	10, // 8: baton.queue.v1.Ack.success:type_name -> baton.queue.v1.AckSuccess
 	11, // 9: baton.queue.v1.Ack.failure:type_name -> baton.queue.v1.AckFailure
-	29, // 10: baton.queue.v1.Ack.requeue_after:type_name -> google.protobuf.Duration
+	30, // 10: baton.queue.v1.Ack.requeue_after:type_name -> google.protobuf.Duration
 	12, // 11: baton.queue.v1.Ack.terminal:type_name -> baton.queue.v1.AckTerminal
 	14, // 12: baton.queue.v1.AckResponse.results:type_name -> baton.queue.v1.AckResult
 	2,  // 13: baton.queue.v1.AckResult.status:type_name -> baton.queue.v1.AckStatus
 	16, // 14: baton.queue.v1.ExtendRequest.leases:type_name -> baton.queue.v1.LeaseRef
-	29, // 15: baton.queue.v1.ExtendRequest.lease_duration:type_name -> google.protobuf.Duration
+	30, // 15: baton.queue.v1.ExtendRequest.lease_duration:type_name -> google.protobuf.Duration
 	18, // 16: baton.queue.v1.ExtendResponse.results:type_name -> baton.queue.v1.ExtendResult
 	2,  // 17: baton.queue.v1.ExtendResult.status:type_name -> baton.queue.v1.AckStatus
-	30, // 18: baton.queue.v1.ExtendResult.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 18: baton.queue.v1.ExtendResult.expires_at:type_name -> google.protobuf.Timestamp
 	25, // 19: baton.queue.v1.InspectResponse.item:type_name -> baton.queue.v1.Item
 	1,  // 20: baton.queue.v1.ListRequest.state:type_name -> baton.queue.v1.ItemState
 	25, // 21: baton.queue.v1.ListResponse.items:type_name -> baton.queue.v1.Item
 	1,  // 22: baton.queue.v1.Item.state:type_name -> baton.queue.v1.ItemState
-	30, // 23: baton.queue.v1.Item.pending_since:type_name -> google.protobuf.Timestamp
-	30, // 24: baton.queue.v1.Item.not_before:type_name -> google.protobuf.Timestamp
-	30, // 25: baton.queue.v1.Item.lease_expires_at:type_name -> google.protobuf.Timestamp
+	31, // 23: baton.queue.v1.Item.pending_since:type_name -> google.protobuf.Timestamp
+	31, // 24: baton.queue.v1.Item.not_before:type_name -> google.protobuf.Timestamp
+	31, // 25: baton.queue.v1.Item.lease_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 26: baton.queue.v1.Item.priority:type_name -> baton.queue.v1.Priority
 	28, // 27: baton.queue.v1.StatsResponse.queues:type_name -> baton.queue.v1.QueueStats
-	29, // 28: baton.queue.v1.QueueStats.oldest_pending_age:type_name -> google.protobuf.Duration
-	29, // 29: baton.queue.v1.QueueStats.longest_lease_age:type_name -> google.protobuf.Duration
-	3,  // 30: baton.queue.v1.QueueService.Add:input_type -> baton.queue.v1.AddRequest
-	5,  // 31: baton.queue.v1.QueueService.Lease:input_type -> baton.queue.v1.LeaseRequest
-	8,  // 32: baton.queue.v1.QueueService.Ack:input_type -> baton.queue.v1.AckRequest
-	15, // 33: baton.queue.v1.QueueService.Extend:input_type -> baton.queue.v1.ExtendRequest
-	19, // 34: baton.queue.v1.QueueService.Forget:input_type -> baton.queue.v1.ForgetRequest
-	21, // 35: baton.queue.v1.QueueService.Inspect:input_type -> baton.queue.v1.InspectRequest
-	23, // 36: baton.queue.v1.QueueService.List:input_type -> baton.queue.v1.ListRequest
-	26, // 37: baton.queue.v1.QueueService.Stats:input_type -> baton.queue.v1.StatsRequest
-	4,  // 38: baton.queue.v1.QueueService.Add:output_type -> baton.queue.v1.AddResponse
-	6,  // 39: baton.queue.v1.QueueService.Lease:output_type -> baton.queue.v1.LeaseResponse
-	13, // 40: baton.queue.v1.QueueService.Ack:output_type -> baton.queue.v1.AckResponse
-	17, // 41: baton.queue.v1.QueueService.Extend:output_type -> baton.queue.v1.ExtendResponse
-	20, // 42: baton.queue.v1.QueueService.Forget:output_type -> baton.queue.v1.ForgetResponse
-	22, // 43: baton.queue.v1.QueueService.Inspect:output_type -> baton.queue.v1.InspectResponse
-	24, // 44: baton.queue.v1.QueueService.List:output_type -> baton.queue.v1.ListResponse
-	27, // 45: baton.queue.v1.QueueService.Stats:output_type -> baton.queue.v1.StatsResponse
-	38, // [38:46] is the sub-list for method output_type
-	30, // [30:38] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	30, // 28: baton.queue.v1.QueueStats.oldest_pending_age:type_name -> google.protobuf.Duration
+	30, // 29: baton.queue.v1.QueueStats.longest_lease_age:type_name -> google.protobuf.Duration
+	29, // 30: baton.queue.v1.QueueStats.workers:type_name -> baton.queue.v1.WorkerStats
+	31, // 31: baton.queue.v1.WorkerStats.last_lease:type_name -> google.protobuf.Timestamp
+	3,  // 32: baton.queue.v1.QueueService.Add:input_type -> baton.queue.v1.AddRequest
+	5,  // 33: baton.queue.v1.QueueService.Lease:input_type -> baton.queue.v1.LeaseRequest
+	8,  // 34: baton.queue.v1.QueueService.Ack:input_type -> baton.queue.v1.AckRequest
+	15, // 35: baton.queue.v1.QueueService.Extend:input_type -> baton.queue.v1.ExtendRequest
+	19, // 36: baton.queue.v1.QueueService.Forget:input_type -> baton.queue.v1.ForgetRequest
+	21, // 37: baton.queue.v1.QueueService.Inspect:input_type -> baton.queue.v1.InspectRequest
+	23, // 38: baton.queue.v1.QueueService.List:input_type -> baton.queue.v1.ListRequest
+	26, // 39: baton.queue.v1.QueueService.Stats:input_type -> baton.queue.v1.StatsRequest
+	4,  // 40: baton.queue.v1.QueueService.Add:output_type -> baton.queue.v1.AddResponse
+	6,  // 41: baton.queue.v1.QueueService.Lease:output_type -> baton.queue.v1.LeaseResponse
+	13, // 42: baton.queue.v1.QueueService.Ack:output_type -> baton.queue.v1.AckResponse
+	17, // 43: baton.queue.v1.QueueService.Extend:output_type -> baton.queue.v1.ExtendResponse
+	20, // 44: baton.queue.v1.QueueService.Forget:output_type -> baton.queue.v1.ForgetResponse
+	22, // 45: baton.queue.v1.QueueService.Inspect:output_type -> baton.queue.v1.InspectResponse
+	24, // 46: baton.queue.v1.QueueService.List:output_type -> baton.queue.v1.ListResponse
+	27, // 47: baton.queue.v1.QueueService.Stats:output_type -> baton.queue.v1.StatsResponse
+	40, // [40:48] is the sub-list for method output_type
+	32, // [32:40] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_baton_queue_v1_queue_proto_init() }
@@ -2213,7 +2296,7 @@ func file_baton_queue_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_queue_v1_queue_proto_rawDesc), len(file_baton_queue_v1_queue_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"sort"
 	"sync"
@@ -109,6 +110,9 @@ type shard struct {
 	waiters atomic.Int32  // Leases waiting on ready
 	timer   *time.Timer
 	timerAt int64
+	// seen is when each worker last called Lease here (Unix ns): who works
+	// on the queue, for Stats. At most maxSeen names, the oldest go first.
+	seen map[string]int64
 	// stalled is set while due deadlines cannot be applied because their
 	// records were refused: the timer then retries in a second rather
 	// than at once.
@@ -226,6 +230,33 @@ func (b *Broker) lockExisting(name string) *shard {
 func (b *Broker) abort(sh *shard, pendingBefore int) {
 	sh.q.Rollback()
 	b.unlock(sh, pendingBefore)
+}
+
+// Workers are shown in Stats while they hold a lease or for SeenFor after
+// their last Lease call; at most MaxSeen per queue, the most recent.
+const (
+	SeenFor = 2 * time.Minute
+	MaxSeen = 256
+)
+
+// saw notes that worker called Lease at now. sh.mu is held.
+func (sh *shard) saw(worker string, now int64) {
+	if worker == "" {
+		return
+	}
+	if sh.seen == nil {
+		sh.seen = map[string]int64{}
+	}
+	if _, ok := sh.seen[worker]; !ok && len(sh.seen) >= MaxSeen {
+		oldest, at := "", int64(math.MaxInt64)
+		for w, t := range sh.seen {
+			if t < at {
+				oldest, at = w, t
+			}
+		}
+		delete(sh.seen, oldest)
+	}
+	sh.seen[worker] = now
 }
 
 // use notes that work touched the queue now: an empty queue is forgotten
@@ -442,6 +473,7 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, max int, d, wa
 		sh.use()
 		before := sh.q.PendingCount()
 		now := time.Now().UnixNano()
+		sh.saw(worker, now)
 		grants := sh.q.Lease(nil, max, limits.MaxResponseBytes, worker, d, now)
 		if len(grants) > 0 || wait <= 0 || expired {
 			var obs *queueObservers
@@ -588,6 +620,37 @@ func (b *Broker) List(queue string, state workqueue.State, after string, limit i
 type QueueStats struct {
 	Name string
 	workqueue.Stats
+	// Workers are those seen in the last SeenFor or holding a lease, by
+	// name.
+	Workers []WorkerStats
+}
+
+// WorkerStats is one worker as a queue sees it.
+type WorkerStats struct {
+	Name      string
+	Leased    int
+	LastLease int64 // Unix ns; 0 if not seen within SeenFor
+}
+
+// workers lists the queue's workers at now, forgetting those not seen for
+// SeenFor. sh.mu is held.
+func (sh *shard) workers(now int64, leasedBy map[string]int) []WorkerStats {
+	for w, t := range sh.seen {
+		if now-t > int64(SeenFor) {
+			delete(sh.seen, w)
+		}
+	}
+	var out []WorkerStats
+	for w, t := range sh.seen {
+		out = append(out, WorkerStats{Name: w, Leased: leasedBy[w], LastLease: t})
+	}
+	for w, n := range leasedBy {
+		if _, ok := sh.seen[w]; !ok && w != "" {
+			out = append(out, WorkerStats{Name: w, Leased: n})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // Stats returns the stats of queue, or of every queue if it is empty.
@@ -608,7 +671,9 @@ func (b *Broker) Stats(queue string) ([]QueueStats, error) {
 			continue // dropped meanwhile
 		}
 		if sh.exists {
-			out = append(out, QueueStats{Name: n, Stats: sh.q.Stats(time.Now().UnixNano())})
+			now := time.Now().UnixNano()
+			st := sh.q.Stats(now)
+			out = append(out, QueueStats{Name: n, Stats: st, Workers: sh.workers(now, st.LeasedBy)})
 		}
 		b.unlock(sh, sh.q.PendingCount())
 	}

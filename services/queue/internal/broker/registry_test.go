@@ -209,3 +209,49 @@ func BenchmarkUnknownQueueCalls(b *testing.B) {
 		b.Fatalf("%d shards left by calls on unknown queues", len(br.queues))
 	}
 }
+
+// TestStatsNamesWorkers: Stats lists the workers that asked for keys
+// lately, and those holding a lease, with how many each holds; a worker
+// silent for SeenFor and holding nothing is gone from the list.
+func TestStatsNamesWorkers(t *testing.T) {
+	b := openCfg(t, t.TempDir(), Config{})
+	ctx := t.Context()
+	if _, _, err := b.Add(ctx, "q", []string{"a", "b"}, 0, workqueue.Normal); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := b.Lease(ctx, "q", "busy", 2, time.Minute, 0); err != nil || len(g) != 2 {
+		t.Fatalf("lease: %v %v", g, err)
+	}
+	if _, err := b.Lease(ctx, "q", "idle", 1, time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.Stats("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(st[0].Workers)
+	if len(st[0].Workers) != 2 || st[0].Workers[0].Name != "busy" || st[0].Workers[0].Leased != 2 || st[0].Workers[1].Name != "idle" ||
+		st[0].Workers[1].Leased != 0 || st[0].Workers[1].LastLease == 0 {
+		t.Fatalf("workers %s, want busy holding 2 and idle holding none", got)
+	}
+	// Later: idle is forgotten, busy stays while it holds its leases.
+	sh := b.queues["q"]
+	sh.mu.Lock()
+	later := sh.workers(time.Now().Add(SeenFor+time.Second).UnixNano(), map[string]int{"busy": 2})
+	sh.mu.Unlock()
+	if len(later) != 1 || later[0].Name != "busy" || later[0].LastLease != 0 {
+		t.Fatalf("workers after %v: %v, want only busy, with no recent Lease", SeenFor, later)
+	}
+	// At most MaxSeen names are kept.
+	for i := range MaxSeen + 10 {
+		if _, err := b.Lease(ctx, "q", fmt.Sprint("w", i), 1, time.Minute, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh.mu.Lock()
+	n := len(sh.seen)
+	sh.mu.Unlock()
+	if n != MaxSeen {
+		t.Fatalf("%d worker names kept, want %d", n, MaxSeen)
+	}
+}

@@ -349,6 +349,7 @@ func (s *server) Stats(ctx context.Context, req *queuev1.StatsRequest) (*queuev1
 			LeasesTotal: st.Leases, AcksTotal: st.Acks, FailuresTotal: st.Failures, LeaseExpirationsTotal: st.Expirations,
 			OldestPendingAge: durationpb.New(time.Duration(st.OldestPending)),
 			LongestLeaseAge:  durationpb.New(time.Duration(st.LongestLease)),
+			Workers:          workerStats(st.Workers),
 		})
 	}
 	return resp, nil
@@ -357,6 +358,17 @@ func (s *server) Stats(ctx context.Context, req *queuev1.StatsRequest) (*queuev1
 // itemOverhead is what an Item costs in a List page beside its strings: its
 // numbers, timestamps and framing, rounded up.
 const itemOverhead = 96
+
+func workerStats(ws []broker.WorkerStats) []*queuev1.WorkerStats {
+	out := make([]*queuev1.WorkerStats, len(ws))
+	for i, w := range ws {
+		out[i] = &queuev1.WorkerStats{Worker: w.Name, Leased: uint64(w.Leased)}
+		if w.LastLease != 0 {
+			out[i].LastLease = ts(w.LastLease)
+		}
+	}
+	return out
+}
 
 func toItem(v workqueue.View) *queuev1.Item {
 	it := &queuev1.Item{Key: v.Key, State: queuev1.ItemState(v.State), Dirty: v.Dirty, Attempts: v.Attempts,

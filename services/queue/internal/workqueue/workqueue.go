@@ -781,6 +781,8 @@ type Stats struct {
 	OldestPending, LongestLease int64
 	// UnfinishedWork sums the ages of live leases, in nanoseconds.
 	UnfinishedWork int64
+	// LeasedBy counts the live leases per worker name (nil when none).
+	LeasedBy map[string]int
 }
 
 // Stats returns the queue's counts at now.
@@ -797,6 +799,10 @@ func (q *Queue) Stats(now int64) Stats {
 				age := now - it.ext.leaseStart
 				s.UnfinishedWork += age
 				s.LongestLease = max(s.LongestLease, age)
+				if s.LeasedBy == nil {
+					s.LeasedBy = map[string]int{}
+				}
+				s.LeasedBy[it.ext.worker]++
 			}
 		}
 	}
