@@ -329,3 +329,12 @@ took=$((SECONDS - up_start))
 compose logs --no-color queue | grep -q "recovered (changed by the e2e test)" || fail "the restarted queue does not run the changed source"
 log "the second make up, after a one-line change to the queue: ${took}s, the queue alone rebuilt and restarted"
 wait_for "everything is still converged" converged
+
+log "down -v: nothing of the stack is left"
+compose down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || fail "down -v failed"
+left=$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT")
+[ -z "$left" ] || fail "containers left after down -v: $left"
+vols=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT")
+[ -z "$vols" ] || fail "volumes left after down -v: $vols"
+nets=$(docker network ls -q --filter "label=com.docker.compose.project=$PROJECT")
+[ -z "$nets" ] || fail "networks left after down -v: $nets"
