@@ -1,9 +1,8 @@
 # Thin targets over scripts/. `make help` lists them.
 .DEFAULT_GOAL := help
 SHELL := /usr/bin/env bash
-
-# Both the Debian docker-compose (v1) and the docker compose plugin (v2) work.
-COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker compose; else echo docker-compose; fi)
+# (Both the Debian docker-compose v1 and the docker compose plugin v2 work:
+# scripts/lib.sh's compose picks the one installed.)
 
 .PHONY: help
 help: ## Lists the targets.
@@ -51,7 +50,7 @@ up: ## docker compose up -d --build, plus what this machine lacks; waits until h
 
 .PHONY: down
 down: ## Stops the compose stack and removes its volumes (keeps the baton/* images).
-	@$(COMPOSE) down -v
+	@source scripts/lib.sh && compose down -v
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end test of the compose stack (skipped without Docker).
