@@ -14,12 +14,13 @@ for m in $(modules); do
     name=$(basename "$c")
     if [ ${#want[@]} -gt 0 ] && ! printf '%s\n' "${want[@]}" | grep -qx "$name"; then continue; fi
     found+=("$name")
-    if [ -x "bin/$name" ]; then
+    if [ -x "bin/$name" ] || [ -n "${told:-}" ]; then
       log "build bin/$name"
     else
       # A first build on a fresh machine downloads the modules and compiles
-      # etcd, gRPC and Baton: say so rather than sit silent for minutes.
-      log "build bin/$name (the first build downloads and compiles every dependency: a few minutes on 2 cores; later builds take seconds)"
+      # etcd, gRPC and Baton: say so once rather than sit silent for minutes.
+      log "build bin/$name (on a fresh machine the first build downloads and compiles every dependency: a few minutes on 2 cores; later builds take seconds)"
+      told=1
     fi
     (cd "$m" && go build -trimpath -ldflags='-s -w' -o "$ROOT/bin/$name" "./cmd/$name")
   done
