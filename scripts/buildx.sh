@@ -14,7 +14,7 @@ if [ -x "$plugins/docker-buildx" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$BUILDX
 fi
 log "installing docker buildx $BUILDX_VERSION into $plugins (built from the Go module proxy; a cold build takes about 3 minutes)"
 mkdir -p "$TOOLS_BIN" "$plugins"
-GOBIN="$TOOLS_BIN" CGO_ENABLED=0 go install "github.com/docker/buildx/cmd/buildx@$BUILDX_VERSION"
+GOBIN="$TOOLS_BIN" CGO_ENABLED=0 go install -ldflags "-X github.com/docker/buildx/version.Version=$BUILDX_VERSION" "github.com/docker/buildx/cmd/buildx@$BUILDX_VERSION"
 cp "$TOOLS_BIN/buildx" "$plugins/docker-buildx"
 echo "$BUILDX_VERSION" >"$stamp"
 docker buildx version >/dev/null
