@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -59,51 +58,6 @@ func findPython(t *testing.T) string {
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return lines[len(lines)-1]
-}
-
-// startStackWithRules is startStack with the observer reading a rules file.
-func startStackWithRules(t *testing.T, dir, rulesFile string) *running {
-	t.Helper()
-	var err error
-	for range 3 {
-		cfg := DefaultConfig()
-		cfg.FreePorts()
-		cfg.DataDir = dir
-		cfg.UnsafeNoFsync = true
-		cfg.Observer.RulesFile = rulesFile
-		cfg.Queue.GracePeriod, cfg.Observer.GracePeriod, cfg.Worker.GracePeriod = 5*time.Second, 5*time.Second, 5*time.Second
-		ready := make(chan Endpoints, 1)
-		cfg.OnReady = func(e Endpoints) { ready <- e }
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- Run(ctx, cfg, nil) }()
-		select {
-		case ep := <-ready:
-			r := &running{ep: ep}
-			r.stop = func() {
-				cancel()
-				select {
-				case err := <-done:
-					if err != nil {
-						t.Errorf("stack stopped with: %v", err)
-					}
-				case <-time.After(60 * time.Second):
-					t.Error("stack did not stop within 60s")
-				}
-			}
-			t.Cleanup(r.stop)
-			return r
-		case err = <-done:
-			cancel()
-		case <-time.After(90 * time.Second):
-			cancel()
-			<-done
-			err = errors.New("not ready after 90s")
-		}
-		t.Logf("start: %v; retrying", err)
-	}
-	t.Fatalf("stack did not start: %v", err)
-	return nil
 }
 
 // etcdJSON posts one request to etcd's JSON gateway, the one the Python
@@ -186,7 +140,7 @@ func TestPythonWorker(t *testing.T) {
 	if err := os.WriteFile(rules, []byte("rules:\n  - queue: greetings\n    prefix: /registry/greetings/\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := startStackWithRules(t, filepath.Join(dir, "stack"), rules)
+	s := startStack(t, filepath.Join(dir, "stack"), func(c *Config) { c.Observer.RulesFile = rules })
 	etcd := s.ep.Etcd
 
 	putGreeting(t, etcd, "hi", `{"name":"world"}`, 1)

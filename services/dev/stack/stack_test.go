@@ -27,12 +27,14 @@ type running struct {
 // startStack starts the stack as `make run` does, on free ports, with its
 // data in dir. A free port picked for etcd can be taken by another process
 // before etcd binds it, so a failed start is tried again.
-func startStack(t *testing.T, dir string) *running {
+// startStack runs the stack on free ports with its state in dir; configure,
+// if given, changes the configuration first.
+func startStack(t *testing.T, dir string, configure ...func(*Config)) *running {
 	t.Helper()
 	var err error
 	for range 3 {
 		var r *running
-		if r, err = tryStartStack(t, dir); err == nil {
+		if r, err = tryStartStack(t, dir, configure...); err == nil {
 			return r
 		}
 		t.Logf("start: %v; retrying", err)
@@ -41,13 +43,16 @@ func startStack(t *testing.T, dir string) *running {
 	return nil
 }
 
-func tryStartStack(t *testing.T, dir string) (*running, error) {
+func tryStartStack(t *testing.T, dir string, configure ...func(*Config)) (*running, error) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.FreePorts()
 	cfg.DataDir = dir
 	cfg.UnsafeNoFsync = true
 	cfg.Queue.GracePeriod, cfg.Observer.GracePeriod, cfg.Worker.GracePeriod = 5*time.Second, 5*time.Second, 5*time.Second
+	for _, f := range configure {
+		f(&cfg)
+	}
 	ready := make(chan Endpoints, 1)
 	cfg.OnReady = func(e Endpoints) { ready <- e }
 	ctx, cancel := context.WithCancel(context.Background())
