@@ -1,11 +1,28 @@
-// Package queue is the contract of baton.queue.v1 that its server and its
-// clients share beyond the wire types: the limit of every field, in one
-// table, and the checks that apply them.
+// Package queue is the Go side of baton.queue.v1 beyond its wire types: the
+// limit of every field, in one table, with the checks that apply them; the
+// reasons the server gives for a refusal, as errors; and the client.
 //
 // The queue server checks every request with these functions before it
 // changes anything, and its write-ahead log encodes and decodes with the same
 // limits, so whatever the API accepts the log can replay after a restart.
-// Clients use them to split work into calls the server takes.
+//
+// # The client
+//
+// The client splits large requests into the server's batches (at most
+// 10,000 items and 1.5 MiB a call), retries calls refused with Unavailable
+// (the queue restarting or draining) with capped exponential backoff inside
+// the caller's deadline, returns a typed result per key, and wraps the
+// server's refusals in ErrNoSpace, ErrTooManyQueues and ErrStopped.
+//
+//	c, err := queue.Dial("127.0.0.1:7070")
+//	res, err := c.Add(ctx, "replicasets", []string{"default/web"}, queue.AddOptions{})
+//	leases, err := c.Lease(ctx, "replicasets", queue.LeaseOptions{Worker: "w1", MaxItems: 100, Wait: 10 * time.Second})
+//	results, err := c.Ack(ctx, "replicasets", []queue.Ack{{Key: l.Key, Token: l.Token, Outcome: queue.Success()}})
+//	if errors.Is(err, queue.ErrNoSpace) { … }
+//
+// Every call is safe to retry: Add and Forget are idempotent, a repeated Ack
+// of a lease already acknowledged answers LeaseLost and changes nothing, and a
+// Lease whose answer was lost simply lapses.
 //
 // # Limits
 //

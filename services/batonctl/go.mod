@@ -13,6 +13,7 @@ replace (
 )
 
 require (
+	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/worker v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/client/v3 v3.6.16
@@ -20,7 +21,6 @@ require (
 )
 
 require (
-	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -14,6 +14,7 @@ replace (
 )
 
 require (
+	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/batonctl v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/observer v0.0.0-00010101000000-000000000000
@@ -23,7 +24,6 @@ require (
 )
 
 require (
-	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000 // indirect
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

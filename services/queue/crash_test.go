@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/queue/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -280,8 +280,8 @@ func TestCrashRestart(t *testing.T) {
 
 	// Adds and Leases retry Unavailable until they land; an Ack is tried
 	// once, so the test knows when one may or may not have landed.
-	retrying := client.New(conn, client.WithBackoff(client.Backoff{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond}))
-	once := client.New(conn, client.WithBackoff(client.Backoff{Attempts: 1}))
+	retrying := queueclient.New(conn, queueclient.WithBackoff(queueclient.Backoff{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond}))
+	once := queueclient.New(conn, queueclient.WithBackoff(queueclient.Backoff{Attempts: 1}))
 
 	var (
 		g             = newGate()
@@ -305,7 +305,7 @@ func TestCrashRestart(t *testing.T) {
 					seq++
 				}
 				g.enter()
-				res, err := retrying.Add(ctx, queue, keys, client.AddOptions{})
+				res, err := retrying.Add(ctx, queue, keys, queueclient.AddOptions{})
 				g.exit()
 				if err != nil {
 					if ctx.Err() == nil {
@@ -332,7 +332,7 @@ func TestCrashRestart(t *testing.T) {
 		for ctx.Err() == nil && !(drain.Load()) {
 			g.enter()
 			g0 := gen.Load()
-			leases, err := retrying.Lease(ctx, queue, client.LeaseOptions{Worker: fmt.Sprintf("w%d", w), MaxItems: 1 + rng.IntN(30), Duration: time.Minute, Wait: 200 * time.Millisecond})
+			leases, err := retrying.Lease(ctx, queue, queueclient.LeaseOptions{Worker: fmt.Sprintf("w%d", w), MaxItems: 1 + rng.IntN(30), Duration: time.Minute, Wait: 200 * time.Millisecond})
 			g1 := gen.Load()
 			g.exit()
 			if err != nil {
@@ -347,14 +347,14 @@ func TestCrashRestart(t *testing.T) {
 			if rng.IntN(4) == 0 {
 				time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // a slow reconcile, to be caught by a crash
 			}
-			acks := make([]client.Ack, len(leases))
+			acks := make([]queueclient.Ack, len(leases))
 			for i, le := range leases {
-				acks[i] = client.Ack{Key: le.Key, Token: le.Token, Outcome: client.Success()}
+				acks[i] = queueclient.Ack{Key: le.Key, Token: le.Token, Outcome: queueclient.Success()}
 				switch rng.IntN(10) {
 				case 0:
-					acks[i].Outcome = client.Failure("simulated failure")
+					acks[i].Outcome = queueclient.Failure("simulated failure")
 				case 1:
-					acks[i].Outcome = client.RequeueAfter(time.Duration(rng.IntN(5)) * time.Millisecond)
+					acks[i].Outcome = queueclient.RequeueAfter(time.Duration(rng.IntN(5)) * time.Millisecond)
 				}
 			}
 			g.enter()
@@ -367,10 +367,10 @@ func TestCrashRestart(t *testing.T) {
 				// The process died under this call: the acks may or may
 				// not have been stored before it did.
 				for _, a := range acks {
-					if a.Outcome == client.Success() {
+					if a.Outcome == queueclient.Success() {
 						l.uncertain[a.Key] = true
 					}
-					l.note(a.Key, "ack %v of token %x (gen %d..%d): %v", a.Outcome == client.Success(), a.Token, ga, gaEnd, err)
+					l.note(a.Key, "ack %v of token %x (gen %d..%d): %v", a.Outcome == queueclient.Success(), a.Token, ga, gaEnd, err)
 				}
 				l.mu.Unlock()
 				continue
@@ -378,17 +378,17 @@ func TestCrashRestart(t *testing.T) {
 			for i, r := range res {
 				known := g0 == g1 // the lease was answered by process generation g0
 				switch {
-				case known && ga > g0 && r.Status == client.OK:
+				case known && ga > g0 && r.Status == queueclient.OK:
 					fail("token %d of %s from generation %d acked OK in generation %d", acks[i].Token, r.Key, g0, ga)
 				case known && ga > g0:
 					l.lost.Add(1)
-				case known && ga == g0 && gaEnd == g0 && r.Status != client.OK:
+				case known && ga == g0 && gaEnd == g0 && r.Status != queueclient.OK:
 					fail("ack of a live lease of %s in the same generation answered %v", r.Key, r.Status)
 				}
-				if r.Status == client.OK && acks[i].Outcome == client.Success() {
+				if r.Status == queueclient.OK && acks[i].Outcome == queueclient.Success() {
 					l.done[r.Key] = true
 				}
-				l.note(r.Key, "lease token %x (gen %d..%d), ack success=%v (gen %d..%d): %v", acks[i].Token, g0, g1, acks[i].Outcome == client.Success(), ga, gaEnd, r.Status)
+				l.note(r.Key, "lease token %x (gen %d..%d), ack success=%v (gen %d..%d): %v", acks[i].Token, g0, g1, acks[i].Outcome == queueclient.Success(), ga, gaEnd, r.Status)
 			}
 			l.mu.Unlock()
 		}
@@ -405,7 +405,7 @@ func TestCrashRestart(t *testing.T) {
 		time.Sleep(time.Duration(50+rng.IntN(350)) * time.Millisecond) // a random moment
 		// Leases the test itself holds across the crash: after the restart
 		// their tokens must be LEASE_LOST.
-		stash, err := once.Lease(ctx, queue, client.LeaseOptions{Worker: "stash", MaxItems: 5, Duration: time.Minute})
+		stash, err := once.Lease(ctx, queue, queueclient.LeaseOptions{Worker: "stash", MaxItems: 5, Duration: time.Minute})
 		if err != nil {
 			t.Fatalf("stash lease: %v", err)
 		}
@@ -465,9 +465,9 @@ func TestCrashRestart(t *testing.T) {
 		}
 		// The stashed tokens died with the process.
 		if len(stash) > 0 {
-			acks := make([]client.Ack, len(stash))
+			acks := make([]queueclient.Ack, len(stash))
 			for i, s := range stash {
-				acks[i] = client.Ack{Key: s.Key, Token: s.Token, Outcome: client.Success()}
+				acks[i] = queueclient.Ack{Key: s.Key, Token: s.Token, Outcome: queueclient.Success()}
 			}
 			res, err := once.Ack(ctx, queue, acks)
 			if err != nil {
@@ -479,7 +479,7 @@ func TestCrashRestart(t *testing.T) {
 			}
 			l.mu.Unlock()
 			for i, rr := range res {
-				if rr.Status != client.LeaseLost {
+				if rr.Status != queueclient.LeaseLost {
 					t.Fatalf("restart %d: token %d of %s from before the crash answered %v", r, acks[i].Token, rr.Key, rr.Status)
 				}
 				stashLost++
@@ -517,7 +517,7 @@ func TestCrashRestart(t *testing.T) {
 			for _, it := range parked {
 				keys = append(keys, it.GetKey())
 			}
-			if _, err := once.Add(dctx, queue, keys, client.AddOptions{}); err != nil {
+			if _, err := once.Add(dctx, queue, keys, queueclient.AddOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -568,36 +568,36 @@ func TestGracefulTerm(t *testing.T) {
 	p.start()
 	conn := dial(t, p.grpcAddr)
 	p.waitServing(ctx, conn)
-	c := client.New(conn, client.WithBackoff(client.Backoff{Attempts: 1}))
+	c := queueclient.New(conn, queueclient.WithBackoff(queueclient.Backoff{Attempts: 1}))
 
 	keys := make([]string, 100)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("ns/k%03d", i)
 	}
-	if _, err := c.Add(ctx, "term", keys, client.AddOptions{}); err != nil {
+	if _, err := c.Add(ctx, "term", keys, queueclient.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Add(ctx, "term", []string{"ns/later"}, client.AddOptions{Delay: time.Hour}); err != nil {
+	if _, err := c.Add(ctx, "term", []string{"ns/later"}, queueclient.AddOptions{Delay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	leases, err := c.Lease(ctx, "term", client.LeaseOptions{Worker: "w", MaxItems: 10, Duration: 5 * time.Minute})
+	leases, err := c.Lease(ctx, "term", queueclient.LeaseOptions{Worker: "w", MaxItems: 10, Duration: 5 * time.Minute})
 	if err != nil || len(leases) != 10 {
 		t.Fatalf("lease: %v %v", leases, err)
 	}
-	var acks []client.Ack
+	var acks []queueclient.Ack
 	for _, l := range leases[:5] {
-		acks = append(acks, client.Ack{Key: l.Key, Token: l.Token, Outcome: client.Success()})
+		acks = append(acks, queueclient.Ack{Key: l.Key, Token: l.Token, Outcome: queueclient.Success()})
 	}
 	// One failure: its attempts and last error must survive the restart.
-	acks = append(acks, client.Ack{Key: leases[5].Key, Token: leases[5].Token, Outcome: client.Failure("boom")})
-	if res, err := c.Ack(ctx, "term", acks); err != nil || res[4].Status != client.OK || res[5].Status != client.OK {
+	acks = append(acks, queueclient.Ack{Key: leases[5].Key, Token: leases[5].Token, Outcome: queueclient.Failure("boom")})
+	if res, err := c.Ack(ctx, "term", acks); err != nil || res[4].Status != queueclient.OK || res[5].Status != queueclient.OK {
 		t.Fatalf("ack: %v %v", res, err)
 	}
 
 	// A long poll in flight must not hold the exit past the grace period.
 	polled := make(chan error, 1)
 	go func() {
-		_, err := c.Lease(ctx, "idle", client.LeaseOptions{Worker: "w", Wait: 20 * time.Second})
+		_, err := c.Lease(ctx, "idle", queueclient.LeaseOptions{Worker: "w", Wait: 20 * time.Second})
 		polled <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // let it park (if not, it fails or returns: fine either way)
@@ -646,16 +646,16 @@ func TestGracefulTerm(t *testing.T) {
 			t.Errorf("failed key %s after restart: attempts %d last_error %q, want 1 \"boom\"", l.Key, it.GetAttempts(), it.GetLastError())
 		}
 	}
-	var stale []client.Ack
+	var stale []queueclient.Ack
 	for _, l := range leases[5:] {
-		stale = append(stale, client.Ack{Key: l.Key, Token: l.Token, Outcome: client.Success()})
+		stale = append(stale, queueclient.Ack{Key: l.Key, Token: l.Token, Outcome: queueclient.Success()})
 	}
 	res, err := c.Ack(ctx, "term", stale)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range res {
-		if r.Status != client.LeaseLost {
+		if r.Status != queueclient.LeaseLost {
 			t.Errorf("token from before SIGTERM for %s: %v, want LEASE_LOST", r.Key, r.Status)
 		}
 	}

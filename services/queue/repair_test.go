@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/queue/client"
 )
 
 // segments returns the data directory's log segments, oldest first.
@@ -56,14 +56,14 @@ func TestDamagedLogRefusedAndRepaired(t *testing.T) {
 			p.start()
 			conn := dial(t, p.grpcAddr)
 			p.waitServing(ctx, conn)
-			c := client.New(conn, client.WithBackoff(client.Backoff{Attempts: 1}))
+			c := queueclient.New(conn, queueclient.WithBackoff(queueclient.Backoff{Attempts: 1}))
 			var all []string
 			for batch := range 40 {
 				keys := make([]string, 100)
 				for i := range keys {
 					keys[i] = fmt.Sprintf("ns/b%02d-k%03d", batch, i)
 				}
-				if _, err := c.Add(ctx, "damaged", keys, client.AddOptions{}); err != nil {
+				if _, err := c.Add(ctx, "damaged", keys, queueclient.AddOptions{}); err != nil {
 					t.Fatal(err)
 				}
 				all = append(all, keys...)

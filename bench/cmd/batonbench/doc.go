@@ -125,7 +125,7 @@ child process of their own for workloads 4–6 (see the crash).
 **How each contender is configured**
 
 - **baton**: the real ` + "`bin/baton-queue`" + ` as a child process, over loopback gRPC
-  through ` + "`services/queue/client`" + `; every Add and Ack is fsynced before its OK
+  through ` + "`client/queue`" + `; every Add and Ack is fsynced before its OK
   (group commit). Leases of one minute.
 - **client-go**: ` + "`k8s.io/client-go/util/workqueue`" + ` v0.37.2, a typed
   rate-limiting queue in the bench process: the semantic ceiling, not
@@ -243,7 +243,7 @@ worker), which is Baton's alone{{if .D.Pipeline}} (below){{end}}.
 Every **baton** figure is measured against the real ` + "`bin/baton-queue`" + ` binary,
 started as a child process on 127.0.0.1 with a fresh data directory for each
 workload (so no workload inherits another's keys or log), through the Go
-client package (` + "`services/queue/client`" + `) over one gRPC connection. Every Add,
+client package (` + "`client/queue`" + `) over one gRPC connection. Every Add,
 Ack and Forget is fsynced (fdatasync of the write-ahead log, shared by
 concurrent callers: group commit) before the call returns. Keys are 11 bytes
 (` + "`c07/0001234`" + `), the size client-go's heap figure is quoted for.

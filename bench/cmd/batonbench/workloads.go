@@ -16,7 +16,7 @@ import (
 	"github.com/batonrun/baton/bench/internal/peers"
 	"github.com/batonrun/baton/bench/internal/refs"
 	"github.com/batonrun/baton/bench/internal/report"
-	"github.com/batonrun/baton/services/queue/client"
+	queueclient "github.com/batonrun/baton/client/queue"
 )
 
 // Contenders and workload names: the JSON records and the targets use the
@@ -235,7 +235,7 @@ func (b *bench) durableAdd(ctx context.Context, name string, batch, callers int)
 				keys = refs.Keys(fmt.Sprintf("c%02d", c), next[c], batch)
 				next[c] += batch
 			}
-			res, err := s.Client.Add(ctx, "bench", keys, client.AddOptions{})
+			res, err := s.Client.Add(ctx, "bench", keys, queueclient.AddOptions{})
 			if err == nil && res.Queued != batch {
 				err = fmt.Errorf("%d of %d distinct keys queued", res.Queued, batch)
 			}
@@ -255,7 +255,7 @@ func (b *bench) durableAdd(ctx context.Context, name string, batch, callers int)
 func (b *bench) collapsedAdds(ctx context.Context) error {
 	return b.withServer(ctx, func(s *baton.Server) error {
 		keys := refs.Keys("col", 0, 1000)
-		if _, err := s.Client.Add(ctx, "bench", keys, client.AddOptions{}); err != nil {
+		if _, err := s.Client.Add(ctx, "bench", keys, queueclient.AddOptions{}); err != nil {
 			return err
 		}
 		for _, w := range []struct {
@@ -267,7 +267,7 @@ func (b *bench) collapsedAdds(ctx context.Context) error {
 			}
 			done := b.step(w.name)
 			r, err := load.Run(ctx, load.Spec{Callers: w.callers, Duration: b.cfg.dur}, func(ctx context.Context, _ int) (int, error) {
-				res, err := s.Client.Add(ctx, "bench", keys, client.AddOptions{})
+				res, err := s.Client.Add(ctx, "bench", keys, queueclient.AddOptions{})
 				if err == nil && res.Collapsed != len(keys) {
 					err = fmt.Errorf("%d of %d pending keys collapsed", res.Collapsed, len(keys))
 				}
@@ -305,7 +305,7 @@ func (b *bench) cycle(ctx context.Context) error {
 					if end > total {
 						return
 					}
-					if _, err := s.Client.Add(ctx, "cycle", pool[end-batch:end], client.AddOptions{}); err != nil {
+					if _, err := s.Client.Add(ctx, "cycle", pool[end-batch:end], queueclient.AddOptions{}); err != nil {
 						cancel(fmt.Errorf("add: %w", err))
 						return
 					}
@@ -314,9 +314,9 @@ func (b *bench) cycle(ctx context.Context) error {
 		}
 		for w := range workers {
 			wg.Go(func() {
-				acks := make([]client.Ack, 0, batch)
+				acks := make([]queueclient.Ack, 0, batch)
 				for ctx.Err() == nil && acked.Load() < total {
-					leases, err := s.Client.Lease(ctx, "cycle", client.LeaseOptions{Worker: fmt.Sprintf("w%d", w), MaxItems: batch, Wait: 50 * time.Millisecond, Duration: time.Minute})
+					leases, err := s.Client.Lease(ctx, "cycle", queueclient.LeaseOptions{Worker: fmt.Sprintf("w%d", w), MaxItems: batch, Wait: 50 * time.Millisecond, Duration: time.Minute})
 					if err != nil {
 						cancel(fmt.Errorf("lease: %w", err))
 						return
@@ -326,7 +326,7 @@ func (b *bench) cycle(ctx context.Context) error {
 					}
 					acks = acks[:0]
 					for _, l := range leases {
-						acks = append(acks, client.Ack{Key: l.Key, Token: l.Token, Outcome: client.Success()})
+						acks = append(acks, queueclient.Ack{Key: l.Key, Token: l.Token, Outcome: queueclient.Success()})
 					}
 					res, err := s.Client.Ack(ctx, "cycle", acks)
 					if err != nil {
@@ -335,7 +335,7 @@ func (b *bench) cycle(ctx context.Context) error {
 					}
 					ok := 0
 					for _, r := range res {
-						if r.Status == client.OK {
+						if r.Status == queueclient.OK {
 							ok++
 						}
 					}
@@ -371,7 +371,7 @@ func (b *bench) restartAndHeap(ctx context.Context) error {
 		// state does not change between the two heap readings).
 		ballast := refs.Keys("gcb", 0, 10000)
 		churn := func(ctx context.Context) error {
-			_, err := s.Client.Add(ctx, "ballast", ballast, client.AddOptions{})
+			_, err := s.Client.Add(ctx, "ballast", ballast, queueclient.AddOptions{})
 			return err
 		}
 		// The same restart with nothing stored: what process start and the
@@ -399,7 +399,7 @@ func (b *bench) restartAndHeap(ctx context.Context) error {
 				return 0, nil
 			}
 			k := min(batch, n-first)
-			res, err := s.Client.Add(ctx, "bench", refs.Keys("big", first, k), client.AddOptions{})
+			res, err := s.Client.Add(ctx, "bench", refs.Keys("big", first, k), queueclient.AddOptions{})
 			return res.Queued, err
 		}); err != nil {
 			return fmt.Errorf("fill: %w", err)

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/batonrun/baton/services/queue/client"
+	queueclient "github.com/batonrun/baton/client/queue"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,7 +29,7 @@ type Server struct {
 	Bin, DataDir       string
 	GRPCAddr, HTTPAddr string
 	Conn               *grpc.ClientConn
-	Client             *client.Client
+	Client             *queueclient.Client
 
 	cmd     *exec.Cmd
 	exited  chan struct{}
@@ -63,7 +63,7 @@ func Start(ctx context.Context, bin, dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Client = client.New(s.Conn, client.WithBackoff(client.Backoff{Attempts: 1}))
+	s.Client = queueclient.New(s.Conn, queueclient.WithBackoff(queueclient.Backoff{Attempts: 1}))
 	if err := s.launch(); err != nil {
 		s.Conn.Close()
 		return nil, err

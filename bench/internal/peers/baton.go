@@ -5,19 +5,19 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/batonrun/baton/services/queue/client"
+	queueclient "github.com/batonrun/baton/client/queue"
 )
 
 // Baton adapts a baton-queue client to Queue, on one named queue.
 type Baton struct {
-	Client   *client.Client
+	Client   *queueclient.Client
 	Name     string
 	LeaseFor time.Duration // a lease's duration; 0 is a minute
 }
 
 // Add implements Queue.
 func (b Baton) Add(ctx context.Context, keys []string) error {
-	_, err := b.Client.Add(ctx, b.Name, keys, client.AddOptions{})
+	_, err := b.Client.Add(ctx, b.Name, keys, queueclient.AddOptions{})
 	return err
 }
 
@@ -27,7 +27,7 @@ func (b Baton) Lease(ctx context.Context, worker string, max int, wait time.Dura
 	if d == 0 {
 		d = time.Minute
 	}
-	ls, err := b.Client.Lease(ctx, b.Name, client.LeaseOptions{Worker: worker, MaxItems: max, Wait: wait, Duration: d})
+	ls, err := b.Client.Lease(ctx, b.Name, queueclient.LeaseOptions{Worker: worker, MaxItems: max, Wait: wait, Duration: d})
 	if err != nil {
 		return nil, err
 	}
@@ -40,16 +40,16 @@ func (b Baton) Lease(ctx context.Context, worker string, max int, wait time.Dura
 
 // Ack implements Queue; a refused ack is an error.
 func (b Baton) Ack(ctx context.Context, _ string, ls []Leased) error {
-	acks := make([]client.Ack, len(ls))
+	acks := make([]queueclient.Ack, len(ls))
 	for i, l := range ls {
-		acks[i] = client.Ack{Key: l.Key, Token: l.handle.(uint64), Outcome: client.Success()}
+		acks[i] = queueclient.Ack{Key: l.Key, Token: l.handle.(uint64), Outcome: queueclient.Success()}
 	}
 	res, err := b.Client.Ack(ctx, b.Name, acks)
 	if err != nil {
 		return err
 	}
 	for i, r := range res {
-		if r.Status != client.OK {
+		if r.Status != queueclient.OK {
 			return fmt.Errorf("ack of %s refused: %v", acks[i].Key, r.Status)
 		}
 	}

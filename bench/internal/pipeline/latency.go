@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batonrun/baton/services/queue/client"
+	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/services/worker/manager"
 	"github.com/batonrun/baton/services/worker/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -98,7 +98,7 @@ func Latency(ctx context.Context, s *Stack, cfg LatencyConfig) (LatencyResult, e
 	// The probe worker: its reconcile only notes the time, so what is
 	// measured is the path up to the start of a reconcile, not its work.
 	mctx, stopManager := context.WithCancel(ctx)
-	m := manager.New(client.New(s.Queue.Conn), manager.Options{Worker: "probe", GracePeriod: 2 * time.Second})
+	m := manager.New(queueclient.New(s.Queue.Conn), manager.Options{Worker: "probe", GracePeriod: 2 * time.Second})
 	if err := m.Add(manager.Controller{Name: ProbeQueue, Concurrency: cfg.Concurrency,
 		Reconciler: reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
 			reconciled.see(req.Key, time.Now())

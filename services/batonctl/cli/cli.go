@@ -34,8 +34,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
-	queueclient "github.com/batonrun/baton/services/queue/client"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

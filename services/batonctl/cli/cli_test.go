@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	queueclient "github.com/batonrun/baton/services/queue/client"
+	queueclient "github.com/batonrun/baton/client/queue"
 )
 
 const webDeployment = `# the web tier

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	queueclient "github.com/batonrun/baton/services/queue/client"
+	queueclient "github.com/batonrun/baton/client/queue"
 )
 
 // TestExperimentCommand drives `batonctl experiment` as a user does, against

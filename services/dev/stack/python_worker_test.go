@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonrun/baton/services/queue/client"
+	queueclient "github.com/batonrun/baton/client/queue"
 )
 
 // pythonWorker is examples/python-worker, a worker written in Python.
@@ -177,7 +177,7 @@ func TestPythonWorker(t *testing.T) {
 		}
 	})
 
-	q, err := client.Dial(s.ep.QueueGRPC)
+	q, err := queueclient.Dial(s.ep.QueueGRPC)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,11 +21,11 @@ import (
 	"testing"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"github.com/batonrun/baton/services/observer/service"
-	"github.com/batonrun/baton/services/queue/client"
 	queuesvc "github.com/batonrun/baton/services/queue/service"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -99,14 +99,14 @@ type queueProc struct {
 	dir    string
 	cancel context.CancelFunc
 	done   chan error
-	client *client.Client
+	client *queueclient.Client
 }
 
 func startQueue(t testing.TB) *queueProc {
 	t.Helper()
 	q := &queueProc{t: t, addr: "127.0.0.1:0", dir: t.TempDir()}
 	q.start()
-	c, err := client.Dial(q.addr)
+	c, err := queueclient.Dial(q.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,13 +165,13 @@ func (q *queueProc) drain(t testing.TB) {
 	ctx := t.Context()
 	for _, name := range testQueues {
 		waitFor(t, 30*time.Second, "queue "+name+" to drain", func() (bool, string) {
-			leases, err := q.client.Lease(ctx, name, client.LeaseOptions{Worker: "test", MaxItems: 10000})
+			leases, err := q.client.Lease(ctx, name, queueclient.LeaseOptions{Worker: "test", MaxItems: 10000})
 			if err != nil {
 				return false, err.Error()
 			}
-			acks := make([]client.Ack, len(leases))
+			acks := make([]queueclient.Ack, len(leases))
 			for i, l := range leases {
-				acks[i] = client.Ack{Key: l.Key, Token: l.Token, Outcome: client.Success()}
+				acks[i] = queueclient.Ack{Key: l.Key, Token: l.Token, Outcome: queueclient.Success()}
 			}
 			if _, err := q.client.Ack(ctx, name, acks); err != nil {
 				return false, err.Error()

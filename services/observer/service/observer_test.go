@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"github.com/batonrun/baton/services/observer/service"
-	"github.com/batonrun/baton/services/queue/client"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -494,7 +494,7 @@ func TestTwoObserversAreHarmless(t *testing.T) {
 	// Each changed key is leased once: the two observers' announcements
 	// collapsed into one pending item.
 	for queue, want := range w.expect {
-		leases, err := q.client.Lease(t.Context(), queue, client.LeaseOptions{Worker: "t", MaxItems: 10000})
+		leases, err := q.client.Lease(t.Context(), queue, queueclient.LeaseOptions{Worker: "t", MaxItems: 10000})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,11 +12,11 @@ import (
 	"sync"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"github.com/batonrun/baton/services/observer/internal/checkpoint"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"github.com/batonrun/baton/services/observer/internal/server"
-	"github.com/batonrun/baton/services/queue/client"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -182,7 +182,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	defer etcd.Close()
-	queue, err := client.Dial(cfg.QueueAddr, client.WithBackoff(client.Backoff{Attempts: 1}))
+	queue, err := queueclient.Dial(cfg.QueueAddr, queueclient.WithBackoff(queueclient.Backoff{Attempts: 1}))
 	if err != nil {
 		return err
 	}

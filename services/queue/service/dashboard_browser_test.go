@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonrun/baton/services/queue/client"
+	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/services/queue/service"
 )
 
@@ -66,7 +66,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	go func() { done <- service.Run(ctx, cfg, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
 	a := <-addrs
-	c, err := client.Dial(a[0].String())
+	c, err := queueclient.Dial(a[0].String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +76,14 @@ func TestDashboardInBrowser(t *testing.T) {
 		for i := range keys {
 			keys[i] = fmt.Sprintf("default/k%d", from+i)
 		}
-		if _, err := c.Add(t.Context(), queue, keys, client.AddOptions{}); err != nil {
+		if _, err := c.Add(t.Context(), queue, keys, queueclient.AddOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	add("pods", 5, 0)
 	add("replicasets", 2, 0)
 	// A long lease: a loaded machine may take a while to render twice.
-	leases, err := c.Lease(t.Context(), "pods", client.LeaseOptions{Worker: "browser-test", MaxItems: 1, Duration: 10 * time.Minute})
+	leases, err := c.Lease(t.Context(), "pods", queueclient.LeaseOptions{Worker: "browser-test", MaxItems: 1, Duration: 10 * time.Minute})
 	if err != nil || len(leases) != 1 {
 		t.Fatalf("lease: %v %v", leases, err)
 	}

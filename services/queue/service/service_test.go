@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/queue/client"
 	"github.com/batonrun/baton/services/queue/service"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,7 +30,7 @@ import (
 // harness is one real queue service on 127.0.0.1:0 with a client.
 type harness struct {
 	grpcAddr, httpAddr string
-	c                  *client.Client
+	c                  *queueclient.Client
 	raw                queuev1.QueueServiceClient
 	conn               *grpc.ClientConn
 	// stop cancels Run and returns how long it took to return, and its error.
@@ -92,7 +92,7 @@ func startIn(t *testing.T, dir string) *harness {
 	}
 	t.Cleanup(func() { conn.Close() })
 	h.conn = conn
-	h.c = client.New(conn, client.WithBackoff(client.Backoff{Attempts: 1}))
+	h.c = queueclient.New(conn, queueclient.WithBackoff(queueclient.Backoff{Attempts: 1}))
 	h.raw = h.c.Raw()
 	return &h
 }
@@ -188,18 +188,18 @@ func TestRefusedRequests(t *testing.T) {
 	h := start(t)
 	ctx := ctxT(t)
 	const q, fresh = "work", "fresh"
-	if _, err := h.c.Add(ctx, q, []string{"p1", "l1"}, client.AddOptions{}); err != nil {
+	if _, err := h.c.Add(ctx, q, []string{"p1", "l1"}, queueclient.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// FIFO: l1 was added second, so lease p1 first and give it back.
-	leases, err := h.c.Lease(ctx, q, client.LeaseOptions{Worker: "w", MaxItems: 2, Duration: 5 * time.Minute})
+	leases, err := h.c.Lease(ctx, q, queueclient.LeaseOptions{Worker: "w", MaxItems: 2, Duration: 5 * time.Minute})
 	if err != nil || len(leases) != 2 {
 		t.Fatalf("lease: %v %v", leases, err)
 	}
-	var live client.Lease
+	var live queueclient.Lease
 	for _, l := range leases {
 		if l.Key == "p1" {
-			if _, err := h.c.Ack(ctx, q, []client.Ack{{Key: l.Key, Token: l.Token, Outcome: client.RequeueAfter(0)}}); err != nil {
+			if _, err := h.c.Ack(ctx, q, []queueclient.Ack{{Key: l.Key, Token: l.Token, Outcome: queueclient.RequeueAfter(0)}}); err != nil {
 				t.Fatal(err)
 			}
 		} else {
@@ -364,7 +364,7 @@ func TestRefusedRequests(t *testing.T) {
 	}
 
 	// Lease and Inspect on the fresh queue must not make Stats find it.
-	if _, err := h.c.Lease(ctx, fresh, client.LeaseOptions{}); err != nil {
+	if _, err := h.c.Lease(ctx, fresh, queueclient.LeaseOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.c.Inspect(ctx, fresh, "x"); err != nil {
@@ -393,8 +393,8 @@ func TestRefusedRequests(t *testing.T) {
 		})
 	}
 	// The lease survived every refused Ack and Extend.
-	res, err := h.c.Ack(ctx, q, []client.Ack{{Key: live.Key, Token: live.Token, Outcome: client.Success()}})
-	if err != nil || res[0].Status != client.OK {
+	res, err := h.c.Ack(ctx, q, []queueclient.Ack{{Key: live.Key, Token: live.Token, Outcome: queueclient.Success()}})
+	if err != nil || res[0].Status != queueclient.OK {
 		t.Fatalf("ack of the live lease after the refused calls: %v %v", res, err)
 	}
 }
@@ -449,7 +449,7 @@ func TestLeaseLongPollWakes(t *testing.T) {
 	const q = "poll"
 
 	startWait := time.Now()
-	got, err := h.c.Lease(ctx, q, client.LeaseOptions{Worker: "w", Wait: 300 * time.Millisecond})
+	got, err := h.c.Lease(ctx, q, queueclient.LeaseOptions{Worker: "w", Wait: 300 * time.Millisecond})
 	if err != nil || len(got) != 0 {
 		t.Fatalf("lease on an empty queue: %v %v", got, err)
 	}
@@ -458,20 +458,20 @@ func TestLeaseLongPollWakes(t *testing.T) {
 	}
 
 	type result struct {
-		leases []client.Lease
+		leases []queueclient.Lease
 		err    error
 		at     time.Time
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := h.c.Lease(ctx, q, client.LeaseOptions{Worker: "w", Wait: 20 * time.Second})
+		l, err := h.c.Lease(ctx, q, queueclient.LeaseOptions{Worker: "w", Wait: 20 * time.Second})
 		done <- result{l, err, time.Now()}
 	}()
 	// Give the Lease time to park; if it has not yet, it finds the key at
 	// once and the test still checks the key is handed out.
 	time.Sleep(200 * time.Millisecond)
 	added := time.Now()
-	if _, err := h.c.Add(ctx, q, []string{"ns/woken"}, client.AddOptions{}); err != nil {
+	if _, err := h.c.Add(ctx, q, []string{"ns/woken"}, queueclient.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -487,11 +487,11 @@ func TestLeaseLongPollWakes(t *testing.T) {
 	}
 
 	// A delayed key wakes a waiting lease when it becomes ready.
-	if _, err := h.c.Add(ctx, q, []string{"ns/later"}, client.AddOptions{Delay: 300 * time.Millisecond}); err != nil {
+	if _, err := h.c.Add(ctx, q, []string{"ns/later"}, queueclient.AddOptions{Delay: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	startWait = time.Now()
-	got, err = h.c.Lease(ctx, q, client.LeaseOptions{Worker: "w", Wait: 20 * time.Second})
+	got, err = h.c.Lease(ctx, q, queueclient.LeaseOptions{Worker: "w", Wait: 20 * time.Second})
 	if err != nil || len(got) != 1 || got[0].Key != "ns/later" {
 		t.Fatalf("lease of a delayed key: %v %v", got, err)
 	}
@@ -507,12 +507,12 @@ func TestShutdownAnswersLongPolls(t *testing.T) {
 	h := start(t)
 	ctx := ctxT(t)
 	type result struct {
-		leases []client.Lease
+		leases []queueclient.Lease
 		err    error
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := h.c.Lease(ctx, "idle", client.LeaseOptions{Worker: "w", Wait: 30 * time.Second})
+		l, err := h.c.Lease(ctx, "idle", queueclient.LeaseOptions{Worker: "w", Wait: 30 * time.Second})
 		done <- result{l, err}
 	}()
 	time.Sleep(200 * time.Millisecond) // let it park; if not, it is refused or answered: checked below
@@ -542,10 +542,10 @@ func TestListPaging(t *testing.T) {
 	ctx := ctxT(t)
 	const q = "paging"
 	keys := keysN("ns/k", 250)
-	if _, err := h.c.Add(ctx, q, keys, client.AddOptions{}); err != nil {
+	if _, err := h.c.Add(ctx, q, keys, queueclient.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.c.Lease(ctx, q, client.LeaseOptions{Worker: "w", MaxItems: 10}); err != nil {
+	if _, err := h.c.Lease(ctx, q, queueclient.LeaseOptions{Worker: "w", MaxItems: 10}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -615,10 +615,10 @@ func TestInspectExtendForget(t *testing.T) {
 	if it := inspect("ns/a"); it.GetState() != queuev1.ItemState_ITEM_STATE_ABSENT {
 		t.Fatalf("unknown key: %v", it)
 	}
-	if _, err := h.c.Add(ctx, q, []string{"ns/a"}, client.AddOptions{Priority: client.PriorityLow}); err != nil {
+	if _, err := h.c.Add(ctx, q, []string{"ns/a"}, queueclient.AddOptions{Priority: queueclient.PriorityLow}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := h.c.Add(ctx, q, []string{"ns/a"}, client.AddOptions{Priority: client.PriorityHigh})
+	res, err := h.c.Add(ctx, q, []string{"ns/a"}, queueclient.AddOptions{Priority: queueclient.PriorityHigh})
 	if err != nil || res.Queued != 0 || res.Collapsed != 1 {
 		t.Fatalf("re-add: %+v %v", res, err)
 	}
@@ -628,7 +628,7 @@ func TestInspectExtendForget(t *testing.T) {
 		t.Fatalf("pending key after two adds, the second HIGH: %v", it)
 	}
 
-	ls, err := h.c.Lease(ctx, q, client.LeaseOptions{Worker: "worker-1", Duration: time.Second})
+	ls, err := h.c.Lease(ctx, q, queueclient.LeaseOptions{Worker: "worker-1", Duration: time.Second})
 	if err != nil || len(ls) != 1 {
 		t.Fatalf("lease: %v %v", ls, err)
 	}
@@ -640,14 +640,14 @@ func TestInspectExtendForget(t *testing.T) {
 	exp := it.GetLeaseExpiresAt().AsTime()
 
 	// Extend pushes the expiry; a wrong token is LEASE_LOST.
-	ext, err := h.c.Extend(ctx, q, []client.LeaseRef{{Key: l.Key, Token: l.Token}, {Key: l.Key, Token: l.Token + 1}, {Key: "ns/none", Token: l.Token}}, 5*time.Minute)
+	ext, err := h.c.Extend(ctx, q, []queueclient.LeaseRef{{Key: l.Key, Token: l.Token}, {Key: l.Key, Token: l.Token + 1}, {Key: "ns/none", Token: l.Token}}, 5*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ext[0].Status != client.OK || !ext[0].ExpiresAt.After(exp.Add(4*time.Minute)) {
+	if ext[0].Status != queueclient.OK || !ext[0].ExpiresAt.After(exp.Add(4*time.Minute)) {
 		t.Fatalf("extend of the live lease: %+v (old expiry %v)", ext[0], exp)
 	}
-	if ext[1].Status != client.LeaseLost || ext[2].Status != client.LeaseLost {
+	if ext[1].Status != queueclient.LeaseLost || ext[2].Status != queueclient.LeaseLost {
 		t.Fatalf("extend with a wrong token or key: %+v", ext[1:])
 	}
 	if got := inspect("ns/a").GetLeaseExpiresAt().AsTime(); !got.Equal(ext[0].ExpiresAt) {
@@ -656,14 +656,14 @@ func TestInspectExtendForget(t *testing.T) {
 
 	// Announced while leased: dirty. A failure ack of a dirty key makes it
 	// pending at once with attempts+1 and the error kept.
-	if res, err := h.c.Add(ctx, q, []string{"ns/a"}, client.AddOptions{}); err != nil || res.Queued != 1 {
+	if res, err := h.c.Add(ctx, q, []string{"ns/a"}, queueclient.AddOptions{}); err != nil || res.Queued != 1 {
 		t.Fatalf("add while leased: %+v %v", res, err)
 	}
 	if it := inspect("ns/a"); !it.GetDirty() {
 		t.Fatalf("key announced while leased is not dirty: %v", it)
 	}
-	ar, err := h.c.Ack(ctx, q, []client.Ack{{Key: l.Key, Token: l.Token, Outcome: client.Failure("boom")}})
-	if err != nil || ar[0].Status != client.OK {
+	ar, err := h.c.Ack(ctx, q, []queueclient.Ack{{Key: l.Key, Token: l.Token, Outcome: queueclient.Failure("boom")}})
+	if err != nil || ar[0].Status != queueclient.OK {
 		t.Fatalf("failure ack: %v %v", ar, err)
 	}
 	it = inspect("ns/a")
@@ -671,20 +671,20 @@ func TestInspectExtendForget(t *testing.T) {
 		t.Fatalf("dirty key after a failure ack: %v", it)
 	}
 	// The old token is dead for Ack and Extend.
-	if ar, _ := h.c.Ack(ctx, q, []client.Ack{{Key: l.Key, Token: l.Token, Outcome: client.Success()}}); ar[0].Status != client.LeaseLost {
+	if ar, _ := h.c.Ack(ctx, q, []queueclient.Ack{{Key: l.Key, Token: l.Token, Outcome: queueclient.Success()}}); ar[0].Status != queueclient.LeaseLost {
 		t.Fatalf("second ack of the same token: %v", ar)
 	}
-	if ext, _ := h.c.Extend(ctx, q, []client.LeaseRef{{Key: l.Key, Token: l.Token}}, 0); ext[0].Status != client.LeaseLost {
+	if ext, _ := h.c.Extend(ctx, q, []queueclient.LeaseRef{{Key: l.Key, Token: l.Token}}, 0); ext[0].Status != queueclient.LeaseLost {
 		t.Fatalf("extend of an acked token: %v", ext)
 	}
 
 	// Forget: a leased key goes absent and its token dies; absent keys are
 	// not counted.
-	ls, err = h.c.Lease(ctx, q, client.LeaseOptions{Worker: "worker-2"})
+	ls, err = h.c.Lease(ctx, q, queueclient.LeaseOptions{Worker: "worker-2"})
 	if err != nil || len(ls) != 1 {
 		t.Fatalf("second lease: %v %v", ls, err)
 	}
-	if _, err := h.c.Add(ctx, q, []string{"ns/b"}, client.AddOptions{Delay: time.Hour}); err != nil {
+	if _, err := h.c.Add(ctx, q, []string{"ns/b"}, queueclient.AddOptions{Delay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if it := inspect("ns/b"); it.GetState() != queuev1.ItemState_ITEM_STATE_DELAYED || it.GetNotBefore() == nil {
@@ -699,7 +699,7 @@ func TestInspectExtendForget(t *testing.T) {
 			t.Fatalf("%s after forget: %v", k, it)
 		}
 	}
-	if ar, _ := h.c.Ack(ctx, q, []client.Ack{{Key: ls[0].Key, Token: ls[0].Token, Outcome: client.Success()}}); ar[0].Status != client.LeaseLost {
+	if ar, _ := h.c.Ack(ctx, q, []queueclient.Ack{{Key: ls[0].Key, Token: ls[0].Token, Outcome: queueclient.Success()}}); ar[0].Status != queueclient.LeaseLost {
 		t.Fatalf("ack of a forgotten lease: %v", ar)
 	}
 	st, err := h.c.Stats(ctx, q)
@@ -763,17 +763,17 @@ func TestMetrics(t *testing.T) {
 	h := start(t)
 	ctx := ctxT(t)
 	const q = "metrics"
-	if _, err := h.c.Add(ctx, q, []string{"a", "b", "c"}, client.AddOptions{}); err != nil {
+	if _, err := h.c.Add(ctx, q, []string{"a", "b", "c"}, queueclient.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.c.Add(ctx, q, []string{"a"}, client.AddOptions{}); err != nil {
+	if _, err := h.c.Add(ctx, q, []string{"a"}, queueclient.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ls, err := h.c.Lease(ctx, q, client.LeaseOptions{Worker: "w"})
+	ls, err := h.c.Lease(ctx, q, queueclient.LeaseOptions{Worker: "w"})
 	if err != nil || len(ls) != 1 {
 		t.Fatal(err)
 	}
-	if _, err := h.c.Ack(ctx, q, []client.Ack{{Key: ls[0].Key, Token: ls[0].Token, Outcome: client.Failure("x")}}); err != nil {
+	if _, err := h.c.Ack(ctx, q, []queueclient.Ack{{Key: ls[0].Key, Token: ls[0].Token, Outcome: queueclient.Failure("x")}}); err != nil {
 		t.Fatal(err)
 	}
 	// The failed key comes back after its few milliseconds of backoff.
@@ -872,7 +872,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 func TestUnknownQueuesLeaveMetricsFlat(t *testing.T) {
 	h := start(t)
 	ctx := ctxT(t)
-	if _, err := h.c.Add(ctx, "real", []string{"k"}, client.AddOptions{}); err != nil {
+	if _, err := h.c.Add(ctx, "real", []string{"k"}, queueclient.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	calls := func(q string) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -104,6 +105,10 @@ func TestFullTmpfs(t *testing.T) {
 		Outcome: &queuev1.Ack_Failure{Failure: &queuev1.AckFailure{Error: strings.Repeat("e", 4000)}}}}}
 	if _, err := h.raw.Ack(ctx, ack); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("Ack on a full tmpfs = %v, want RESOURCE_EXHAUSTED", err)
+	}
+	// The Go client says why, as an error to test with errors.Is.
+	if _, err := h.c.Add(ctx, q, refused, queueclient.AddOptions{}); !errors.Is(err, queueclient.ErrNoSpace) {
+		t.Fatalf("the Go client's Add on a full tmpfs = %v, want ErrNoSpace", err)
 	}
 	if after := snap(t, h, q); !after.equal(before) {
 		t.Fatalf("refused calls changed the queue:\n before %v\n after  %v", before, after)

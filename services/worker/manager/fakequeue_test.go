@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/queue/client"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -43,7 +43,7 @@ type fakeItem struct {
 	notBefore time.Time
 }
 
-func startFakeQueue(t *testing.T) (*fakeQueue, *client.Client) {
+func startFakeQueue(t *testing.T) (*fakeQueue, *queueclient.Client) {
 	t.Helper()
 	f := &fakeQueue{items: map[string]*fakeItem{}, backoff: 5 * time.Millisecond}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -53,7 +53,7 @@ func startFakeQueue(t *testing.T) (*fakeQueue, *client.Client) {
 	s := grpc.NewServer()
 	queuev1.RegisterQueueServiceServer(s, f)
 	go s.Serve(lis)
-	c, err := client.Dial(lis.Addr().String())
+	c, err := queueclient.Dial(lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

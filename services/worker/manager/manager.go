@@ -47,7 +47,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/batonrun/baton/services/queue/client"
+	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/services/worker/reconcile"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -114,7 +114,7 @@ func (c *Controller) setDefaults() {
 
 // Manager runs controllers. Add them, then Run once.
 type Manager struct {
-	q       *client.Client
+	q       *queueclient.Client
 	o       Options
 	log     *slog.Logger
 	metrics *metrics
@@ -123,7 +123,7 @@ type Manager struct {
 }
 
 // New returns a Manager that leases from q.
-func New(q *client.Client, o Options) *Manager {
+func New(q *queueclient.Client, o Options) *Manager {
 	if o.Worker == "" {
 		host, _ := os.Hostname()
 		o.Worker = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -187,7 +187,7 @@ func (m *Manager) Run(ctx context.Context) error {
 
 // job is one leased key being reconciled or waiting for its ack.
 type job struct {
-	lease  client.Lease
+	lease  queueclient.Lease
 	cancel context.CancelFunc
 	lost   atomic.Bool // an Extend answered LEASE_LOST
 }
@@ -195,13 +195,13 @@ type job struct {
 // ack is one outcome waiting for the ack loop.
 type ack struct {
 	job     *job
-	outcome client.Outcome
+	outcome queueclient.Outcome
 }
 
 // runner runs one controller.
 type runner struct {
 	c       Controller
-	q       *client.Client
+	q       *queueclient.Client
 	worker  string
 	grace   time.Duration
 	log     *slog.Logger
@@ -272,7 +272,7 @@ func (r *runner) lease(ctx, workCtx context.Context, work *sync.WaitGroup) {
 				break more
 			}
 		}
-		leases, err := r.q.Lease(ctx, r.c.Name, client.LeaseOptions{
+		leases, err := r.q.Lease(ctx, r.c.Name, queueclient.LeaseOptions{
 			Worker: r.worker, MaxItems: n, Duration: r.c.LeaseDuration, Wait: r.c.PollWait,
 		})
 		for range n - len(leases) {
@@ -318,22 +318,22 @@ func (r *runner) process(ctx context.Context, j *job) {
 	r.metrics.duration.WithLabelValues(r.c.Name).Observe(time.Since(start).Seconds())
 	r.metrics.active.WithLabelValues(r.c.Name).Dec()
 
-	var out client.Outcome
+	var out queueclient.Outcome
 	var result string
 	switch {
 	case panicked:
-		result, out = ResultPanic, client.Failure(err.Error())
+		result, out = ResultPanic, queueclient.Failure(err.Error())
 		log.Error("reconcile panicked", "err", err)
 	case err != nil && reconcile.IsTerminal(err):
-		result, out = ResultTerminal, client.Terminal(err.Error())
+		result, out = ResultTerminal, queueclient.Terminal(err.Error())
 		log.Error("reconcile failed terminally, not retrying", "err", err)
 	case err != nil:
-		result, out = ResultError, client.Failure(err.Error())
+		result, out = ResultError, queueclient.Failure(err.Error())
 		log.Info("reconcile failed, will retry", "err", err)
 	case res.RequeueAfter > 0:
-		result, out = ResultRequeueAfter, client.RequeueAfter(res.RequeueAfter)
+		result, out = ResultRequeueAfter, queueclient.RequeueAfter(res.RequeueAfter)
 	default:
-		result, out = ResultSuccess, client.Success()
+		result, out = ResultSuccess, queueclient.Success()
 	}
 	r.metrics.total.WithLabelValues(r.c.Name, result).Inc()
 
@@ -397,7 +397,7 @@ func (r *runner) ackLoop(stop <-chan struct{}) {
 		}
 		t := time.NewTimer(r.c.AckDelay)
 	collect:
-		for len(batch) < client.MaxBatch {
+		for len(batch) < queueclient.MaxBatch {
 			select {
 			case a := <-r.acks:
 				batch = append(batch, a)
@@ -414,9 +414,9 @@ func (r *runner) ackLoop(stop <-chan struct{}) {
 // logged; the leases then lapse and the keys are offered again, which is
 // safe because reconciles are level-based.
 func (r *runner) send(batch []ack) {
-	acks := make([]client.Ack, len(batch))
+	acks := make([]queueclient.Ack, len(batch))
 	for i, a := range batch {
-		acks[i] = client.Ack{Key: a.job.lease.Key, Token: a.job.lease.Token, Outcome: a.outcome}
+		acks[i] = queueclient.Ack{Key: a.job.lease.Key, Token: a.job.lease.Token, Outcome: a.outcome}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	results, err := r.q.Ack(ctx, r.c.Name, acks)
@@ -425,7 +425,7 @@ func (r *runner) send(batch []ack) {
 		r.log.Warn("ack failed; leases will lapse", "keys", len(acks), "err", err)
 	}
 	for i, a := range batch {
-		if i < len(results) && results[i].Status == client.LeaseLost {
+		if i < len(results) && results[i].Status == queueclient.LeaseLost {
 			r.log.Info("ack refused: lease lost", "key", a.job.lease.Key)
 		}
 		r.forget(a.job)
@@ -452,9 +452,9 @@ func (r *runner) heartbeat(stop <-chan struct{}) {
 		if len(jobs) == 0 {
 			continue
 		}
-		refs := make([]client.LeaseRef, len(jobs))
+		refs := make([]queueclient.LeaseRef, len(jobs))
 		for i, j := range jobs {
-			refs[i] = client.LeaseRef{Key: j.lease.Key, Token: j.lease.Token}
+			refs[i] = queueclient.LeaseRef{Key: j.lease.Key, Token: j.lease.Token}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.c.LeaseDuration/3)
 		results, err := r.q.Extend(ctx, r.c.Name, refs, r.c.LeaseDuration)
@@ -464,7 +464,7 @@ func (r *runner) heartbeat(stop <-chan struct{}) {
 			continue
 		}
 		for i, res := range results {
-			if i < len(jobs) && res.Status == client.LeaseLost {
+			if i < len(jobs) && res.Status == queueclient.LeaseLost {
 				j := jobs[i]
 				j.lost.Store(true)
 				j.cancel()

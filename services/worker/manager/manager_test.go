@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/queue/client"
 	"github.com/batonrun/baton/services/worker/reconcile"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -33,7 +33,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 // start runs a manager with one controller until the test ends; it returns a
 // function that cancels it and waits for Run to return.
-func start(t *testing.T, q *client.Client, c Controller, o Options) (stop func()) {
+func start(t *testing.T, q *queueclient.Client, c Controller, o Options) (stop func()) {
 	t.Helper()
 	if c.Name == "" {
 		c.Name = "things"
@@ -61,9 +61,9 @@ func start(t *testing.T, q *client.Client, c Controller, o Options) (stop func()
 	return stop
 }
 
-func add(t *testing.T, q *client.Client, keys ...string) {
+func add(t *testing.T, q *queueclient.Client, keys ...string) {
 	t.Helper()
-	if _, err := q.Add(t.Context(), "things", keys, client.AddOptions{}); err != nil {
+	if _, err := q.Add(t.Context(), "things", keys, queueclient.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/etcdembed"
-	"github.com/batonrun/baton/services/queue/client"
 	queueservice "github.com/batonrun/baton/services/queue/service"
 	"github.com/batonrun/baton/services/worker/manager"
 	"github.com/batonrun/baton/services/worker/objects"
@@ -35,7 +35,7 @@ type stack struct {
 	cli          *clientv3.Client
 	queueAddr    string
 	observerAddr string
-	queue        *client.Client
+	queue        *queueclient.Client
 	observer     observerv1.ObserverServiceClient
 }
 
@@ -101,7 +101,7 @@ func startStack(t testing.TB) *stack {
 	case <-time.After(30 * time.Second):
 		t.Fatal("queue did not start")
 	}
-	if s.queue, err = client.Dial(s.queueAddr); err != nil {
+	if s.queue, err = queueclient.Dial(s.queueAddr); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.queue.Close() })

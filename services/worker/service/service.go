@@ -17,8 +17,8 @@ import (
 	"sync"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
-	"github.com/batonrun/baton/services/queue/client"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/worker/controllers"
 	"github.com/batonrun/baton/services/worker/manager"
@@ -182,7 +182,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("dial queue %s: %w", cfg.QueueAddr, err)
 	}
 	defer qconn.Close()
-	queue := client.New(qconn)
+	queue := queueclient.New(qconn)
 
 	var observer observerv1.ObserverServiceClient
 	if cfg.ObserverAddr != "" {

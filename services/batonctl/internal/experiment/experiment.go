@@ -39,8 +39,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/queue/client"
 	"github.com/batonrun/baton/services/worker/manager"
 	"github.com/batonrun/baton/services/worker/reconcile"
 )
@@ -60,7 +60,7 @@ const (
 // Env is what an experiment runs against.
 type Env struct {
 	Etcd  *clientv3.Client
-	Queue *client.Client
+	Queue *queueclient.Client
 	// Log receives progress at debug level; nil discards.
 	Log *slog.Logger
 }
@@ -86,7 +86,7 @@ var ErrQueueBusy = errors.New("queue busy")
 
 // checkIdle refuses to start when queue holds keys, since the experiment
 // reads the queue's depth and counters as its own.
-func checkIdle(ctx context.Context, q *client.Client, queue string) error {
+func checkIdle(ctx context.Context, q *queueclient.Client, queue string) error {
 	st, err := stats(ctx, q, queue)
 	if err != nil {
 		return err
@@ -99,7 +99,7 @@ func checkIdle(ctx context.Context, q *client.Client, queue string) error {
 }
 
 // stats returns queue's counters; a queue never used has all zeros.
-func stats(ctx context.Context, q *client.Client, queue string) (*queuev1.QueueStats, error) {
+func stats(ctx context.Context, q *queueclient.Client, queue string) (*queuev1.QueueStats, error) {
 	all, err := q.Stats(ctx, queue)
 	if status.Code(errors.Unwrap(err)) == codes.NotFound || status.Code(err) == codes.NotFound {
 		return &queuev1.QueueStats{Queue: queue}, nil
@@ -236,7 +236,7 @@ func revisionNow(ctx context.Context, c *clientv3.Client) (int64, error) {
 // watch response in one call, as the observer batches, or one Add per event
 // when perEvent is set. It never waits on a worker.
 type announcer struct {
-	q        *client.Client
+	q        *queueclient.Client
 	perEvent bool
 
 	events    atomic.Int64 // watch events received
@@ -292,7 +292,7 @@ func startAnnouncer(ctx context.Context, e Env, prefix string, fromRev int64, qu
 				if len(g) == 0 {
 					continue
 				}
-				res, err := a.q.Add(ctx, queue, g, client.AddOptions{Source: "batonctl-experiment"})
+				res, err := a.q.Add(ctx, queue, g, queueclient.AddOptions{Source: "batonctl-experiment"})
 				if err != nil {
 					if ctx.Err() == nil {
 						a.fail(err)

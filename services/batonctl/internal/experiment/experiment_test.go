@@ -11,8 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/services/etcdembed"
-	"github.com/batonrun/baton/services/queue/client"
 	queueservice "github.com/batonrun/baton/services/queue/service"
 )
 
@@ -52,7 +52,7 @@ func startEnv(t *testing.T, configure ...func(*queueservice.Config)) Env {
 	case <-time.After(30 * time.Second):
 		t.Fatal("queue did not start in 30s")
 	}
-	q, err := client.Dial(addr)
+	q, err := queueclient.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestExperiments(t *testing.T) {
 	})
 
 	t.Run("repeat refuses a busy queue", func(t *testing.T) {
-		if _, err := e.Queue.Add(t.Context(), QueueRepeat, []string{"someone/else"}, client.AddOptions{}); err != nil {
+		if _, err := e.Queue.Add(t.Context(), QueueRepeat, []string{"someone/else"}, queueclient.AddOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		_, err := Repeat(t.Context(), e, RepeatOptions{Notifications: 3})
@@ -203,7 +203,7 @@ func TestExperiments(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := e.Queue.Add(t.Context(), QueueBurst, []string{"xdead/obj-1", "xdead/obj-2"}, client.AddOptions{}); err != nil {
+		if _, err := e.Queue.Add(t.Context(), QueueBurst, []string{"xdead/obj-1", "xdead/obj-2"}, queueclient.AddOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		c, err := Clean(t.Context(), e)

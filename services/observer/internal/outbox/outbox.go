@@ -13,7 +13,6 @@ package outbox
 import (
 	"context"
 	"errors"
-	limits "github.com/batonrun/baton/client/queue"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -21,18 +20,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/queue/client"
 )
 
 // Adder is the part of the queue client the outbox needs.
 type Adder interface {
-	Add(ctx context.Context, queue string, keys []string, o client.AddOptions) (client.AddResult, error)
+	Add(ctx context.Context, queue string, keys []string, o queueclient.AddOptions) (queueclient.AddResult, error)
 }
 
 // Options tune the drainers; zero values take the defaults.
 type Options struct {
-	// MaxBatch is the most keys per Add (default client.MaxBatch).
+	// MaxBatch is the most keys per Add (default queueclient.MaxBatch).
 	MaxBatch int
 	// CallTimeout bounds one Add (default 10 s).
 	CallTimeout time.Duration
@@ -59,8 +58,8 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.MaxBatch <= 0 || o.MaxBatch > client.MaxBatch {
-		o.MaxBatch = client.MaxBatch
+	if o.MaxBatch <= 0 || o.MaxBatch > queueclient.MaxBatch {
+		o.MaxBatch = queueclient.MaxBatch
 	}
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = 10 * time.Second
@@ -203,7 +202,7 @@ func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time, rev int64)
 	for _, k := range keys {
 		// A key the queue refuses would fail its whole batch forever, so
 		// such keys are dropped (and counted) instead of delivered.
-		if !limits.ValidKey(k) {
+		if !queueclient.ValidKey(k) {
 			b.dropped.Add(1)
 			b.opts.Logger.Warn("dropping a key the queue would refuse (empty, over 1024 bytes or not UTF-8)", "queue", b.queue, "key", k)
 			continue
@@ -429,7 +428,7 @@ func (b *Box) deliver(ctx context.Context, taken map[queuev1.Priority][]sent) er
 			keys[i] = s.key
 		}
 		cctx, cancel := context.WithTimeout(ctx, b.opts.CallTimeout)
-		_, err = b.add.Add(cctx, b.queue, keys, client.AddOptions{Priority: prio, Source: b.opts.Source})
+		_, err = b.add.Add(cctx, b.queue, keys, queueclient.AddOptions{Priority: prio, Source: b.opts.Source})
 		cancel()
 		if err != nil {
 			b.fail(batch, err)

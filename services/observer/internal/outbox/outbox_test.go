@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	limits "github.com/batonrun/baton/client/queue"
 	"sync"
 	"testing"
 	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/queue/client"
 )
 
 // fakeQueue records Adds and fails them while down.
@@ -26,7 +25,7 @@ type fakeQueue struct {
 	twice    []string        // keys sent while an Add carrying them was in flight
 }
 
-func (f *fakeQueue) Add(ctx context.Context, queue string, keys []string, o client.AddOptions) (client.AddResult, error) {
+func (f *fakeQueue) Add(ctx context.Context, queue string, keys []string, o queueclient.AddOptions) (queueclient.AddResult, error) {
 	f.mu.Lock()
 	if f.inFlight == nil {
 		f.inFlight = map[string]bool{}
@@ -52,21 +51,21 @@ func (f *fakeQueue) Add(ctx context.Context, queue string, keys []string, o clie
 		select {
 		case <-f.block:
 		case <-ctx.Done():
-			return client.AddResult{}, ctx.Err()
+			return queueclient.AddResult{}, ctx.Err()
 		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
 	if f.down {
-		return client.AddResult{}, errors.New("queue down")
+		return queueclient.AddResult{}, errors.New("queue down")
 	}
 	for _, k := range keys {
 		if p, ok := f.got[k]; !ok || rank(o.Priority) > rank(p) {
 			f.got[k] = o.Priority
 		}
 	}
-	return client.AddResult{Queued: len(keys)}, nil
+	return queueclient.AddResult{Queued: len(keys)}, nil
 }
 
 func (f *fakeQueue) setDown(d bool) { f.mu.Lock(); f.down = d; f.mu.Unlock() }
@@ -192,7 +191,7 @@ func TestFlushOnStop(t *testing.T) {
 func TestDropsKeysTheQueueRefuses(t *testing.T) {
 	q := &fakeQueue{got: map[string]queuev1.Priority{}}
 	s := NewSet([]string{"pods"}, q, Options{})
-	long := string(make([]byte, limits.MaxKeyBytes+1))
+	long := string(make([]byte, queueclient.MaxKeyBytes+1))
 	_ = s.Put("pods", []string{"", long, "bad\xff", "ns/ok"}, 0, time.Now(), 1)
 	if got, want := s.Len(), 1; got != want {
 		t.Errorf("outbox holds %d keys, want %d", got, want)

@@ -86,13 +86,17 @@ func toStatus(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, store.ErrNoSpace):
-		return status.Error(codes.ResourceExhausted, "the queue's disk is full: nothing was stored; retry when space is back")
-	case errors.Is(err, store.ErrStopped), errors.Is(err, store.ErrClosed):
-		return status.Errorf(codes.Unavailable, "the queue's store has stopped (a change in flight may or may not be stored; the queue restarts and recovers): %v", err)
+		return limits.Refusal(codes.ResourceExhausted, limits.ReasonNoSpace, "the queue's disk is full: nothing was stored; retry when space is back")
+	case errors.Is(err, store.ErrStopped):
+		return limits.Refusal(codes.Unavailable, limits.ReasonStopped,
+			fmt.Sprintf("the queue's store has stopped (a change in flight may or may not be stored; the queue restarts and recovers): %v", err))
+	case errors.Is(err, store.ErrClosed):
+		return status.Errorf(codes.Unavailable, "the queue is shutting down: %v", err)
 	case errors.Is(err, broker.ErrQueueNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, broker.ErrTooManyQueues):
-		return status.Errorf(codes.ResourceExhausted, "%v (--max-queues): nothing was stored; a queue is forgotten once it has been empty for --empty-queue-retention", err)
+		return limits.Refusal(codes.ResourceExhausted, limits.ReasonTooManyQueues,
+			fmt.Sprintf("%v (--max-queues): nothing was stored; a queue is forgotten once it has been empty for --empty-queue-retention", err))
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded before the change was durable; it may or may not be stored")
 	case errors.Is(err, context.Canceled):

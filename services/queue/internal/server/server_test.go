@@ -39,7 +39,7 @@ func TestToStatus(t *testing.T) {
 		{store.ErrNoSpace, codes.ResourceExhausted, "nothing was stored"},
 		{fmt.Errorf("%w: 1000 queues exist, the most allowed", broker.ErrTooManyQueues), codes.ResourceExhausted, "--max-queues"},
 		{fmt.Errorf("%w: boom", store.ErrStopped), codes.Unavailable, "may or may not be stored"},
-		{store.ErrClosed, codes.Unavailable, "stopped"},
+		{store.ErrClosed, codes.Unavailable, "shutting down"},
 		{fmt.Errorf("%w: q", broker.ErrQueueNotFound), codes.NotFound, "q"},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, "may or may not be stored"},
 		{context.Canceled, codes.Canceled, ""},

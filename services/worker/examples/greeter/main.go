@@ -22,8 +22,8 @@ import (
 	"log/slog"
 	"os"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
-	"github.com/batonrun/baton/services/queue/client"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/worker/manager"
 	"github.com/batonrun/baton/services/worker/objects"
@@ -103,7 +103,7 @@ func run(ctx context.Context, queueAddr, observerAddr, etcdAddr string, log *slo
 		return err
 	}
 	defer oconn.Close()
-	queue, err := client.Dial(queueAddr)
+	queue, err := queueclient.Dial(queueAddr)
 	if err != nil {
 		return err
 	}

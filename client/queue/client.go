@@ -1,18 +1,7 @@
-// Package client is the Go client of baton.queue.v1.QueueService, used by the
-// observer, the workers and batonctl. It splits large requests into the
-// server's batches (at most 10,000 items and 1.5 MiB a call), retries calls refused with Unavailable (the
-// queue restarting or draining) with capped exponential backoff inside the
-// caller's deadline, and returns a typed result per key.
-//
-//	c, err := client.Dial("127.0.0.1:7070")
-//	res, err := c.Add(ctx, "replicasets", []string{"default/web"})
-//	leases, err := c.Lease(ctx, "replicasets", client.LeaseOptions{Worker: "w1", MaxItems: 100, Wait: 10 * time.Second})
-//	results, err := c.Ack(ctx, "replicasets", []client.Ack{{Key: l.Key, Token: l.Token, Outcome: client.Success()}})
-//
-// Every call is safe to retry: Add and Forget are idempotent, a repeated Ack
-// of a lease already acknowledged answers LeaseLost and changes nothing, and a
-// Lease whose answer was lost simply lapses.
-package client
+package queue
+
+// The Go client of baton.queue.v1.QueueService, used by the observer, the
+// workers and batonctl (see the package doc in go).
 
 import (
 	"context"
@@ -21,7 +10,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	limits "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,12 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// MaxBatch is the most keys, acks or leases the server takes in one call.
-const MaxBatch = limits.MaxBatch
-
 // requestBudget is what one call may carry: the server's default
 // --max-request-bytes, less room for the request's other fields.
-const requestBudget = limits.DefaultMaxRequestBytes - 4<<10
+const requestBudget = DefaultMaxRequestBytes - 4<<10
 
 // batches calls f with consecutive [start, end) ranges of n items, each of at
 // most MaxBatch items whose sizes (with their framing) fit requestBudget.
@@ -129,7 +114,7 @@ func call[T any](ctx context.Context, c *Client, f func(context.Context) (T, err
 	for attempt := 1; ; attempt++ {
 		v, err := f(ctx)
 		if err == nil || status.Code(err) != codes.Unavailable || (c.retry.Attempts > 0 && attempt >= c.retry.Attempts) {
-			return v, err
+			return v, typed(err)
 		}
 		// Full jitter keeps a fleet of workers from retrying in lockstep
 		// after the queue restarts.
@@ -138,7 +123,7 @@ func call[T any](ctx context.Context, c *Client, f func(context.Context) (T, err
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return v, errors.Join(err, ctx.Err())
+			return v, errors.Join(typed(err), ctx.Err())
 		case <-t.C:
 		}
 		wait = min(2*wait, maxWait)
@@ -244,15 +229,15 @@ type Outcome struct {
 func Success() Outcome { return Outcome{} }
 
 // Failure retries the key after backoff and records err as its last error
-// (cut to limits.MaxErrorBytes, as the server would store it).
-func Failure(err string) Outcome { return Outcome{kind: 1, err: limits.ErrorText(err)} }
+// (cut to MaxErrorBytes, as the server would store it).
+func Failure(err string) Outcome { return Outcome{kind: 1, err: ErrorText(err)} }
 
 // RequeueAfter offers the key again after d, with attempts reset.
 func RequeueAfter(d time.Duration) Outcome { return Outcome{kind: 2, after: d} }
 
 // Terminal parks the key with err as its last error: retrying cannot help.
 // It is offered again if it is announced again (also while leased).
-func Terminal(err string) Outcome { return Outcome{kind: 3, err: limits.ErrorText(err)} }
+func Terminal(err string) Outcome { return Outcome{kind: 3, err: ErrorText(err)} }
 
 // Ack reports the outcome of one lease.
 type Ack struct {

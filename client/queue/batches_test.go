@@ -1,10 +1,8 @@
-package client
+package queue
 
 import (
 	"strings"
 	"testing"
-
-	limits "github.com/batonrun/baton/client/queue"
 )
 
 // TestBatchesFitTheServer: every call the client makes holds at most
@@ -18,8 +16,8 @@ func TestBatchesFitTheServer(t *testing.T) {
 	}{
 		{"none", 0, 10},
 		{"small keys", 25000, 20},
-		{"keys of 1 KiB", 10000, limits.MaxKeyBytes},
-		{"acks with errors", 3000, limits.MaxKeyBytes + limits.MaxErrorBytes},
+		{"keys of 1 KiB", 10000, MaxKeyBytes},
+		{"acks with errors", 3000, MaxKeyBytes + MaxErrorBytes},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			next := 0
@@ -30,8 +28,8 @@ func TestBatchesFitTheServer(t *testing.T) {
 				if end-start > MaxBatch {
 					t.Fatalf("batch of %d items", end-start)
 				}
-				if bytes := (end - start) * (c.size + 16); bytes > limits.DefaultMaxRequestBytes {
-					t.Fatalf("batch of %d bytes, over %d", bytes, limits.DefaultMaxRequestBytes)
+				if bytes := (end - start) * (c.size + 16); bytes > DefaultMaxRequestBytes {
+					t.Fatalf("batch of %d bytes, over %d", bytes, DefaultMaxRequestBytes)
 				}
 				next = end
 				return nil
@@ -48,7 +46,7 @@ func TestBatchesFitTheServer(t *testing.T) {
 func TestOutcomesCutErrors(t *testing.T) {
 	long := strings.Repeat("x", 3<<20)
 	for _, o := range []Outcome{Failure(long), Terminal(long)} {
-		if len(o.err) > limits.MaxErrorBytes {
+		if len(o.err) > MaxErrorBytes {
 			t.Errorf("outcome kept %d bytes of error", len(o.err))
 		}
 	}
