@@ -15,9 +15,9 @@ import (
 
 // fakeQueue is a small in-memory QueueService with the contract's lease
 // semantics (dirty, fencing tokens, expiry, backoff), served over real gRPC so
-// the manager is tested at its network boundary. It exists only until the
-// real queue server can be started in process, and for assertions on the
-// calls the manager makes (batching, heartbeats).
+// the manager is tested at its network boundary, with assertions on the
+// calls the manager makes (batching, heartbeats) that the real queue does
+// not show; the service's tests run the manager against the real queue.
 type fakeQueue struct {
 	queuev1.UnimplementedQueueServiceServer
 

@@ -306,15 +306,6 @@ func (s *Store) CreateAll(ctx context.Context, keys []string, vs []Metaobject) e
 	return nil
 }
 
-// Update replaces key's value with v if its mod_revision is still modRev.
-func (s *Store) Update(ctx context.Context, key string, modRev int64, v any) (int64, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return 0, fmt.Errorf("encode %s: %w", key, err)
-	}
-	return s.put(ctx, key, modRev, b)
-}
-
 func (s *Store) put(ctx context.Context, key string, modRev int64, b []byte) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()

@@ -41,12 +41,12 @@ func TestCreateUpdateDeleteAreCompareAndSwap(t *testing.T) {
 	if st.MinRevision() != rev {
 		t.Errorf("MinRevision = %d, want the write's %d", st.MinRevision(), rev)
 	}
-	// Someone else writes: an Update from the old revision is refused.
+	// Someone else writes: a write from the old revision is refused.
 	if _, err := cli.Put(ctx, key, `{"kind":"Pod","metadata":{"name":"p","namespace":"default"}}`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Update(ctx, key, rev, pod); !errors.Is(err, ErrConflict) {
-		t.Errorf("stale Update: %v, want ErrConflict", err)
+	if _, err := st.put(ctx, key, rev, []byte(`{}`)); !errors.Is(err, ErrConflict) {
+		t.Errorf("stale write: %v, want ErrConflict", err)
 	}
 	if err := st.Delete(ctx, key, rev); !errors.Is(err, ErrConflict) {
 		t.Errorf("stale Delete: %v, want ErrConflict", err)

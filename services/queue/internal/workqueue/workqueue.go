@@ -12,8 +12,9 @@
 //
 // # Memory
 //
-// A pending key costs one map slot, its string, one 64-byte item and an
-// 8-byte slot in a FIFO ring: the queue is meant to hold millions of keys in
+// A pending key costs a slot of the key table (12 bytes, at a fill of 3/8 to
+// 3/4), its string, one 48-byte item and an 8-byte slot in a FIFO ring: the
+// queue is meant to hold millions of keys in
 // about the memory client-go's in-memory workqueue needs (docs/benchmarks.md
 // measures it). What only leased or failed keys need (token, worker, last
 // error) lives in a side struct allocated for them alone.
