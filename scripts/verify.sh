@@ -13,6 +13,20 @@ if ! git diff --quiet -- proto || [ -n "$(git ls-files --others --exclude-standa
   fail=1
 fi
 
+log "the wire contract has no breaking change since proto/BREAKING_BASELINE"
+# Outside programs call baton.queue.v1 and baton.observer.v1 by name and
+# number: a rename or renumbering must fail here, not there. The baseline is
+# the commit of the contract as it last landed (no release is tagged yet);
+# move it only with a change meant to break, said so in its commit.
+baseline=$(tr -d '[:space:]' <proto/BREAKING_BASELINE)
+if ! (cd proto && "$TOOLS_BIN/buf" breaking --against "$ROOT/.git#ref=$baseline,subdir=proto"); then
+  echo "verify: proto/ breaks the contract of $baseline (buf breaking, FILE rules)" >&2
+  fail=1
+fi
+
+log "import rules"
+"$ROOT/scripts/check-imports.sh" || fail=1
+
 log "go.work is current"
 "$ROOT/scripts/update_go_workspace.sh"
 if ! git diff --quiet -- go.work; then
