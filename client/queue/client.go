@@ -10,10 +10,11 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/batonrun/baton/client/internal/dial"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -46,6 +47,7 @@ func batches(n int, size func(i int) int, f func(start, end int) error) error {
 // Client calls one queue service. It is safe for concurrent use.
 type Client struct {
 	conn  *grpc.ClientConn // nil when built with New
+	cc    grpc.ClientConnInterface
 	rpc   queuev1.QueueServiceClient
 	retry Backoff
 }
@@ -69,12 +71,9 @@ func WithBackoff(b Backoff) Option { return func(c *Client) { c.retry = b } }
 
 // Dial connects to the queue at addr (host:port) over plaintext gRPC.
 func Dial(addr string, opts ...Option) (*Client, error) {
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)),
-	)
+	conn, err := dial.Conn("queue", addr)
 	if err != nil {
-		return nil, fmt.Errorf("dial queue %s: %w", addr, err)
+		return nil, err
 	}
 	c := New(conn, opts...)
 	c.conn = conn
@@ -83,7 +82,7 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 
 // New wraps an existing connection; Close then leaves it open.
 func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
-	c := &Client{rpc: queuev1.NewQueueServiceClient(conn), retry: Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second}}
+	c := &Client{cc: conn, rpc: queuev1.NewQueueServiceClient(conn), retry: Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -96,6 +95,19 @@ func (c *Client) Close() error {
 		return nil
 	}
 	return c.conn.Close()
+}
+
+// Healthy returns nil when the queue's grpc.health.v1 says it is SERVING
+// (its store open and writable), the error or the status otherwise.
+func (c *Client) Healthy(ctx context.Context) error {
+	resp, err := healthpb.NewHealthClient(c.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: queuev1.QueueService_ServiceDesc.ServiceName})
+	if err != nil {
+		return fmt.Errorf("queue health: %w", err)
+	}
+	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("queue health: %s", st)
+	}
+	return nil
 }
 
 // Raw returns the generated client, for calls this package does not wrap.

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	observerclient "github.com/batonrun/baton/client/observer"
 	"io"
 	"net"
 	"net/url"
@@ -29,13 +30,10 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	queueclient "github.com/batonrun/baton/client/queue"
-	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -202,7 +200,7 @@ type app struct {
 
 	etcdClient  *clientv3.Client
 	queueClient *queueclient.Client
-	obsConn     *grpc.ClientConn
+	obsClient   *observerclient.Client
 }
 
 func (a *app) close() {
@@ -212,8 +210,8 @@ func (a *app) close() {
 	if a.queueClient != nil {
 		a.queueClient.Close()
 	}
-	if a.obsConn != nil {
-		a.obsConn.Close()
+	if a.obsClient != nil {
+		a.obsClient.Close()
 	}
 }
 
@@ -282,15 +280,15 @@ func (a *app) queue() (*queueclient.Client, error) {
 	return c, nil
 }
 
-func (a *app) observer() (observerv1.ObserverServiceClient, error) {
-	if a.obsConn == nil {
-		conn, err := grpc.NewClient(a.observerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (a *app) observer() (*observerclient.Client, error) {
+	if a.obsClient == nil {
+		c, err := observerclient.Dial(a.observerAddr)
 		if err != nil {
 			return nil, a.unreachable("the observer", a.observerAddr, "--observer-addr", err)
 		}
-		a.obsConn = conn
+		a.obsClient = c
 	}
-	return observerv1.NewObserverServiceClient(a.obsConn), nil
+	return a.obsClient, nil
 }
 
 // refused fails at once, naming the server and the flag, when every one of

@@ -103,7 +103,7 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 		detail := "grpc health SERVING, /readyz ok"
 		if obs, err := a.observer(); err == nil {
 			octx, cancel := a.opCtx(ctx)
-			st, err := obs.Status(octx, &observerv1.StatusRequest{})
+			st, err := obs.Status(octx)
 			cancel()
 			if err != nil {
 				report("observer", endpoint(a.observerAddr, *observerHTTP), fmt.Errorf("Status: %w", err), "")

@@ -33,15 +33,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	observerclient "github.com/batonrun/baton/client/observer"
 	"reflect"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // ErrNotFound is returned when an object does not exist.
@@ -98,7 +96,7 @@ type OwnedBy struct {
 // Store reads and writes objects. It is safe for concurrent use.
 type Store struct {
 	etcd     *clientv3.Client
-	observer observerv1.ObserverServiceClient // nil: read etcd
+	observer *observerclient.Client // nil: read etcd
 	// minRev is the newest etcd revision this Store has written or read
 	// from etcd; cache reads wait for it (read-your-writes, and a child list
 	// never older than its owner read from etcd).
@@ -109,7 +107,7 @@ type Store struct {
 
 // NewStore returns a Store that writes to etcd and reads through observer
 // (or from etcd when observer is nil).
-func NewStore(etcd *clientv3.Client, observer observerv1.ObserverServiceClient) *Store {
+func NewStore(etcd *clientv3.Client, observer *observerclient.Client) *Store {
 	return &Store{etcd: etcd, observer: observer, opTimeout: DefaultOpTimeout}
 }
 
@@ -141,14 +139,14 @@ func (s *Store) Get(ctx context.Context, key string) (Raw, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	resp, err := s.observer.Get(ctx, &observerv1.GetRequest{Key: key, MinRevision: s.minRev.Load()})
-	if status.Code(err) == codes.NotFound {
+	obj, err := s.observer.Get(ctx, key, s.minRev.Load())
+	if errors.Is(err, observerclient.ErrNotFound) {
 		return Raw{}, fmt.Errorf("get %s: %w", key, ErrNotFound)
 	}
 	if err != nil {
-		return Raw{}, fmt.Errorf("get %s from observer: %w", key, err)
+		return Raw{}, err
 	}
-	return Raw{Key: key, Value: resp.GetObject(), ModRevision: resp.GetModRevision()}, nil
+	return Raw(obj), nil
 }
 
 // GetDirect reads one object from etcd (linearizable). Later cache reads of
@@ -176,24 +174,16 @@ func (s *Store) List(ctx context.Context, prefix string, owner OwnedBy) ([]Raw, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	var out []Raw
-	req := &observerv1.ListRequest{
-		Prefix: prefix, OwnerKind: owner.Kind, OwnerName: owner.Name, OwnerNamespace: owner.Namespace,
-		OwnerUid: owner.UID, PageSize: 10000, MinRevision: s.minRev.Load(),
+	objs, _, err := s.observer.List(ctx, observerclient.ListOptions{Prefix: prefix, MinRevision: s.minRev.Load(),
+		Owner: observerclient.Owner{Kind: owner.Kind, Name: owner.Name, Namespace: owner.Namespace, UID: owner.UID}})
+	if err != nil {
+		return nil, err
 	}
-	for {
-		resp, err := s.observer.List(ctx, req)
-		if err != nil {
-			return nil, fmt.Errorf("list %s from observer: %w", prefix, err)
-		}
-		for _, it := range resp.GetItems() {
-			out = append(out, Raw{Key: it.GetKey(), Value: it.GetValue(), ModRevision: it.GetModRevision()})
-		}
-		if resp.GetNextPageToken() == "" {
-			return out, nil
-		}
-		req.PageToken = resp.GetNextPageToken()
+	out := make([]Raw, len(objs))
+	for i, o := range objs {
+		out[i] = Raw(o)
 	}
+	return out, nil
 }
 
 // ListDirect is List from etcd; the owner filter is applied here.

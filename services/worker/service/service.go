@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	observerclient "github.com/batonrun/baton/client/observer"
 	"log/slog"
 	"net"
 	"slices"
@@ -18,7 +19,6 @@ import (
 	"time"
 
 	queueclient "github.com/batonrun/baton/client/queue"
-	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/worker/controllers"
 	"github.com/batonrun/baton/services/worker/manager"
@@ -28,8 +28,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // Config is baton-worker's configuration; the flags of DESIGN.md map onto it.
@@ -176,23 +174,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer etcd.Close()
 
-	qconn, err := grpc.NewClient(cfg.QueueAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(serve.MaxMessageBytes), grpc.MaxCallSendMsgSize(serve.MaxMessageBytes)))
+	queue, err := queueclient.Dial(cfg.QueueAddr)
 	if err != nil {
-		return fmt.Errorf("dial queue %s: %w", cfg.QueueAddr, err)
+		return err
 	}
-	defer qconn.Close()
-	queue := queueclient.New(qconn)
+	defer queue.Close()
 
-	var observer observerv1.ObserverServiceClient
+	var observer *observerclient.Client
 	if cfg.ObserverAddr != "" {
-		oconn, err := grpc.NewClient(cfg.ObserverAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(serve.MaxMessageBytes)))
-		if err != nil {
-			return fmt.Errorf("dial observer %s: %w", cfg.ObserverAddr, err)
+		if observer, err = observerclient.Dial(cfg.ObserverAddr); err != nil {
+			return err
 		}
-		defer oconn.Close()
-		observer = observerv1.NewObserverServiceClient(oconn)
+		defer observer.Close()
 	}
 
 	reg := prometheus.NewRegistry()
@@ -215,12 +208,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 
 	ready := func(ctx context.Context) error {
-		resp, err := healthpb.NewHealthClient(qconn).Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil {
-			return fmt.Errorf("queue: %w", err)
-		}
-		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			return fmt.Errorf("queue: %s", resp.GetStatus())
+		if err := queue.Healthy(ctx); err != nil {
+			return err
 		}
 		if _, err := etcd.Get(ctx, "health"); err != nil {
 			return fmt.Errorf("etcd: %w", err)

@@ -22,15 +22,13 @@ import (
 	"log/slog"
 	"os"
 
+	observerclient "github.com/batonrun/baton/client/observer"
 	queueclient "github.com/batonrun/baton/client/queue"
-	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/worker/manager"
 	"github.com/batonrun/baton/services/worker/objects"
 	"github.com/batonrun/baton/services/worker/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // GreetingSpec is what the user asks for.
@@ -98,18 +96,18 @@ func run(ctx context.Context, queueAddr, observerAddr, etcdAddr string, log *slo
 		return err
 	}
 	defer etcd.Close()
-	oconn, err := grpc.NewClient(observerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	observer, err := observerclient.Dial(observerAddr)
 	if err != nil {
 		return err
 	}
-	defer oconn.Close()
+	defer observer.Close()
 	queue, err := queueclient.Dial(queueAddr)
 	if err != nil {
 		return err
 	}
 	defer queue.Close()
 
-	store := objects.NewStore(etcd, observerv1.NewObserverServiceClient(oconn))
+	store := objects.NewStore(etcd, observer)
 	m := manager.New(queue, manager.Options{Logger: log})
 	if err := m.Add(manager.Controller{Name: "greetings", Reconciler: &Greeter{Store: store}, Concurrency: 2}); err != nil {
 		return err
