@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
@@ -231,6 +230,3 @@ func Describe(r *record.Record) string {
 	}
 	return b.String()
 }
-
-// ErrLocked is returned when another process holds the data directory.
-var ErrLocked = errors.New("store: the data directory is in use by another process")

@@ -27,6 +27,8 @@ var (
 	ErrCorrupt = errors.New("store: corrupt")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("store: closed")
+	// ErrLocked is returned when another process holds the data directory.
+	ErrLocked = errors.New("store: the data directory is in use by another process")
 )
 
 const (
