@@ -1,0 +1,91 @@
+package kinds
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestBuiltinDeclarationsAreValid(t *testing.T) {
+	for _, d := range BuiltinDeclarations() {
+		if err := d.Validate(); err != nil {
+			t.Errorf("%s: %v", d.Queue, err)
+		}
+		data, err := d.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse(data)
+		if err != nil {
+			t.Fatalf("%s: Parse(Marshal()) = %v", d.Queue, err)
+		}
+		if back.Queue != d.Queue || back.For.Kind != d.For.Kind || len(back.Owns) != len(d.Owns) {
+			t.Errorf("round trip changed %+v into %+v", d, back)
+		}
+	}
+}
+
+func TestRules(t *testing.T) {
+	d := Declaration{Queue: "greetings", For: Kind{Kind: "Greeting", Resource: "greetings"}, Owns: []Kind{MustBuiltin(Pod)}}
+	got := d.Rules()
+	want := []Rule{
+		{Queue: "greetings", Prefix: "/registry/greetings/"},
+		{Queue: "greetings", Prefix: "/registry/pods/", OwnerKind: "Greeting"},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Rules() = %+v, want %+v", got, want)
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, json, want string }{
+		{"not json", `{`, "not valid JSON"},
+		{"unknown field", `{"queue":"a","for":{"kind":"A","resource":"as"},"own":[]}`, "unknown field"},
+		{"trailing data", `{"queue":"a","for":{"kind":"A","resource":"as"}} {}`, "after its JSON"},
+		{"bad queue", `{"queue":"A","for":{"kind":"A","resource":"as"}}`, "not a DNS label"},
+		{"bad kind", `{"queue":"a","for":{"kind":"a","resource":"as"}}`, "not a kind name"},
+		{"bad resource", `{"queue":"a","for":{"kind":"A","resource":"A/s"}}`, "resource"},
+		{"bad alias", `{"queue":"a","for":{"kind":"A","resource":"as","aliases":["A b"]}}`, "alias"},
+		{"owned twice", `{"queue":"a","for":{"kind":"A","resource":"as"},"owns":[{"kind":"B","resource":"bs"},{"kind":"B","resource":"bs"}]}`, "named twice"},
+		{"owns itself", `{"queue":"a","for":{"kind":"A","resource":"as"},"owns":[{"kind":"A","resource":"as"}]}`, "named twice"},
+		{"too large", `{"queue":"` + strings.Repeat("a", MaxDeclarationBytes) + `"}`, "at most"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.json))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse(%.60s) = %v, want an error containing %q", tc.json, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSet(t *testing.T) {
+	s := NewSet()
+	for _, name := range []string{"rs", "ReplicaSet", "replicasets", "REPLICASET"} {
+		k, err := s.Lookup(name)
+		if err != nil || k.Kind != ReplicaSet {
+			t.Errorf("Lookup(%q) = %v, %v", name, k, err)
+		}
+	}
+	if _, err := s.Lookup("greetings"); err == nil || !strings.Contains(err.Error(), "replicasets (rs)") {
+		t.Errorf("Lookup of an unknown resource = %v, want the known ones listed", err)
+	}
+	if got := s.Owns("deployments"); !slices.Equal(got, []string{"replicasets"}) {
+		t.Errorf("Owns(deployments) = %v", got)
+	}
+	s.Declare(Declaration{Queue: "greetings", For: Kind{Kind: "Greeting", Resource: "greetings", Aliases: []string{"gr"}}, Owns: []Kind{MustBuiltin(Pod)}})
+	if k, err := s.Lookup("gr"); err != nil || k.Prefix() != "/registry/greetings/" {
+		t.Errorf("a declared kind: Lookup(gr) = %v, %v", k, err)
+	}
+	if got := s.Owns("greetings"); !slices.Equal(got, []string{"pods"}) {
+		t.Errorf("Owns(greetings) = %v", got)
+	}
+	// A second definition of a known kind does not replace the first.
+	s.Declare(Declaration{Queue: "x", For: Kind{Kind: "Pod", Resource: "pods", Aliases: []string{"p"}}})
+	if _, err := s.Lookup("p"); err == nil {
+		t.Error("a redeclared reference kind took new aliases")
+	}
+	if n := len(s.All()); n != 6 {
+		t.Errorf("%d kinds, want the 5 reference kinds and Greeting", n)
+	}
+}
