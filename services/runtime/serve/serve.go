@@ -91,38 +91,153 @@ func Run(ctx context.Context, o Options) error {
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	var (
-		gs      *grpc.Server
-		glis    net.Listener
-		hs      = health.NewServer()
-		svcs    []string
-		metrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
-	)
-	if o.GRPCAddr != "" {
-		reg.MustRegister(metrics)
-		if o.MaxRecvBytes <= 0 {
-			o.MaxRecvBytes = DefaultMaxRecvBytes
-		}
-		gs = grpc.NewServer(serverOptions(log, metrics, o.MaxRecvBytes)...)
-		if o.Register != nil {
-			svcs = o.Register(gs)
-		}
-		healthpb.RegisterHealthServer(gs, hs)
-		reflection.Register(gs)
-		metrics.InitializeMetrics(gs)
-		var err error
-		if glis, err = net.Listen("tcp", o.GRPCAddr); err != nil {
-			return fmt.Errorf("listen grpc %s: %w", o.GRPCAddr, err)
-		}
+	g, err := listenGRPC(o, log, reg)
+	if err != nil {
+		return err
 	}
-	setHealth := func(st healthpb.HealthCheckResponse_ServingStatus) {
-		hs.SetServingStatus("", st)
-		for _, s := range svcs {
-			hs.SetServingStatus(s, st)
-		}
+	g.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+	hlis, err := net.Listen("tcp", o.HTTPAddr)
+	if err != nil {
+		g.close()
+		return fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
 	}
-	setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+	hsrv := &http.Server{Handler: httpMux(o, reg), ReadHeaderTimeout: 10 * time.Second}
+	if o.OnListen != nil {
+		o.OnListen(g.addr(), hlis.Addr())
+	}
+	log.Info("serving", "service", o.Name, "grpc", addrString(g.addr()), "http", hlis.Addr().String())
 
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	if g.srv != nil {
+		wg.Go(func() {
+			if err := g.srv.Serve(g.lis); err != nil {
+				errc <- fmt.Errorf("serve grpc: %w", err)
+			}
+		})
+	}
+	wg.Go(func() {
+		if err := hsrv.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve http: %w", err)
+		}
+	})
+	healthDone := make(chan struct{})
+	wg.Go(func() { g.followReadiness(ctx, healthDone, o.Ready) })
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	close(healthDone)
+	g.health.Shutdown() // NOT_SERVING for every service, and it stays so
+	log.Info("draining", "service", o.Name, "grace", o.GracePeriod)
+	stopCtx, cancel := context.WithTimeout(context.Background(), o.GracePeriod)
+	defer cancel()
+	g.drain(stopCtx)
+	_ = hsrv.Shutdown(stopCtx)
+	wg.Wait()
+	return runErr
+}
+
+// grpcSide is the gRPC server of a service with its listener and health
+// service; srv and lis are nil for a service without gRPC (the worker).
+type grpcSide struct {
+	srv    *grpc.Server
+	lis    net.Listener
+	health *health.Server
+	svcs   []string
+}
+
+// listenGRPC builds the gRPC server with every Baton interceptor, registers
+// the service, health and reflection, and opens its listener.
+func listenGRPC(o Options, log *slog.Logger, reg *prometheus.Registry) (*grpcSide, error) {
+	g := &grpcSide{health: health.NewServer()}
+	if o.GRPCAddr == "" {
+		return g, nil
+	}
+	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	reg.MustRegister(metrics)
+	maxRecv := o.MaxRecvBytes
+	if maxRecv <= 0 {
+		maxRecv = DefaultMaxRecvBytes
+	}
+	g.srv = grpc.NewServer(serverOptions(log, metrics, maxRecv)...)
+	if o.Register != nil {
+		g.svcs = o.Register(g.srv)
+	}
+	healthpb.RegisterHealthServer(g.srv, g.health)
+	reflection.Register(g.srv)
+	metrics.InitializeMetrics(g.srv)
+	lis, err := net.Listen("tcp", o.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen grpc %s: %w", o.GRPCAddr, err)
+	}
+	g.lis = lis
+	return g, nil
+}
+
+func (g *grpcSide) addr() net.Addr {
+	if g.lis == nil {
+		return nil
+	}
+	return g.lis.Addr()
+}
+
+func (g *grpcSide) close() {
+	if g.lis != nil {
+		g.lis.Close()
+	}
+}
+
+func (g *grpcSide) setHealth(st healthpb.HealthCheckResponse_ServingStatus) {
+	g.health.SetServingStatus("", st)
+	for _, s := range g.svcs {
+		g.health.SetServingStatus(s, st)
+	}
+}
+
+// followReadiness sets health from readiness every second until ctx or done
+// ends, so a load balancer stops sending work to a service whose store or
+// upstream is gone (a health check that always says SERVING is worse than
+// none).
+func (g *grpcSide) followReadiness(ctx context.Context, done <-chan struct{}, readyFn func(context.Context) error) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		if ready(ctx, readyFn) == nil {
+			g.setHealth(healthpb.HealthCheckResponse_SERVING)
+		} else {
+			g.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// drain lets calls in flight finish until ctx ends, then cuts the rest.
+func (g *grpcSide) drain(ctx context.Context) {
+	if g.srv == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { g.srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		g.srv.Stop()
+		<-done
+	}
+}
+
+// httpMux serves /metrics, /healthz, /readyz, pprof when asked for, and the
+// service's own handlers.
+func httpMux(o Options, reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -143,83 +258,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Handle != nil {
 		o.Handle(mux)
 	}
-	hlis, err := net.Listen("tcp", o.HTTPAddr)
-	if err != nil {
-		if glis != nil {
-			glis.Close()
-		}
-		return fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
-	}
-	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	var gaddr net.Addr
-	if glis != nil {
-		gaddr = glis.Addr()
-	}
-	if o.OnListen != nil {
-		o.OnListen(gaddr, hlis.Addr())
-	}
-	log.Info("serving", "service", o.Name, "grpc", addrString(gaddr), "http", hlis.Addr().String())
-
-	errc := make(chan error, 2)
-	var wg sync.WaitGroup
-	if gs != nil {
-		wg.Go(func() {
-			if err := gs.Serve(glis); err != nil {
-				errc <- fmt.Errorf("serve grpc: %w", err)
-			}
-		})
-	}
-	wg.Go(func() {
-		if err := hsrv.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("serve http: %w", err)
-		}
-	})
-	// Health follows readiness, so a load balancer stops sending work to a
-	// service whose store or upstream is gone (a health check that always says
-	// SERVING is worse than none).
-	healthDone := make(chan struct{})
-	wg.Go(func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			if ready(ctx, o.Ready) == nil {
-				setHealth(healthpb.HealthCheckResponse_SERVING)
-			} else {
-				setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-healthDone:
-				return
-			case <-t.C:
-			}
-		}
-	})
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-	}
-	close(healthDone)
-	hs.Shutdown() // NOT_SERVING for every service, and it stays so
-	log.Info("draining", "service", o.Name, "grace", o.GracePeriod)
-	stopCtx, cancel := context.WithTimeout(context.Background(), o.GracePeriod)
-	defer cancel()
-	if gs != nil {
-		done := make(chan struct{})
-		go func() { gs.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-stopCtx.Done():
-			gs.Stop()
-			<-done
-		}
-	}
-	_ = hsrv.Shutdown(stopCtx)
-	wg.Wait()
-	return runErr
+	return mux
 }
 
 // serverOptions returns the options every Baton gRPC server uses: recovery
