@@ -7,17 +7,19 @@
 #   the queue          ↛ observer, worker, batonctl, dev    (it owns work; it never looks out)
 #   the observer       ↛ the queue's or worker's code        (the queue only through client/queue)
 #   the worker         ↛ the queue's or observer's code      (services only through client/ and proto/)
-#   batonctl           ↛ the queue's or observer's code
+#   batonctl           ↛ the queue's or observer's code, the experiments
+#   the experiments    ↛ the servers' code; of the worker only its SDK (manager, reconcile, objects)
 #   client/, proto/    ↛ any service
 #   everyone but bench ↛ NATS, client-go                     (the peers it measures against)
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 B=github.com/batonrun/baton
 rules=(
-  "services/queue|^$B/services/(observer|worker|batonctl|dev)(/|$)"
-  "services/observer|^$B/services/(queue|worker|batonctl|dev)(/|$)"
-  "services/worker|^$B/services/(queue|observer|batonctl|dev)(/|$)"
-  "services/batonctl|^$B/services/(queue|observer|dev)(/|$)"
+  "services/queue|^$B/services/(observer|worker|batonctl|dev|experiment)(/|$)"
+  "services/observer|^$B/services/(queue|worker|batonctl|dev|experiment)(/|$)"
+  "services/worker|^$B/services/(queue|observer|batonctl|dev|experiment)(/|$)"
+  "services/batonctl|^$B/services/(queue|observer|dev|experiment)(/|$)"
+  "services/experiment|^$B/services/((queue|observer|batonctl|dev)(/|$)|worker/(controllers|service|cmd)(/|$))"
   "client|^$B/services/"
   "proto|^$B/(services|client)/"
 )
