@@ -7,7 +7,7 @@
 #   the queue          ↛ observer, worker, batonctl, dev    (it owns work; it never looks out)
 #   the observer       ↛ the queue's or worker's code        (the queue only through client/queue)
 #   the worker         ↛ the queue's or observer's code      (services only through client/ and proto/)
-#   batonctl           ↛ the queue's or observer's code, the experiments
+#   batonctl           ↛ the queue's, observer's or worker's code, the experiments
 #   the experiments    ↛ the servers' code; of the worker only its SDK (manager, reconcile, objects)
 #   client/, proto/    ↛ any service
 #   everyone but bench ↛ NATS, client-go                     (the peers it measures against)
@@ -18,7 +18,7 @@ rules=(
   "services/queue|^$B/services/(observer|worker|batonctl|dev|experiment)(/|$)"
   "services/observer|^$B/services/(queue|worker|batonctl|dev|experiment)(/|$)"
   "services/worker|^$B/services/(queue|observer|batonctl|dev|experiment)(/|$)"
-  "services/batonctl|^$B/services/(queue|observer|dev|experiment)(/|$)"
+  "services/batonctl|^$B/services/(queue|observer|worker|dev|experiment)(/|$)"
   "services/experiment|^$B/services/((queue|observer|batonctl|dev)(/|$)|worker/(controllers|service|cmd)(/|$))"
   "client|^$B/services/"
   "proto|^$B/(services|client)/"

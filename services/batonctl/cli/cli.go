@@ -99,10 +99,15 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 		return 2
 	}
 	err := run(ctx, a, rest)
-	var ue usageError
+	var (
+		ue usageError
+		es exitStatus
+	)
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &es):
+		return int(es)
 	case errors.As(err, &ue):
 		fmt.Fprintf(stdio.Stderr, "error: %v\n", err)
 		return 2
@@ -145,7 +150,7 @@ Commands:
   queue forget <queue> <key>...  drop keys from a queue
   watch                          a live table of queue depth, rates and oldest age
   status                         each service's health, the observer's revision and lag
-  experiment <name>              an investigation's experiment: burst, repeat, failure (-o json)
+  experiment <name>              an investigation's experiment: burst, repeat, failure, clean (runs baton-experiment)
 
 Resources: deployments (deploy), replicasets (rs), statefulsets (sts), jobs, pods (po), all (get only)
 

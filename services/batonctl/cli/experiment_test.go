@@ -1,95 +1,114 @@
 package cli
 
 import (
-	"encoding/json"
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
-
-	queueclient "github.com/batonrun/baton/client/queue"
 )
 
-// TestExperimentCommand drives `batonctl experiment` as a user does, against
-// an embedded etcd and the real queue: the tables, -o json, and the errors.
-// The experiments' own outcomes are tested in internal/experiment.
+// fakeExperiment writes, into dir, a baton-experiment that prints its
+// arguments one a line and what it read on stdin, says something on
+// stderr, and exits with the status its last argument names as exit=N. It stands in for the real one (services/experiment, which tests
+// itself against a running stack): batonctl's part is to find it and hand
+// it the command line.
+func fakeExperiment(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, experimentCommand)
+	script := `#!/bin/sh
+for a in "$@"; do echo "arg $a"; done
+echo "stdin $(cat)"
+echo "from the experiment" >&2
+for last in "$@"; do :; done
+case "$last" in exit=*) exit "${last#exit=}";; esac
+exit 0
+`
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// experimentRun is one run of batonctl by runWithPath.
+type experimentRun struct {
+	code           int
+	stdout, stderr string
+}
+
+// runWithPath runs batonctl in-process with PATH as its whole environment.
+func runWithPath(t *testing.T, path, stdin string, args ...string) experimentRun {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(t.Context(), args, IO{
+		Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb,
+		Lookup: func(k string) (string, bool) {
+			if k == "PATH" && path != "" {
+				return path, true
+			}
+			return "", false
+		},
+	})
+	return experimentRun{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// TestExperimentCommand: `batonctl experiment …` runs baton-experiment from
+// PATH with batonctl's global flags first (given before or after the
+// command, or the defaults), passes the rest, its streams and its exit
+// status through, and says in one line what to do when there is none.
 func TestExperimentCommand(t *testing.T) {
-	qaddr, _ := startQueue(t)
-	e := env{etcd: startEtcd(t), queue: qaddr}
+	dir := t.TempDir()
+	fakeExperiment(t, dir)
+	path := "relative/dir" + string(os.PathListSeparator) + dir
 
-	out := e.run(t, "", "experiment", "repeat").mustSucceed(t).stdout
-	if !hasRow(out, "Notifications", "observed", "3", "3") || !hasRow(out, "Reconciles", "3", "1") || !hasRow(out, "Correct", "number", "needed", "1", "1") {
-		t.Errorf("repeat table:\n%s", out)
+	r := runWithPath(t, path, "hello", "--queue-addr", "q.example:7070", "experiment", "repeat", "--notifications", "5", "--observer-addr", "o.example:7071")
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
-
-	out = e.run(t, "", "experiment", "failure", "-o", "json").mustSucceed(t).stdout
-	var f struct {
-		Direct struct{ Pods int } `json:"direct_reaction"`
-		Baton  struct {
-			Pods  int
-			Steps []struct {
-				Inspect struct {
-					Attempts  int    `json:"attempts"`
-					LastError string `json:"last_error"`
-				} `json:"inspect"`
-			} `json:"steps"`
-		} `json:"baton"`
+	want := "arg --etcd-endpoints=" + DefaultEtcdEndpoints + "\narg --queue-addr=q.example:7070\narg --observer-addr=o.example:7071\narg --timeout=5s\n" +
+		"arg repeat\narg --notifications\narg 5\nstdin hello\n"
+	if r.stdout != want {
+		t.Errorf("baton-experiment was given\n%s\nwant\n%s", r.stdout, want)
 	}
-	if err := json.Unmarshal([]byte(out), &f); err != nil {
-		t.Fatalf("failure -o json: %v\n%s", err, out)
-	}
-	if f.Baton.Pods != 3 || f.Direct.Pods != 1 || len(f.Baton.Steps) != 3 || f.Baton.Steps[2].Inspect.Attempts != 2 || f.Baton.Steps[2].Inspect.LastError == "" {
-		t.Errorf("failure -o json:\n%s", out)
+	if r.stderr != "from the experiment\n" {
+		t.Errorf("stderr %q, want the experiment's own", r.stderr)
 	}
 
-	out = e.run(t, "", "experiment", "burst", "--discover", "100/s", "--execute", "1200/m", "--duration", "500ms", "--keys", "3").mustSucceed(t).stdout
-	for _, row := range [][]string{{"Discovered", "/", "second"}, {"Completed", "/", "second"}, {"Backlog"}, {"Who", "holds", "the", "backlog", "nobody", "the", "queue:", "depth"}, {"Collapsed", "announcements", "0"}} {
-		if !hasRow(out, row...) {
-			t.Errorf("burst table lacks %q:\n%s", row, out)
+	// Its exit status is batonctl's, with nothing added to its errors.
+	for _, code := range []string{"1", "2"} {
+		r := runWithPath(t, path, "", "experiment", "burst", "exit="+code)
+		if want := int(code[0] - '0'); r.code != want || r.stderr != "from the experiment\n" {
+			t.Errorf("experiment exiting %s: batonctl exit %d, stderr %q", code, r.code, r.stderr)
 		}
 	}
 
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{[]string{"experiment"}, 2, "usage: batonctl experiment"},
-		{[]string{"experiment", "storm"}, 2, `unknown experiment "storm"`},
-		{[]string{"experiment", "burst", "--discover", "fast"}, 2, "positive rate"},
-		{[]string{"experiment", "burst", "--execute", "10/day"}, 2, "unknown unit"},
-		{[]string{"experiment", "burst", "--duration", "0s"}, 2, "--duration: must be positive"},
-		{[]string{"experiment", "repeat", "--notifications", "0"}, 2, "--notifications"},
-		{[]string{"experiment", "failure", "--failures", "5"}, 2, "--failures"},
-		{[]string{"experiment", "repeat", "-o", "yaml"}, 2, "unknown output format"},
-	} {
-		r := e.run(t, "", tc.args...)
-		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, r.code, r.stderr, tc.code, tc.want)
-		}
+	// None on PATH (a relative entry does not count).
+	r = runWithPath(t, "relative/dir", "", "experiment", "repeat")
+	if r.code != 1 || strings.Count(r.stderr, "\n") != 1 ||
+		!strings.Contains(r.stderr, "error: batonctl experiment runs baton-experiment, which is not beside batonctl (in ") ||
+		!strings.Contains(r.stderr, "or on PATH: `make build` puts it in bin/") {
+		t.Errorf("no baton-experiment: exit %d, stderr %q", r.code, r.stderr)
 	}
+}
 
-	// A queue that already holds keys is refused, not mixed into the
-	// experiment's numbers.
-	q, err := queueclient.Dial(qaddr)
-	if err != nil {
+// TestFindExperiment: the binary beside batonctl wins over PATH's.
+func TestFindExperiment(t *testing.T) {
+	self, onPath := t.TempDir(), t.TempDir()
+	beside := fakeExperiment(t, self)
+	inPath := fakeExperiment(t, onPath)
+	executable := func() (string, error) { return filepath.Join(self, "batonctl"), nil }
+	lookup := func(string) (string, bool) { return onPath, true }
+	if got, err := findExperiment(executable, lookup); err != nil || got != beside {
+		t.Errorf("with one beside and one on PATH: %q, %v; want %q", got, err, beside)
+	}
+	if got, err := findExperiment(func() (string, error) { return "", errors.New("unknown") }, lookup); err != nil || got != inPath {
+		t.Errorf("only on PATH: %q, %v; want %q", got, err, inPath)
+	}
+	if err := os.Chmod(inPath, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close()
-	if _, err := q.Add(t.Context(), "experiment-repeat", []string{"left/over"}, queueclient.AddOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	r := e.run(t, "", "experiment", "repeat")
-	if r.code != 1 || !strings.Contains(r.stderr, "queue experiment-repeat holds 1 keys") {
-		t.Errorf("busy queue: exit %d, stderr %q", r.code, r.stderr)
-	}
-
-	// A bad option is a usage error even when nothing answers.
-	if r := (env{}).run(t, "", "experiment", "failure", "--replicas", "1"); r.code != 2 || !strings.Contains(r.stderr, "--replicas") {
-		t.Errorf("bad option, no stack: exit %d, stderr %q", r.code, r.stderr)
-	}
-
-	// Nothing answers: the error names the endpoint and its flag.
-	r = env{etcd: e.etcd}.run(t, "", "experiment", "repeat")
-	if r.code != 1 || !strings.Contains(r.stderr, "connection refused: is the queue running at "+deadAddr+"? (set --queue-addr)") {
-		t.Errorf("no queue: exit %d, stderr %q", r.code, r.stderr)
+	if got, err := findExperiment(func() (string, error) { return "", errors.New("unknown") }, lookup); err == nil || !strings.Contains(err.Error(), "which is not on PATH") {
+		t.Errorf("not executable: %q, %v; want an error", got, err)
 	}
 }
