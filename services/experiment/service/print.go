@@ -39,7 +39,7 @@ func printBurst(w io.Writer, r *experiment.BurstResult) error {
 	}
 	watched := "/registry/" + r.Queue + "/"
 	fmt.Fprintf(w, "Burst: changes at %s, one worker at %s, for %s (%s).\n", rate(r.Discover), rate(r.Execute), time.Duration(r.Duration*float64(time.Second)), objects)
-	fmt.Fprintf(w, "Objects under %s%s/direct/ (direct reaction) and %s%s/ (Baton), queue %s.\n", experiment.Unwatched, r.RunID, watched, r.RunID, r.Queue)
+	fmt.Fprintf(w, "Objects under %s%s/direct/ (direct reaction) and\n%s%s/ (Baton), queue %s.\n", experiment.Unwatched, r.RunID, watched, r.RunID, r.Queue)
 	fmt.Fprintf(w, "Baton's changes reach the queue through the running observer, whose rule sends\n")
 	fmt.Fprintf(w, "%s to queue %s.\n\n", watched, r.Queue)
 	d, b := r.Direct, r.Baton
@@ -65,9 +65,9 @@ func printBurst(w io.Writer, r *experiment.BurstResult) error {
 	} else {
 		fmt.Fprintf(w, "The handler kept up: it took all %d watch events.\n", d.Changes)
 	}
-	fmt.Fprintf(w, "Baton: %d changes, %d watch events at the observer, %d keys announced (", b.Changes, b.Observed, b.Announced)
+	fmt.Fprintf(w, "Baton: %d changes, %d watch events at the observer, %d keys announced\n(", b.Changes, b.Observed, b.Announced)
 	if b.ObserverMerged != 0 {
-		fmt.Fprintf(w, "%d changes merged\nin its outbox first; ", b.ObserverMerged)
+		fmt.Fprintf(w, "%d changes merged in its outbox first; ", b.ObserverMerged)
 	}
 	fmt.Fprintf(w, "%d queued, %d collapsed by the queue), %d reconciled.\n", b.Queued, b.Announced-b.Queued, b.Completed)
 	if q := b.QueueDepth; q != nil && q.Total() > 0 {

@@ -261,31 +261,45 @@ func Run(ctx context.Context, cfg Config, w io.Writer, log *slog.Logger) error {
 		r, err := experiment.Burst(ctx, env, cfg.Burst)
 		res, print = r, func(w io.Writer) error { return printBurst(w, r) }
 		if err != nil {
-			return fmt.Errorf("experiment burst: %w", err)
+			return interrupted(ctx, "burst", err)
 		}
 	case "repeat":
 		r, err := experiment.Repeat(ctx, env, cfg.Repeat)
 		res, print = r, func(w io.Writer) error { return printRepeat(w, r) }
 		if err != nil {
-			return fmt.Errorf("experiment repeat: %w", err)
+			return interrupted(ctx, "repeat", err)
 		}
 	case "failure":
 		r, err := experiment.Failure(ctx, env, cfg.Failure)
 		res, print = r, func(w io.Writer) error { return printFailure(w, r) }
 		if err != nil {
-			return fmt.Errorf("experiment failure: %w", err)
+			return interrupted(ctx, "failure", err)
 		}
 	case "clean":
 		r, err := experiment.Clean(ctx, env)
 		res, print = r, func(w io.Writer) error { return printClean(w, r) }
 		if err != nil {
-			return fmt.Errorf("experiment clean: %w", err)
+			return interrupted(ctx, "clean", err)
 		}
 	}
 	if cfg.Output == "json" {
 		return printJSON(w, res)
 	}
 	return print(w)
+}
+
+// interrupted words an experiment's error when ctx was cancelled (Ctrl-C):
+// the run stopped and cleaned up, and the error it stopped with says no
+// more than that, unless the cleanup failed.
+func interrupted(ctx context.Context, name string, err error) error {
+	if ctx.Err() == nil {
+		return fmt.Errorf("experiment %s: %w", name, err)
+	}
+	var ce *experiment.CleanupError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("experiment %s: interrupted; %w", name, ce)
+	}
+	return fmt.Errorf("experiment %s: interrupted; the run deleted its objects and forgot its queue keys", name)
 }
 
 // rateFlag is a per-second rate written "1000", "1000/s", "60/m" or "1/h".

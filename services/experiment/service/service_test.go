@@ -28,6 +28,11 @@ type target struct{ etcd, queue, observer string }
 
 func (tg target) run(t *testing.T, args ...string) result {
 	t.Helper()
+	return tg.runCtx(t, t.Context(), args...)
+}
+
+func (tg target) runCtx(t *testing.T, ctx context.Context, args ...string) result {
+	t.Helper()
 	or := func(s, dead string) string {
 		if s == "" {
 			return dead
@@ -37,7 +42,7 @@ func (tg target) run(t *testing.T, args ...string) result {
 	globals := []string{"--etcd-endpoints", or(tg.etcd, "http://"+deadAddr), "--queue-addr", or(tg.queue, deadAddr),
 		"--observer-addr", or(tg.observer, deadAddr), "--timeout", "2s"}
 	var out, errb bytes.Buffer
-	code := Main(t.Context(), append(globals, args...), IO{Stdout: &out, Stderr: &errb, Lookup: func(string) (string, bool) { return "", false }})
+	code := Main(ctx, append(globals, args...), IO{Stdout: &out, Stderr: &errb, Lookup: func(string) (string, bool) { return "", false }})
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
 
@@ -149,6 +154,17 @@ func TestCommand(t *testing.T) {
 		}
 	}
 
+	// Interrupted (Ctrl-C cancels the context): the run cleans up and says
+	// so.
+	ctx, cancel := context.WithCancel(t.Context())
+	timer := time.AfterFunc(time.Second, cancel)
+	r := tg.runCtx(t, ctx, "burst", "--discover", "100/s", "--duration", "5s")
+	timer.Stop()
+	cancel()
+	if r.code != 1 || r.stderr != "error: experiment burst: interrupted; the run deleted its objects and forgot its queue keys\n" {
+		t.Errorf("interrupted burst: exit %d, stderr %q", r.code, r.stderr)
+	}
+
 	out = tg.run(t, "clean").mustSucceed(t).stdout
 	if !strings.Contains(out, "deleted 0 objects under /registry/experiments/\n") || !strings.Contains(out, "forgot 0 keys in queue experiment-failure\n") {
 		t.Errorf("clean:\n%s", out)
@@ -188,7 +204,7 @@ func TestCommand(t *testing.T) {
 	if _, err := q.Add(t.Context(), "experiment-repeat", []string{"left/over"}, queueclient.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r := tg.run(t, "repeat")
+	r = tg.run(t, "repeat")
 	if r.code != 1 || !strings.Contains(r.stderr, "queue experiment-repeat holds 1 keys") {
 		t.Errorf("busy queue: exit %d, stderr %q", r.code, r.stderr)
 	}

@@ -109,7 +109,7 @@ type BurstResult struct {
 // worker reconcile at Execute per second, first through direct reaction,
 // then through Baton's observer and queue, and reports who holds the
 // backlog.
-func Burst(ctx context.Context, e Env, o BurstOptions) (*BurstResult, error) {
+func Burst(ctx context.Context, e Env, o BurstOptions) (_ *BurstResult, err error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -123,12 +123,7 @@ func Burst(ctx context.Context, e Env, o BurstOptions) (*BurstResult, error) {
 	run := newRunID()
 	res := &BurstResult{Experiment: "burst", RunID: run, Options: o, Discover: o.Discover, Execute: o.Execute,
 		Duration: o.Duration.Seconds(), Keys: o.Keys, Queue: QueueBurst}
-	defer func() {
-		if err := cleanup(e, run, w); err != nil {
-			e.log().Warn("experiment cleanup", "err", err)
-		}
-	}()
-	var err error
+	defer finish(e, run, w, &err)
 	if res.Direct, err = burstDirect(ctx, e, o, Unwatched+run+"/direct/", run); err != nil {
 		return nil, fmt.Errorf("direct reaction: %w", err)
 	}

@@ -137,7 +137,7 @@ func checkIdle(ctx context.Context, q *queueclient.Client, queue string) error {
 func checkRule(ctx context.Context, e Env, w Watch) error {
 	st, err := e.Observer.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("observer status: %w", err)
+		return err
 	}
 	for _, r := range st.GetRules() {
 		if r.GetQueue() == w.Queue && r.GetPrefix() == w.Prefix && r.GetOwnerKind() == "" {
@@ -195,7 +195,7 @@ type observerView struct {
 func viewObserver(ctx context.Context, e Env, w Watch) (observerView, error) {
 	st, err := e.Observer.Status(ctx)
 	if err != nil {
-		return observerView{}, fmt.Errorf("observer status: %w", err)
+		return observerView{}, err
 	}
 	var v observerView
 	for _, p := range st.GetPrefixes() {
@@ -248,6 +248,28 @@ func waitAnnounced(ctx context.Context, e Env, w Watch, rev int64, d time.Durati
 			d, w.Prefix, rev, w.Queue, last.describe(w))
 	}
 	return err
+}
+
+// CleanupError is a run's failure to delete its objects or forget its
+// keys: what it names is left for `batonctl experiment clean`.
+type CleanupError struct{ Err error }
+
+func (e *CleanupError) Error() string { return "cleanup: " + e.Err.Error() }
+func (e *CleanupError) Unwrap() error { return e.Err }
+
+// finish cleans up after run, when the experiment returns. A cleanup that
+// fails is joined to the run's error as a *CleanupError, or, when the run
+// succeeded (its result is still worth showing), logged as a warning.
+func finish(e Env, run string, w Watch, err *error) {
+	cerr := cleanup(e, run, w)
+	if cerr == nil {
+		return
+	}
+	if *err != nil {
+		*err = errors.Join(*err, &CleanupError{Err: cerr})
+		return
+	}
+	e.log().Warn("experiment cleanup failed; `batonctl experiment clean` removes what is left", "run", run, "err", cerr)
 }
 
 // cleanupTimeout bounds a run's cleanup and Clean's wait for the observer.

@@ -145,7 +145,7 @@ func (p *podSet) pods(ctx context.Context) (int, error) {
 // Failure creates a set that needs Replicas pods, reconciled by a
 // reconciler whose write is refused half-way, once through direct reaction
 // and once through Baton, and reports how many pods each ends with.
-func Failure(ctx context.Context, e Env, o FailureOptions) (*FailureResult, error) {
+func Failure(ctx context.Context, e Env, o FailureOptions) (_ *FailureResult, err error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -164,11 +164,7 @@ func Failure(ctx context.Context, e Env, o FailureOptions) (*FailureResult, erro
 	qkey := run + "/web"
 	res := &FailureResult{Experiment: "failure", RunID: run, Queue: QueueFailure, Key: qkey, Replicas: o.Replicas, Failures: o.Failures,
 		Direct: FailureArm{Architecture: "direct reaction"}, Baton: FailureArm{Architecture: "baton"}}
-	defer func() {
-		if err := cleanup(e, run, w); err != nil {
-			e.log().Warn("experiment cleanup", "err", err)
-		}
-	}()
+	defer finish(e, run, w, &err)
 	rev, err := revisionNow(ctx, e.Etcd)
 	if err != nil {
 		return nil, err

@@ -82,7 +82,7 @@ func viewOf(it *queuev1.Item) ItemView {
 // counts the reconciles of a direct-reaction handler and of a worker that
 // leases the key from the queue only after the observer has announced every
 // change.
-func Repeat(ctx context.Context, e Env, o RepeatOptions) (*RepeatResult, error) {
+func Repeat(ctx context.Context, e Env, o RepeatOptions) (_ *RepeatResult, err error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -97,11 +97,7 @@ func Repeat(ctx context.Context, e Env, o RepeatOptions) (*RepeatResult, error) 
 	objKey := w.Prefix + run + "/web"
 	qkey := run + "/web"
 	res := &RepeatResult{Experiment: "repeat", RunID: run, Queue: QueueRepeat, Key: qkey, Notifications: o.Notifications, Needed: 1}
-	defer func() {
-		if err := cleanup(e, run, w); err != nil {
-			e.log().Warn("experiment cleanup", "err", err)
-		}
-	}()
+	defer finish(e, run, w, &err)
 
 	rev, err := revisionNow(ctx, e.Etcd)
 	if err != nil {
