@@ -2,7 +2,7 @@
 // this directory: `kubectl apply -f deploy/kubernetes/`) and, in its test, the
 // checks that keep them honest: every document decodes strictly into the
 // k8s.io/api type its apiVersion and kind name, and every port, probe and
-// BATON_* variable agrees with the flags the binaries define (DESIGN.md,
+// BATON_* variable agrees with the flags the binaries define (docs/design.md,
 // "Binaries and flags"), and no document sets a field that a controller, the
 // scheduler or the API server writes (which a re-apply would fight). The
 // module test/k8s applies them to a real control plane (make test-k8s).

@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// binary is one of Baton's binaries as DESIGN.md ("Binaries and flags")
+// binary is one of Baton's binaries as docs/design.md ("Binaries and flags")
 // defines it: the environment prefix flagenv mirrors its flags under, and its
 // flags with their defaults.
 type binary struct {

@@ -21,7 +21,7 @@ type docData struct {
 	Records []report.Record
 	Targets []report.Target
 	Dur     time.Duration // each timed workload
-	Side    bool          // the side-by-side contenders ran (issue 6)
+	Side    bool          // the side-by-side contenders ran
 	Plot    string        // the cycle chart's path, if drawn
 	// Pipeline is workload 7's section (pipeline.go), if it ran.
 	Pipeline string
@@ -65,7 +65,7 @@ Run on **{{.Date}}**, {{if .D.Quick}}**a smoke run (` + "`-quick`" + `: 0.5 s wo
 > never across runs. Re-run ` + "`make bench`" + ` on a quiet machine before
 > quoting any of them.
 
-The observer's and the workers' figures (issues 3 and 4: watch throughput,
+The observer's and the workers' figures (watch throughput,
 put → Add latency, cache memory, relists, cold-start convergence, reconciles
 per object in a burst) are ` + "`go test`" + ` benchmarks against real etcd; see
 [benchmarks-services.md](benchmarks-services.md).
@@ -93,7 +93,7 @@ scripts/bench.sh -quick             # smoke run (does not build bin/ first)
 in the ` + "`bench/`" + ` module (its own go.mod, so the services never depend on client-go).
 The queue's data directory is under ` + "`bench/out/`" + `, on the repository's disk, not a tmpfs.
 
-## Targets (issues 2 and 6)
+## Targets
 
 {{.TargetTable}}
 {{if .Missed}}Not met in this run: {{range $i, $m := .Missed}}{{if $i}}; {{end}}{{$m}}{{end}}.
@@ -107,7 +107,7 @@ rounds (highest rate, lowest latency). The cycle, restart and heap figures
 ran once.
 
 {{.Figures}}
-{{if .D.Side}}## Side by side (issue 6)
+{{if .D.Side}}## Side by side
 
 {{if .D.Plot}}![Add→Lease→Ack cycle throughput per contender]({{.PlotFile}})
 
@@ -271,14 +271,14 @@ concurrent callers: group commit) before the call returns. Keys are 11 bytes
   latency of each call (p50/p99). The batch-1, 1-caller p50 is the **single
   Add latency** of the targets.
 - **collapsed Add, batch 1000, 1 / 8 callers**: the same 1000 pending keys
-  announced again and again: DESIGN.md says such an Add writes nothing to
+  announced again and again: the design says such an Add writes nothing to
   disk, so this is the queue's in-memory path plus gRPC.
 - **Add→Lease→Ack cycle**: 2 adders add 1,000,000 distinct keys in batches of
   1000 while 4 workers lease up to 1000 keys at a time (long-poll) and ack
   them all with success; keys/s from the first Add to the last Ack. Each key
   costs two durable writes (Add and Ack). The target takes the best of this
   and the side-by-side run's batch-1000 cycles (workload 1, where each of 1
-  or 64 callers adds, leases and acks its own batches in turn): issue 2 fixes
+  or 64 callers adds, leases and acks its own batches in turn): the targets fix
   the batches, not the number of callers.
 - **heap per pending key**: the server's live heap after 1,000,000 pending
   keys minus that of the empty server, per key. Without a profiler: the
@@ -303,7 +303,7 @@ concurrent callers: group commit) before the call returns. Keys are 11 bytes
 
 ## The targets
 
-From issue 2, as ratios against figures of the same run:
+As ratios against figures of the same run:
 
 - durable Add of single keys from 64 callers ≥ 50% of the empty gRPC echo's
   rate with 64 callers, both to another process (group commit makes fsync

@@ -4,7 +4,7 @@
 // with a million unfinished keys and heap per pending key; in the same run it
 // measures the references the targets are ratios of (one fdatasync, an empty
 // gRPC call, gRPC carrying 1000-key messages, client-go's workqueue heap per
-// key); and, unless -pipeline=false, issue 6's workload 7 through
+// key); and, unless -pipeline=false, workload 7 through
 // baton-observer, baton-queue and a worker beside etcd's own figures
 // (pipeline.go). It prints one table with every target's PASS or MISS, writes the
 // records as JSON to BENCH_OUT (or -out) and, with -doc, regenerates
@@ -45,11 +45,11 @@ type config struct {
 	bigKeys            int           // restart and heap
 	cycleKeys          int
 	batchKeys          int // durable batch-1000 Adds, per caller count
-	collapse           int // workload 2's announcements (issue 6)
+	collapse           int // workload 2's announcements
 	changes            int // workload 3's change-while-leased events
 	plot               string
-	side               bool       // run the side-by-side contenders (issue 6)
-	pipe               pipeConfig // workload 7 of issue 6 (pipeline.go)
+	side               bool       // run the side-by-side contenders
+	pipe               pipeConfig // workload 7 (pipeline.go)
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -66,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.rev, "rev", "", "source revision of the binary (git describe), shown in the report")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: short workloads, 100,000 keys instead of 1,000,000, one round")
 	fs.StringVar(&c.plot, "plot", "", "draw the cycle throughput per contender as a PNG here, e.g. docs/benchmarks-cycle.png")
-	fs.BoolVar(&c.side, "peers", true, "also run the side-by-side contenders: client-go, NATS JetStream, a queue on etcd (issue 6)")
+	fs.BoolVar(&c.side, "peers", true, "also run the side-by-side contenders: client-go, NATS JetStream, a queue on etcd")
 	pipelineFlags(fs, &c.pipe)
 	fs.IntVar(&c.rounds, "rounds", 0, "rounds of the paired reference/baton workloads, keeping each figure's best (default 2, 1 with -quick)")
 	if err := fs.Parse(args); err != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/batonrun/baton/bench/internal/report"
 )
 
-// The side-by-side contenders (issue 6), beside batonQ and clientGo.
+// The side-by-side contenders, beside batonQ and clientGo.
 const (
 	natsDefault = "nats"
 	natsSync    = "nats (sync always)"
@@ -350,7 +350,7 @@ func (b *bench) bestCycle(name string, batch int) (float64, bool) {
 	return best, ok
 }
 
-// sideTargets judges issue 6's targets.
+// sideTargets judges the side-by-side targets.
 func (b *bench) sideTargets() []report.Target {
 	var ts []report.Target
 	add := func(t report.Target, ok ...bool) {

@@ -15,7 +15,7 @@ import (
 	"github.com/batonrun/baton/bench/internal/report"
 )
 
-// pipeConfig is workload 7 of issue 6: Baton's whole path, etcd → observer
+// pipeConfig is workload 7: Baton's whole path, etcd → observer
 // → queue → worker, against etcd's own figures of the same run.
 type pipeConfig struct {
 	enabled, only     bool
@@ -30,7 +30,7 @@ type pipeConfig struct {
 
 // pipelineFlags registers workload 7's flags.
 func pipelineFlags(fs *flag.FlagSet, p *pipeConfig) {
-	fs.BoolVar(&p.enabled, "pipeline", true, "also run workload 7 of issue 6: etcd put → reconcile start, and the ReplicaSet cold start, through baton-observer, baton-queue and a worker")
+	fs.BoolVar(&p.enabled, "pipeline", true, "also run workload 7: etcd put → reconcile start, and the ReplicaSet cold start, through baton-observer, baton-queue and a worker")
 	fs.BoolVar(&p.only, "pipeline-only", false, "run workload 7 alone (for working on it; the other targets show n/a)")
 	fs.StringVar(&p.observer, "observer-bin", "", "the baton-observer binary (default: beside -bin)")
 	fs.StringVar(&p.worker, "worker-bin", "", "the baton-worker binary (default: beside -bin)")
@@ -154,7 +154,7 @@ func (b *bench) pipeline(ctx context.Context) error {
 	return nil
 }
 
-// pipelineTargets is issue 6's target for workload 7. The cold start has
+// pipelineTargets is the target of workload 7. The cold start has
 // none: its ratio to etcd alone is a figure (mVsEtcdAlone).
 func (b *bench) pipelineTargets() []report.Target {
 	p := b.cfg.pipe
@@ -187,7 +187,7 @@ func (b *bench) pipelineDoc() string {
 	return out.String()
 }
 
-var pipelineTemplate = template.Must(template.New("pipeline").Parse(`## Pipeline (issue 6, workload 7)
+var pipelineTemplate = template.Must(template.New("pipeline").Parse(`## Pipeline (workload 7)
 
 Baton only, against its own ceilings: etcd's figures measured in the same
 run, on the same embedded etcd. etcd v3.6.16 runs in the bench process
@@ -253,7 +253,7 @@ unconditional transaction (the controllers' compare-and-swap guards left
 out), in any order. **time / etcd alone** is the cold start's time over
 that: what the observer, the queue, the worker and the chain of
 dependencies (a set's pods exist only after its reconcile, run only after
-theirs) cost beyond etcd's own writes. Issue 6 sets no bound on it.
+theirs) cost beyond etcd's own writes. No target bounds it.
 
 ` + "`-pipeline=false`" + ` skips this workload; ` + "`-pipeline-only`" + ` runs it alone, and
 ` + "`-sets N`" + ` changes the cold start's size.

@@ -22,7 +22,7 @@ func TestPipelineTargetAndDoc(t *testing.T) {
 		t.Fatalf("the best figure must be kept: %+v", ts)
 	}
 	doc := b.pipelineDoc()
-	for _, want := range []string{"## Pipeline (issue 6, workload 7)", "10,000 distinct small objects", "1,000 a second for 10s",
+	for _, want := range []string{"## Pipeline (workload 7)", "10,000 distinct small objects", "1,000 a second for 10s",
 		"10,000 ReplicaSets", "30,000 pods", "--concurrency 64", "from 128 concurrent writers"} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("pipeline section lacks %q:\n%s", want, doc)

@@ -443,7 +443,7 @@ func (b *bench) clientGoHeap(context.Context) error {
 	return nil
 }
 
-// targets judges issue 2's targets as ratios of this run's figures.
+// targets judges the queue's targets as ratios of this run's figures.
 func (b *bench) targets() []report.Target {
 	get := func(c, w, m string) (float64, bool) { return b.set.Get(c, w, m) }
 	var ts []report.Target
@@ -471,7 +471,7 @@ func (b *bench) targets() []report.Target {
 	add(report.Target{Name: "collapsed Add, batch 1000, 8 callers", Measured: col, Limit: 0.25 * carry, Unit: "keys/s", AtLeast: true,
 		Basis: "25% of gRPC carrying 1000-key messages to another process, 8 callers"}, ok1, ok2)
 
-	// Issue 2 fixes the batches, not how many callers share the queue: the
+	// The targets fix the batches, not how many callers share the queue: the
 	// best of this run's batch cycles, the 2-adder/4-worker shape and (with
 	// the side-by-side run) workload 1's batch-1000 cycles from 1 and 64
 	// callers, each of which is in the figures table.

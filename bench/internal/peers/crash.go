@@ -48,7 +48,7 @@ type Counter interface {
 	Unfinished(ctx context.Context) (int64, error)
 }
 
-// The crash cycle's shape (baton's numbers since issue 6): 2 adders in
+// The crash cycle's shape (the numbers baton's reports have used throughout): 2 adders in
 // batches of 1000, 4 workers leasing up to 100 keys, so the workers fall
 // behind and the kill finds keys pending and leased, not only acked.
 const (

@@ -42,7 +42,7 @@ import (
 // BATON_BATONCTL_ETCD_ENDPOINTS, BATON_BATONCTL_QUEUE_ADDR, …
 const EnvPrefix = "BATON_BATONCTL"
 
-// Defaults of the global flags (DESIGN.md, "Binaries and flags").
+// Defaults of the global flags (docs/design.md, "Binaries and flags").
 const (
 	DefaultEtcdEndpoints = "http://127.0.0.1:2379"
 	DefaultQueueAddr     = "127.0.0.1:7070"

@@ -15,7 +15,7 @@ import (
 	"github.com/batonrun/baton/services/runtime/serve"
 )
 
-// Default HTTP ports of the services (DESIGN.md, "Binaries and flags").
+// Default HTTP ports of the services (docs/design.md, "Binaries and flags").
 const (
 	queueHTTPPort    = "9090"
 	observerHTTPPort = "9091"

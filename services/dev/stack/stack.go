@@ -53,7 +53,7 @@ type Config struct {
 	OnReady func(Endpoints)
 }
 
-// DefaultConfig returns the stack on the default ports of DESIGN.md, bound
+// DefaultConfig returns the stack on the default ports of docs/design.md, bound
 // to 127.0.0.1 (a development stack has no business on other interfaces).
 func DefaultConfig() Config {
 	c := Config{

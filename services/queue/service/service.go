@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Config is baton-queue's configuration; the flags of DESIGN.md map onto it.
+// Config is baton-queue's configuration; the flags of docs/design.md map onto it.
 type Config struct {
 	GRPCAddr     string
 	HTTPAddr     string
@@ -50,7 +50,7 @@ type Config struct {
 	OnListen func(grpcAddr, httpAddr net.Addr)
 }
 
-// DefaultConfig returns DESIGN.md's defaults.
+// DefaultConfig returns the defaults of docs/design.md.
 func DefaultConfig() Config {
 	return Config{
 		GRPCAddr: ":7070", HTTPAddr: ":9090", DataDir: "./data/queue",

@@ -180,7 +180,7 @@ func (s snapshot) String() string {
 	return b.String()
 }
 
-// TestRefusedRequests sends every request DESIGN.md's "Errors" bullet
+// TestRefusedRequests sends every request docs/design.md's "Refusals" bullet
 // refuses and checks the exact code and that nothing was stored: neither in
 // a queue that holds keys (a pending "p1", a leased "l1") nor in a queue the
 // request would have created.

@@ -747,8 +747,7 @@ type Ack_RequeueAfter struct {
 type Ack_Terminal struct {
 	// The reconcile failed in a way retrying cannot fix: the key is parked
 	// with the error as last_error (not retried until announced again), or
-	// offered again at once if it was announced while leased. An addition to
-	// DESIGN.md's table.
+	// offered again at once if it was announced while leased.
 	Terminal *AckTerminal `protobuf:"bytes,6,opt,name=terminal,oneof"`
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/batonrun/baton/services/queue/internal/record"
 )
 
-// model is the reference: DESIGN.md's table written as plainly as possible,
+// model is the reference: docs/design.md's table written as plainly as possible,
 // with linear scans instead of rings and heaps. The model-based test runs
 // random event sequences against both and compares them after every step.
 type model struct {

@@ -1,4 +1,4 @@
-// Package workqueue is the queue's state machine, exactly DESIGN.md's table:
+// Package workqueue is the queue's state machine, exactly the table of docs/design.md:
 // per named queue, each key is absent, pending, delayed, leased (maybe dirty)
 // or parked, and every event moves it as the table says. It is pure: the
 // caller passes the time into every method and serialises calls (the service
@@ -98,7 +98,7 @@ type Config struct {
 	Jitter func() float64
 }
 
-// DefaultConfig returns DESIGN.md's defaults.
+// DefaultConfig returns the defaults of docs/design.md.
 func DefaultConfig() Config {
 	return Config{BackoffBase: 5 * time.Millisecond, BackoffMax: 1000 * time.Second, AgingBound: 10 * time.Second}
 }

@@ -103,7 +103,7 @@ func TestTransitions(t *testing.T) {
 		// Ack failure
 		{"leased", "failure", want{state: Delayed, attempts: 1, notBefore: now + sec, stored: "put", ok: true}},
 		{"leased+dirty", "failure", want{state: Pending, attempts: 1, stored: "put", ok: true}},
-		// Ack terminal (an addition to DESIGN.md's table)
+		// Ack terminal
 		{"leased", "terminal", want{state: Parked, attempts: 1, stored: "put", ok: true}},
 		{"leased+dirty", "terminal", want{state: Pending, attempts: 1, stored: "put", ok: true}},
 		// Ack requeue_after 7s
