@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # make up: builds every image from this checkout (deploy/docker/Dockerfile,
 # through docker-compose.yml's build sections) and starts the stack, waits
-# until every service is healthy, builds bin/batonctl, and prints the
-# commands to try. Beyond `docker compose up -d --build` it provides what this
-# machine may lack: the buildx plugin BuildKit needs (scripts/buildx.sh) and
-# the build stage's Go image where no registry answers
-# (scripts/base-image.sh). Extra arguments go to `compose up`.
+# until every service is healthy, builds bin/batonctl and bin/baton-experiment
+# (which `batonctl experiment` runs), and prints the commands to try. Beyond
+# `docker compose up -d --build` it provides what this machine may lack: the
+# buildx plugin BuildKit needs (scripts/buildx.sh) and the build stage's Go
+# image where no registry answers (scripts/base-image.sh). Extra arguments go
+# to `compose up`.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 TIMEOUT=${BATON_UP_TIMEOUT:-300} # seconds to wait for health once started
@@ -49,9 +50,10 @@ while ! out=$(unhealthy); do
   sleep 1
 done
 
-log "building bin/batonctl"
+log "building bin/batonctl and bin/baton-experiment"
 mkdir -p bin
 (cd services/batonctl && CGO_ENABLED=0 go build -trimpath -o "$ROOT/bin/batonctl" ./cmd/batonctl)
+(cd services/experiment && CGO_ENABLED=0 go build -trimpath -o "$ROOT/bin/baton-experiment" ./cmd/baton-experiment)
 
 port() { compose port "$1" "$2" 2>/dev/null | sed 's/^0\.0\.0\.0:/127.0.0.1:/'; }
 queue=$(port queue 7070) observer=$(port observer 7071) etcd=$(port etcd 2379) dash=$(port queue 9090) ohttp=$(port observer 9091)
