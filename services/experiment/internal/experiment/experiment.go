@@ -116,7 +116,7 @@ var ErrQueueBusy = errors.New("queue busy")
 
 // ErrNoRule means the observer has no rule that sends an experiment's
 // prefix to its queue, so the Baton arm would never see a change.
-var ErrNoRule = errors.New("no observer rule")
+var ErrNoRule = errors.New("the observer lacks the experiment's rule")
 
 // checkIdle refuses to start when queue holds keys, since the experiment
 // reads the queue's depth and counters as its own.
@@ -144,11 +144,11 @@ func checkRule(ctx context.Context, e Env, w Watch) error {
 			return nil
 		}
 	}
-	at := ""
+	at := "its Status lists"
 	if e.ObserverAddr != "" {
-		at = " at " + e.ObserverAddr
+		at = "the observer at " + e.ObserverAddr + " lists"
 	}
-	return fmt.Errorf("%w: the observer%s has no rule sending %s to queue %s; start it with --rules %s (make run and docker compose do), or add that rule to its rules file",
+	return fmt.Errorf("%w: %s no rule sending %s to queue %s; start it with --rules %s (make run and docker compose do), or add that rule to its rules file",
 		ErrNoRule, at, w.Prefix, w.Queue, RulesFile)
 }
 
