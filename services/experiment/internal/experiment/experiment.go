@@ -71,6 +71,14 @@ const RulesFile = "services/experiment/rules.yaml"
 // Watch is a rule an experiment needs the observer to have: every change
 // under Prefix announced to Queue, keyed by the object's namespace/name
 // (for the experiments, <run>/<name>).
+//
+// The observer learns them from a rules file today (RulesFile). Each Prefix
+// is /registry/<Queue>/, the prefix of a kind whose resource is the queue's
+// name, so that once the observer also executes the declarations workers
+// publish under /baton/rules/<queue> (client/kinds), an experiment can
+// declare its own watch instead: publish kinds.Declaration{Queue: Queue,
+// For: kinds.Kind{Kind: ..., Resource: Queue}} and wait until the
+// observer's Status lists the rule, which checkRule already looks for.
 type Watch struct {
 	Queue  string
 	Prefix string
