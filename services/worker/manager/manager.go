@@ -83,9 +83,11 @@ type Controller struct {
 	Reconciler reconcile.Reconciler
 	// Concurrency is the most keys reconciled at once; default 1.
 	Concurrency int
-	// LeaseDuration is the lease asked for and extended by; default 30 s.
+	// LeaseDuration is the lease asked for and extended by; default
+	// queueclient.DefaultLease (30 s), the queue's own default.
 	LeaseDuration time.Duration
-	// ReconcileTimeout bounds one Reconcile call; default 1 minute.
+	// ReconcileTimeout bounds one Reconcile call; default
+	// DefaultReconcileTimeout.
 	ReconcileTimeout time.Duration
 	// PollWait is how long one Lease call long-polls; default 10 s.
 	PollWait time.Duration
@@ -94,15 +96,20 @@ type Controller struct {
 	AckDelay time.Duration
 }
 
+// DefaultReconcileTimeout bounds one Reconcile call when a Controller sets
+// no ReconcileTimeout. It is longer than the default lease, which the
+// heartbeats extend while a reconcile runs.
+const DefaultReconcileTimeout = time.Minute
+
 func (c *Controller) setDefaults() {
 	if c.Concurrency <= 0 {
 		c.Concurrency = 1
 	}
 	if c.LeaseDuration <= 0 {
-		c.LeaseDuration = 30 * time.Second
+		c.LeaseDuration = queueclient.DefaultLease
 	}
 	if c.ReconcileTimeout <= 0 {
-		c.ReconcileTimeout = time.Minute
+		c.ReconcileTimeout = DefaultReconcileTimeout
 	}
 	if c.PollWait <= 0 {
 		c.PollWait = 10 * time.Second

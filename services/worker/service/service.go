@@ -68,7 +68,7 @@ func DefaultConfig() Config {
 	return Config{
 		HTTPAddr: ":9092", QueueAddr: "127.0.0.1:7070", ObserverAddr: "127.0.0.1:7071",
 		EtcdEndpoints: "http://127.0.0.1:2379", Controllers: "all", Concurrency: 16,
-		LeaseDuration: 30 * time.Second, ReconcileTimeout: 30 * time.Second, GracePeriod: 10 * time.Second,
+		LeaseDuration: queueclient.DefaultLease, ReconcileTimeout: manager.DefaultReconcileTimeout, GracePeriod: 10 * time.Second,
 		CallTimeout: objects.DefaultOpTimeout,
 	}
 }
