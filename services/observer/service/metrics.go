@@ -84,6 +84,6 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(b.Dropped()), q)
 	}
 	ch <- prometheus.MustNewConstMetric(m.objects, prometheus.GaugeValue, float64(m.o.cache.Len()))
-	ch <- prometheus.MustNewConstMetric(m.recordWrites, prometheus.CounterValue, float64(m.o.recordWrites.Load()))
-	ch <- prometheus.MustNewConstMetric(m.recordBytes, prometheus.CounterValue, float64(m.o.recordBytes.Load()))
+	ch <- prometheus.MustNewConstMetric(m.recordWrites, prometheus.CounterValue, float64(m.o.keeper.RecordWrites()))
+	ch <- prometheus.MustNewConstMetric(m.recordBytes, prometheus.CounterValue, float64(m.o.keeper.RecordBytes()))
 }

@@ -389,7 +389,7 @@ func TestGetAndMinRevision(t *testing.T) {
 		t.Errorf("List at a future revision = %v, want DeadlineExceeded", err)
 	}
 
-	// The metrics DESIGN and the issue name are exported.
+	// The metrics the design (docs/design.md) names are exported.
 	resp, err := httpClient.Get("http://" + o.httpAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Config is baton-observer's configuration; the flags of DESIGN.md map onto
-// it.
+// Config is baton-observer's configuration; the flags the design
+// (docs/design.md) lists map onto it.
 type Config struct {
 	GRPCAddr      string
 	HTTPAddr      string
@@ -44,7 +44,7 @@ type Config struct {
 	// default).
 	ProgressInterval time.Duration
 	// RecordInterval is the least time between two writes of the
-	// known-key record (longer for a large one: see recordBytesPerSecond).
+	// known-key record (longer for a large one: package checkpoint).
 	RecordInterval time.Duration
 	// EnablePprof serves /debug/pprof/ on the HTTP address.
 	EnablePprof bool
@@ -55,7 +55,7 @@ type Config struct {
 	OnListen func(grpcAddr, httpAddr net.Addr)
 }
 
-// DefaultConfig returns DESIGN.md's defaults.
+// DefaultConfig returns the design's defaults (docs/design.md).
 func DefaultConfig() Config {
 	return Config{
 		GRPCAddr: ":7071", HTTPAddr: ":9091",

@@ -1,12 +1,56 @@
-// Package checkpoint keeps the observer's durable progress in etcd: the
-// checkpoint, a revision up to which the queue has accepted every change,
-// and beside it the known-key record, the etcd keys each watched prefix
-// held at that revision. A starting observer replays etcd's history from
-// the checkpoint; when etcd has compacted that history, it announces as
-// deleted every recorded key that its fresh list no longer has, which a
-// list alone cannot show (Kubernetes' informers do the same within one
-// process with DeletedFinalStateUnknown; the record carries it across
-// restarts).
+// Package checkpoint is the observer's delivery guarantee: every change
+// made under a watched prefix reaches its queues, through the observer's
+// crashes and restarts and etcd's compactions. It keeps the observer's
+// durable progress in etcd: the checkpoint, a revision up to which the
+// queue has accepted every change, and beside it the known-key record, the
+// etcd keys each watched prefix held at that revision.
+//
+// # The guarantee
+//
+// Within one process the informers never miss a change: a broken watch
+// resumes at the last observed revision + 1, and a compacted one lists
+// again and diffs with the cache (package informer). What a process cannot
+// know is what happened while no observer ran, and what its outboxes held
+// when it died. Both are recovered at the next start from the checkpoint C:
+//
+//   - the first list of every prefix announces every object (so whatever a
+//     dead outbox held is announced again; the queue collapses keys it
+//     already holds);
+//   - etcd's history from C + 1 up to that list's revision is replayed, so
+//     every delete since C is announced too, with its owners from the
+//     previous value;
+//   - if etcd has compacted that history, every key of the known-key record
+//     that the list no longer has is announced as deleted (package
+//     announcer, Vanished): a list alone cannot show a delete, and
+//     Kubernetes' informers do the same within one process with
+//     DeletedFinalStateUnknown; the record carries it across restarts.
+//
+// # When the checkpoint advances
+//
+// The Keeper writes the checkpoint at most once a tick (a second), and only
+// when it moved. It is the lowest revision every watched prefix's informer
+// has handed on (SafeRevision: 0 until its first list and replay, so a
+// prefix being listed holds the checkpoint back), lowered to just below
+// the oldest change an outbox still holds (Pending): the checkpoint never
+// passes a change the queue has not accepted, so a crash loses nothing the
+// next start does not replay. While etcd is idle it stays at the last
+// change seen, so idle observers write nothing.
+//
+// A record written with checkpoint C must hold every key that existed
+// under each prefix at C. The Ledger of each prefix (its informer writes
+// the cache through it) remembers the keys deleted since the last stored
+// checkpoint and the revision from which each new key may have existed, so
+// the Keeper knows when the stored record still holds (the checkpoint moves
+// alone, Advance) and when it must be rewritten (Write), and never stores a
+// checkpoint below a prefix's last list (keys deleted before a list were
+// never seen). Records are rate-limited (RecordInterval, and 64 KiB/s of
+// record); meanwhile the checkpoint advances up to just below the first key
+// the stored record lacks.
+//
+// Two observers share the checkpoint safely: it only grows (a
+// compare-and-swap on the zero-padded value), each writes only revisions
+// it has delivered, and each rewrites the record when the stored one is
+// not its own.
 //
 // # Keys
 //

@@ -1,52 +1,44 @@
-// Package informer keeps the cache in step with one etcd prefix and turns
-// each change into queue keys: the shared informer. There is one Informer
-// per watched prefix, whatever the number of rules on it.
+// Package informer keeps the cache in step with one etcd prefix: the
+// shared informer. There is one Informer per watched prefix, whatever the
+// number of rules on it. It knows no queues, rules or priorities: it hands
+// every change it observes to a Consumer (the announcer), saying how it
+// was observed (Source), and writes the cache through a Writer (the
+// checkpoint's ledger, which remembers what the known-key record needs).
 //
 // # Lifecycle
 //
 //  1. List the prefix (paged, at one revision) into the cache; every object
-//     is announced at PRIORITY_LOW (the queue collapses what it already
-//     holds, so a restarted observer costs little).
+//     is a change of Source FirstList.
 //  2. Watch from the list's revision + 1 with WithRequireLeader and
-//     WithProgressNotify. Events update the cache and are announced at
-//     PRIORITY_NORMAL; a delete announces the object's key and its owners'
-//     keys from the last value seen. Progress notifications advance the
-//     observed revision while the prefix is idle.
+//     WithProgressNotify. Events update the cache and are changes of
+//     Source Event; a delete carries the last value seen. Progress
+//     notifications advance the observed revision while the prefix is
+//     idle.
 //  3. When the watch breaks (etcd restarted, connection lost, leader lost,
 //     watch cancelled), watch again from the last observed revision + 1: no
-//     gap, nothing announced twice on purpose.
+//     gap, nothing observed twice on purpose.
 //  4. When that revision has been compacted away, list again and diff with
 //     the cache: every key created, changed (different mod revision) or
-//     deleted in between is announced at PRIORITY_NORMAL.
+//     deleted in between is a change of Source Relist.
 //
-// # Checkpoint and replay
+// # Replay
 //
-// A list cannot show what was deleted while no observer was running. So the
-// observer records a checkpoint in etcd: a revision up to which every
-// change has been accepted by the queue (SafeRevision, combined with the
-// outbox by the service). An informer started with a checkpoint C replays
-// etcd's history from C + 1 up to its list's revision (a watch with
-// WithPrevKV) and announces every change in it at PRIORITY_NORMAL, deletes
-// with their owners from the previous value; with no checkpoint yet, it
-// replays all the history etcd holds. If etcd has compacted that history,
-// the informer reads the known-key record stored beside the checkpoint
-// (Options.Known) and announces as deleted every recorded key the list no
-// longer has; the owners of those keys are unknown (owners of surviving
-// children still come from the list). Without a record it warns that
-// such deletes are not announced.
-//
-// The informer keeps what that record needs (KnownKeys, Unrecorded, Floor,
-// Recorded): the keys it knew from the last stored checkpoint on, and
-// whether the stored record still covers them. Within one process, a
-// relist after compaction finds deletes by diffing with the cache.
+// An informer given Options.Checkpoint replays, after its first list,
+// etcd's history from that revision + 1 up to the list's revision (a
+// watch with WithPrevKV): changes of Source Replay, deletes with their
+// previous values; the cache is not touched. When that history is
+// compacted it calls Options.Compacted, which knows what else can be done
+// (package checkpoint explains the guarantee, package announcer what is
+// announced). SafeRevision, LastChange and ListRevision tell the
+// checkpoint how far the prefix has been handed on.
 //
 // # Malformed keys and values
 //
 // A key that does not fit the layout (object.SplitKey) is neither cached
-// nor announced. A malformed value at a good key (object.Decode,
+// nor handed on. A malformed value at a good key (object.Decode,
 // object.Check) is cached with an empty Meta, so it has no owners, and
-// announced by its own key. Both are counted by reason (Stats.Malformed)
-// and logged at WARN at most once per key per MalformedLogInterval.
+// handed on with it. Both are counted by reason (Stats.Malformed) and
+// logged at WARN at most once per key per MalformedLogInterval.
 package informer
 
 import (
@@ -59,23 +51,75 @@ import (
 	"sync/atomic"
 	"time"
 
-	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/observer/internal/cache"
-	"github.com/batonrun/baton/services/observer/internal/checkpoint"
 	"github.com/batonrun/baton/services/observer/internal/object"
-	"github.com/batonrun/baton/services/observer/internal/rules"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 )
 
-// Sink receives the keys a change announces; it must not block.
-type Sink interface {
-	// Put announces keys for a change observed at `at` in etcd revision rev
-	// (0: not a change, e.g. a resync).
-	Put(queue string, keys []string, prio queuev1.Priority, at time.Time, rev int64) error
+// Source says how a change was observed.
+type Source uint8
+
+const (
+	// FirstList: the informer's first list of its prefix.
+	FirstList Source = iota
+	// Relist: a difference a later list (after compaction) found with the
+	// cache.
+	Relist
+	// Event: a watch event.
+	Event
+	// Replay: etcd's history after the checkpoint, replayed after the first
+	// list; the cache already holds the outcome.
+	Replay
+)
+
+// Change is one observed change of the object at Key.
+type Change struct {
+	// Prefix is the informer's prefix.
+	Prefix string
+	Key    string
+	// Cur is the new value's metadata; nil for a delete.
+	Cur *object.Meta
+	// Old is the last value's metadata seen before the change (the cache's,
+	// or etcd's previous value in a replay); nil when none is known.
+	Old *object.Meta
+	// Rev is the etcd revision of the change (a list's revision for a list).
+	Rev int64
+	// At is when the informer observed it.
+	At     time.Time
+	Source Source
 }
+
+// Consumer receives every change an informer observes, in order; Changed
+// must not block (the watch waits for it).
+type Consumer interface {
+	Changed(Change)
+}
+
+// Writer applies an informer's changes to the cache. The revisions let a
+// Writer that remembers keys (checkpoint.Ledger) know when each appeared
+// and went.
+type Writer interface {
+	// Put stores obj and returns the object it replaced; a key new to the
+	// cache may have existed from revision since on.
+	Put(obj *cache.Object, since int64) *cache.Object
+	// Delete removes key, gone by revision rev, and returns the object
+	// removed (nil if none).
+	Delete(key string, rev int64) *cache.Object
+	// Listed says that a list made the cache equal to etcd at rev.
+	Listed(rev int64)
+}
+
+// Direct returns a Writer that writes c and remembers nothing.
+func Direct(c *cache.Cache) Writer { return direct{c} }
+
+type direct struct{ c *cache.Cache }
+
+func (d direct) Put(obj *cache.Object, _ int64) *cache.Object { return d.c.Put(obj) }
+func (d direct) Delete(key string, _ int64) *cache.Object     { return d.c.Delete(key) }
+func (direct) Listed(int64)                                   {}
 
 // Options tune an Informer; zero values take the defaults.
 type Options struct {
@@ -92,12 +136,11 @@ type Options struct {
 	// list, and the history after it is replayed. Without it nothing is
 	// replayed.
 	Checkpoint func(context.Context) (int64, error)
-	// Known, if set, returns the known-key record of a prefix (nil if none
-	// is stored). When the history since the checkpoint is compacted, every
-	// key of the record that the first list lacks is announced as deleted.
-	// An error wrapping checkpoint.ErrCorrupt is taken as no record; others
-	// are retried.
-	Known func(ctx context.Context, prefix string) (*checkpoint.Record, error)
+	// Compacted, if set, is called when the history since the checkpoint
+	// `from` is compacted (compactErr says so), after the first list at
+	// listRev: it makes up for the replay that cannot be made. An error is
+	// retried with a new list and replay.
+	Compacted func(ctx context.Context, prefix string, from, listRev int64, compactErr error) error
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -110,7 +153,7 @@ type Stats struct {
 	Events           uint64
 	Relists          uint64
 	WatchRestarts    uint64
-	Listed           bool // the first list is done
+	Listed           bool // the first list (and its replay) is done
 	// Malformed counts the malformed keys and values seen (in lists and
 	// watch events), indexed by object.Reason.
 	Malformed [object.NumReasons]uint64
@@ -118,13 +161,13 @@ type Stats struct {
 
 // Informer watches one prefix.
 type Informer struct {
-	cli    *clientv3.Client
-	prefix string
-	rules  []rules.Rule
-	cache  *cache.Cache
-	sink   Sink
-	opts   Options
-	log    *slog.Logger
+	cli      *clientv3.Client
+	prefix   string
+	cache    *cache.Cache
+	writer   Writer
+	consumer Consumer
+	opts     Options
+	log      *slog.Logger
 
 	observed atomic.Int64 // the revision the cache reflects for prefix
 	head     atomic.Int64
@@ -134,17 +177,18 @@ type Informer struct {
 	listed   atomic.Bool
 	streams  atomic.Uint64 // watches opened, to give each its own stream
 	changed  atomic.Int64  // revision of the last change seen (event or list)
+	listRev  atomic.Int64  // revision of the last list
+	listedC  chan struct{} // closed when listed is first set
 
 	malformed malformedLog
-	ledger    ledger
 
 	mu      sync.Mutex
 	watchCx context.Context // the watch's context, for RequestProgress; nil when not watching
 }
 
-// New returns an informer for the rules on prefix (rules on other prefixes
-// are ignored).
-func New(cli *clientv3.Client, prefix string, rs []rules.Rule, c *cache.Cache, sink Sink, opts Options) *Informer {
+// New returns an informer of prefix that keeps c through w (nil: Direct(c))
+// and hands every change to consumer.
+func New(cli *clientv3.Client, prefix string, c *cache.Cache, w Writer, consumer Consumer, opts Options) *Informer {
 	if opts.PageSize <= 0 {
 		opts.PageSize = 5000
 	}
@@ -157,13 +201,12 @@ func New(cli *clientv3.Client, prefix string, rs []rules.Rule, c *cache.Cache, s
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	in := &Informer{cli: cli, prefix: prefix, cache: c, sink: sink, opts: opts, log: opts.Logger.With("prefix", prefix)}
-	in.malformed = malformedLog{log: in.log, limit: newKeyLimiter(MalformedLogInterval, MalformedLogKeys)}
-	for _, r := range rs {
-		if r.Prefix == prefix {
-			in.rules = append(in.rules, r)
-		}
+	if w == nil {
+		w = Direct(c)
 	}
+	in := &Informer{cli: cli, prefix: prefix, cache: c, writer: w, consumer: consumer, opts: opts,
+		log: opts.Logger.With("prefix", prefix), listedC: make(chan struct{})}
+	in.malformed = malformedLog{log: in.log, limit: newKeyLimiter(MalformedLogInterval, MalformedLogKeys)}
 	return in
 }
 
@@ -180,11 +223,11 @@ func (in *Informer) Stats() Stats {
 }
 
 // SafeRevision returns the revision up to which every change under the
-// prefix has been handed to the sink (0 until the first list, and its
+// prefix has been handed to the consumer (0 until the first list, and its
 // replay, are done).
 func (in *Informer) SafeRevision() int64 {
-	// Changes are put into the sink before the observed revision moves past
-	// them, and the first list (with its replay) before listed is set.
+	// Changes are handed on before the observed revision moves past them,
+	// and the first list (with its replay) before listed is set.
 	if !in.listed.Load() {
 		return 0
 	}
@@ -195,8 +238,20 @@ func (in *Informer) SafeRevision() int64 {
 // (a watch event, or a list's revision).
 func (in *Informer) LastChange() int64 { return in.changed.Load() }
 
-// Listed reports whether the first list is done.
+// ListRevision returns the revision of the last list (0 before the first).
+func (in *Informer) ListRevision() int64 { return in.listRev.Load() }
+
+// Listed reports whether the first list (and its replay) is done.
 func (in *Informer) Listed() bool { return in.listed.Load() }
+
+// ListedC is closed once the first list (and its replay) is done.
+func (in *Informer) ListedC() <-chan struct{} { return in.listedC }
+
+func (in *Informer) setListed() {
+	if !in.listed.Swap(true) {
+		close(in.listedC)
+	}
+}
 
 // Run lists and watches until ctx ends; it returns nil then. Errors from
 // etcd are retried forever with backoff: the observer's job is to keep
@@ -218,48 +273,24 @@ func (in *Informer) Run(ctx context.Context) error {
 	var checkpoint int64 = -1 // not read yet
 	for ctx.Err() == nil {
 		if checkpoint < 0 {
-			checkpoint = 0
-			if in.opts.Checkpoint != nil {
-				c, err := in.opts.Checkpoint(ctx)
-				if err != nil {
-					checkpoint = -1
-					if ctx.Err() == nil {
-						in.log.Warn("read checkpoint failed; retrying", "error", err)
-						backoff()
-					}
-					continue
+			c, err := in.readCheckpoint(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					in.log.Warn("read checkpoint failed; retrying", "error", err)
+					backoff()
 				}
-				checkpoint = c
+				continue
 			}
+			checkpoint = c
 		}
 		if needList {
-			prio := queuev1.Priority_PRIORITY_NORMAL
-			if !in.listed.Load() {
-				prio = queuev1.Priority_PRIORITY_LOW
-			}
-			if err := in.relist(ctx, prio); err != nil {
+			if !in.sync(ctx, checkpoint) {
 				if ctx.Err() == nil {
-					in.log.Warn("list failed; retrying", "error", err)
 					backoff()
 				}
 				continue
 			}
 			needList = false
-			if !in.listed.Load() && in.opts.Checkpoint != nil && checkpoint < in.observed.Load() {
-				err := in.replay(ctx, checkpoint, in.observed.Load())
-				if errors.Is(err, rpctypes.ErrCompacted) {
-					err = in.announceVanished(ctx, checkpoint, err)
-				}
-				if err != nil {
-					if ctx.Err() == nil {
-						in.log.Warn("replay failed; listing and replaying again", "error", err)
-						needList = true
-						backoff()
-					}
-					continue
-				}
-			}
-			in.listed.Store(true)
 		}
 		err := in.watch(ctx)
 		if ctx.Err() != nil {
@@ -279,6 +310,48 @@ func (in *Informer) Run(ctx context.Context) error {
 	return nil
 }
 
+// readCheckpoint returns the revision to replay from (0 without
+// Options.Checkpoint).
+func (in *Informer) readCheckpoint(ctx context.Context) (int64, error) {
+	if in.opts.Checkpoint == nil {
+		return 0, nil
+	}
+	return in.opts.Checkpoint(ctx)
+}
+
+// sync lists the prefix into the cache and, the first time, replays the
+// history after checkpoint up to the list; then the informer is listed. It
+// logs a failure and returns false.
+func (in *Informer) sync(ctx context.Context, checkpoint int64) bool {
+	src := Relist
+	if !in.listed.Load() {
+		src = FirstList
+	}
+	if err := in.relist(ctx, src); err != nil {
+		if ctx.Err() == nil {
+			in.log.Warn("list failed; retrying", "error", err)
+		}
+		return false
+	}
+	if !in.listed.Load() && in.opts.Checkpoint != nil && checkpoint < in.observed.Load() {
+		err := in.replay(ctx, checkpoint, in.observed.Load())
+		if compactErr := err; errors.Is(compactErr, rpctypes.ErrCompacted) {
+			err = nil
+			if in.opts.Compacted != nil {
+				err = in.opts.Compacted(ctx, in.prefix, checkpoint, in.observed.Load(), compactErr)
+			}
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				in.log.Warn("replay failed; listing and replaying again", "error", err)
+			}
+			return false
+		}
+	}
+	in.setListed()
+	return true
+}
+
 // RequestProgress asks etcd for a progress notification on this watch, so
 // the observed revision catches up with etcd's head while the prefix is
 // idle. It does nothing when not watching.
@@ -296,56 +369,18 @@ func (in *Informer) RequestProgress() {
 	_ = in.cli.RequestProgress(rctx) // best effort: the periodic one follows
 }
 
-// Resync announces every cached object under the prefix at PRIORITY_LOW.
-func (in *Informer) Resync() {
-	now := time.Now()
-	in.cache.Range(in.prefix, func(o *cache.Object) bool {
-		in.announce(o.Key, &o.Meta, nil, queuev1.Priority_PRIORITY_LOW, now, 0)
-		return true
-	})
-}
-
-// announce sends the keys for a change of key from old to cur (either may
-// be nil) to every rule's queue.
-func (in *Informer) announce(key string, cur, old *object.Meta, prio queuev1.Priority, at time.Time, rev int64) {
-	for _, r := range in.rules {
-		var keys []string
-		if cur != nil {
-			keys = r.Keys(key, *cur)
-		}
-		if old != nil {
-			for _, k := range r.Keys(key, *old) {
-				if !contains(keys, k) {
-					keys = append(keys, k)
-				}
-			}
-		}
-		if len(keys) == 0 && r.OwnerKind == "" {
-			// A delete of a key with no value left still names the object.
-			keys = r.Keys(key, object.Meta{})
-		}
-		if err := in.sink.Put(r.Queue, keys, prio, at, rev); err != nil {
-			in.log.Error("announce", "queue", r.Queue, "error", err)
-		}
-	}
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
+// hand passes one change to the consumer.
+func (in *Informer) hand(key string, cur, old *object.Meta, src Source, at time.Time, rev int64) {
+	in.consumer.Changed(Change{Prefix: in.prefix, Key: key, Cur: cur, Old: old, Rev: rev, At: at, Source: src})
 }
 
 // newObject returns the cache's object for kv, or nil for a key that does
-// not fit the layout: such a key is neither cached nor announced, as it
+// not fit the layout: such a key is neither cached nor handed on, as it
 // names no object a controller could look up. A malformed value at a good
 // key is cached with an empty Meta (no owners, so no owner keys and no
-// place in the owner index) and still announced by its own key, so its
-// controller finds it and reports the problem on that key. Both are
-// counted and logged (rate-limited).
+// place in the owner index) and still handed on, so that it is announced
+// by its own key and its controller reports the problem on that key. Both
+// are counted and logged (rate-limited).
 func (in *Informer) newObject(kv *mvccpb.KeyValue) *cache.Object {
 	key := string(kv.Key)
 	if _, _, err := object.SplitKey(key, in.prefix); err != nil {
@@ -397,8 +432,8 @@ func (in *Informer) setHead(rev int64) {
 }
 
 // relist reads the whole prefix at one revision and makes the cache equal
-// to it, announcing every difference at prio.
-func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
+// to it, handing on every difference as a change of Source src.
+func (in *Informer) relist(ctx context.Context, src Source) error {
 	start := time.Now()
 	in.relists.Add(1)
 	end := clientv3.GetPrefixRangeEnd(in.prefix)
@@ -434,13 +469,13 @@ func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
 				continue
 			}
 			seen[key] = struct{}{}
-			old := in.cachePut(obj, since)
+			old := in.writer.Put(obj, since)
 			if old == nil {
 				created++
-				in.announce(key, &obj.Meta, nil, prio, now, rev)
+				in.hand(key, &obj.Meta, nil, src, now, rev)
 			} else {
 				changed++
-				in.announce(key, &obj.Meta, &old.Meta, prio, now, rev)
+				in.hand(key, &obj.Meta, &old.Meta, src, now, rev)
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
@@ -453,13 +488,14 @@ func (in *Informer) relist(ctx context.Context, prio queuev1.Priority) error {
 		if _, ok := seen[o.Key]; ok {
 			continue
 		}
-		if old := in.cacheDelete(o.Key, rev); old != nil {
+		if old := in.writer.Delete(o.Key, rev); old != nil {
 			deleted++
-			in.announce(o.Key, nil, &old.Meta, prio, now, rev)
+			in.hand(o.Key, nil, &old.Meta, src, now, rev)
 		}
 	}
 	in.changed.Store(max(in.changed.Load(), rev))
-	in.setFloor(rev)
+	in.writer.Listed(rev)
+	in.listRev.Store(rev)
 	in.setObserved(rev)
 	in.log.Info("listed", "revision", rev, "objects", len(seen), "created", created, "changed", changed, "deleted", deleted, "took", time.Since(start))
 	return nil
@@ -520,7 +556,7 @@ func (in *Informer) watch(ctx context.Context) error {
 	return errors.New("watch channel closed")
 }
 
-// apply puts a batch of events into the cache and announces them. The
+// apply puts a batch of events into the cache and hands them on. The
 // observed revision moves to the last event's revision: a watch response's
 // header revision can run ahead of the events it carries (etcd sends a long
 // catch-up in batches), so it is not used here.
@@ -541,22 +577,22 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 			if obj == nil {
 				break
 			}
-			old := in.cachePut(obj, rev)
+			old := in.writer.Put(obj, rev)
 			var oldMeta *object.Meta
 			if old != nil {
 				oldMeta = &old.Meta
 			}
-			in.announce(key, &obj.Meta, oldMeta, queuev1.Priority_PRIORITY_NORMAL, now, rev)
+			in.hand(key, &obj.Meta, oldMeta, Event, now, rev)
 		case clientv3.EventTypeDelete:
 			if _, _, err := object.SplitKey(key, in.prefix); err != nil {
-				break // never cached nor announced
+				break // never cached nor handed on
 			}
-			old := in.cacheDelete(key, rev)
+			old := in.writer.Delete(key, rev)
 			var oldMeta *object.Meta
 			if old != nil {
 				oldMeta = &old.Meta
 			}
-			in.announce(key, nil, oldMeta, queuev1.Priority_PRIORITY_NORMAL, now, rev)
+			in.hand(key, nil, oldMeta, Event, now, rev)
 		}
 		last = max(last, rev)
 	}
@@ -566,52 +602,9 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 	}
 }
 
-// announceVanished announces as deleted, at PRIORITY_NORMAL and by the
-// rules that key by the object itself, every key of the known-key record
-// that the first list (the cache now) no longer has: they were deleted
-// while no observer ran, in history etcd has compacted (compactErr), so the
-// replay from the checkpoint `from` could not show them. Their owners are unknown
-// (the record holds keys only); owners of surviving children come from the
-// list. With no record it says what cannot be known, and goes on.
-func (in *Informer) announceVanished(ctx context.Context, from int64, compactErr error) error {
-	var rec *checkpoint.Record
-	var readErr error
-	if in.opts.Known != nil {
-		rec, readErr = in.opts.Known(ctx, in.prefix)
-		if readErr != nil && !errors.Is(readErr, checkpoint.ErrCorrupt) {
-			return readErr
-		}
-	}
-	if rec == nil {
-		attrs := []any{"checkpoint", from, "error", compactErr}
-		if readErr != nil {
-			attrs = append(attrs, "record_error", readErr)
-		}
-		in.log.Warn("history since the checkpoint is compacted and no usable known-key record is stored (an observer older than the record wrote the checkpoint, or the record is corrupt); deletes made while no observer ran are not announced",
-			attrs...)
-		return nil
-	}
-	now, rev := time.Now(), in.observed.Load()
-	deleted := 0
-	for _, k := range rec.Keys {
-		if _, ok := in.cache.Get(k); ok {
-			continue
-		}
-		in.announce(k, nil, nil, queuev1.Priority_PRIORITY_NORMAL, now, rev)
-		deleted++
-	}
-	if rec.Revision < rec.Checkpoint {
-		in.log.Warn("the known-key record is older than the checkpoint (an observer that keeps no record moved it): keys created between the two and deleted since are not announced",
-			"record_revision", rec.Revision, "checkpoint", rec.Checkpoint)
-	}
-	in.log.Info("history since the checkpoint is compacted; announced as deleted every key of the known-key record the list no longer has",
-		"checkpoint", from, "record_revision", rec.Revision, "recorded", len(rec.Keys), "deleted", deleted, "list_revision", rev, "error", compactErr)
-	return nil
-}
-
-// replay announces every change under the prefix in etcd's history from
-// from + 1 up to `to`, with owners from the previous values; the cache is
-// not touched (the list at `to` already holds the outcome).
+// replay hands on every change under the prefix in etcd's history from
+// from + 1 up to `to`, with the previous values; the cache is not touched
+// (the list at `to` already holds the outcome).
 func (in *Informer) replay(ctx context.Context, from, to int64) error {
 	start := time.Now()
 	wctx, cancel := context.WithCancel(in.ownStream(ctx))
@@ -652,7 +645,7 @@ func (in *Informer) replay(ctx context.Context, from, to int64) error {
 				n++
 				key := string(ev.Kv.Key)
 				if _, _, err := object.SplitKey(key, in.prefix); err != nil {
-					continue // never announced
+					continue // never handed on
 				}
 				var cur, old *object.Meta
 				if ev.Type == clientv3.EventTypePut {
@@ -663,7 +656,7 @@ func (in *Informer) replay(ctx context.Context, from, to int64) error {
 					m := in.decode(key, ev.PrevKv.Value)
 					old = &m
 				}
-				in.announce(key, cur, old, queuev1.Priority_PRIORITY_NORMAL, now, rev)
+				in.hand(key, cur, old, Replay, now, rev)
 			}
 		}
 	}

@@ -42,6 +42,12 @@ type Rule struct {
 	Line int
 }
 
+// Same reports whether r and o send the same changes to the same queue by
+// the same keys (their queue, prefix and owner kind are equal).
+func (r Rule) Same(o Rule) bool {
+	return r.Queue == o.Queue && r.Prefix == o.Prefix && r.OwnerKind == o.OwnerKind
+}
+
 // Builtin returns the rules of the reference controllers.
 func Builtin() []Rule {
 	return []Rule{

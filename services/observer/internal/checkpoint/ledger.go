@@ -1,4 +1,4 @@
-package informer
+package checkpoint
 
 import (
 	"slices"
@@ -7,19 +7,23 @@ import (
 	"github.com/batonrun/baton/services/observer/internal/cache"
 )
 
-// ledger keeps what the known-key record needs (package checkpoint): a
-// record stored with checkpoint C must hold every key that existed under
-// the prefix at C. The informer's cache reflects a later revision, so the
-// ledger also remembers the keys deleted since the last checkpoint stored
-// (tomb); the cache's keys and tomb together hold every key that existed at
-// any revision from that checkpoint on. A delete moves a key from one to
-// the other, so only a key new to both (an addition) makes the stored
-// record stale, and only for checkpoints at or after the revision it may
-// have appeared at.
+// Ledger keeps what the known-key record needs for one prefix: a record
+// stored with checkpoint C must hold every key that existed under the
+// prefix at C. The cache reflects a later revision, so the ledger also
+// remembers the keys deleted since the last checkpoint stored (tomb); the
+// cache's keys and tomb together hold every key that existed at any
+// revision from that checkpoint on. A delete moves a key from one to the
+// other, so only a key new to both (an addition) makes the stored record
+// stale, and only for checkpoints at or after the revision it may have
+// appeared at.
 //
-// Every cache write of the prefix goes through the ledger's lock, so a
-// snapshot sees the cache and tomb at one moment.
-type ledger struct {
+// The prefix's informer writes the cache through the Ledger (it is the
+// informer's Writer), under the ledger's lock, so a snapshot sees the
+// cache and tomb at one moment.
+type Ledger struct {
+	cache  *cache.Cache
+	prefix string
+
 	mu   sync.Mutex
 	tomb map[string]int64 // deleted key → revision by which it was gone
 	// fresh is the lowest revision an addition since the last snapshot may
@@ -43,13 +47,18 @@ func minSet(a, b int64) int64 {
 	}
 }
 
-// cachePut stores obj in the cache and returns the object it replaced; a
-// key new to the ledger may have existed from revision since on.
-func (in *Informer) cachePut(obj *cache.Object, since int64) *cache.Object {
-	l := &in.ledger
+// NewLedger returns the ledger of prefix, whose objects are kept in c.
+func NewLedger(c *cache.Cache, prefix string) *Ledger { return &Ledger{cache: c, prefix: prefix} }
+
+// Prefix returns the ledger's prefix.
+func (l *Ledger) Prefix() string { return l.prefix }
+
+// Put stores obj in the cache and returns the object it replaced; a key
+// new to the ledger may have existed from revision since on.
+func (l *Ledger) Put(obj *cache.Object, since int64) *cache.Object {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	old := in.cache.Put(obj)
+	old := l.cache.Put(obj)
 	if old == nil {
 		if _, ok := l.tomb[obj.Key]; ok {
 			delete(l.tomb, obj.Key) // back: it is in the cache's keys again
@@ -60,13 +69,12 @@ func (in *Informer) cachePut(obj *cache.Object, since int64) *cache.Object {
 	return old
 }
 
-// cacheDelete removes key from the cache, remembering it was gone by rev,
-// and returns the object removed.
-func (in *Informer) cacheDelete(key string, rev int64) *cache.Object {
-	l := &in.ledger
+// Delete removes key from the cache, remembering it was gone by rev, and
+// returns the object removed.
+func (l *Ledger) Delete(key string, rev int64) *cache.Object {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	old := in.cache.Delete(key)
+	old := l.cache.Delete(key)
 	if old != nil {
 		if l.tomb == nil {
 			l.tomb = map[string]int64{}
@@ -76,10 +84,12 @@ func (in *Informer) cacheDelete(key string, rev int64) *cache.Object {
 	return old
 }
 
-func (in *Informer) setFloor(rev int64) {
-	in.ledger.mu.Lock()
-	in.ledger.floor = max(in.ledger.floor, rev)
-	in.ledger.mu.Unlock()
+// Listed records that a list made the cache equal to etcd at rev: no
+// record is valid below it.
+func (l *Ledger) Listed(rev int64) {
+	l.mu.Lock()
+	l.floor = max(l.floor, rev)
+	l.mu.Unlock()
 }
 
 // KnownKeys returns the keys for a known-key record, sorted: every key in
@@ -87,12 +97,11 @@ func (in *Informer) setFloor(rev int64) {
 // checkpoint stored. A record of them is valid at any revision from
 // Floor() up to the revision the cache reflected before the call. Call
 // Recorded once the record is stored.
-func (in *Informer) KnownKeys() []string {
-	l := &in.ledger
+func (l *Ledger) KnownKeys() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	keys := make([]string, 0, in.cache.Len()+len(l.tomb))
-	in.cache.Range(in.prefix, func(o *cache.Object) bool {
+	keys := make([]string, 0, l.cache.Len()+len(l.tomb))
+	l.cache.Range(l.prefix, func(o *cache.Object) bool {
 		keys = append(keys, o.Key)
 		return true
 	})
@@ -124,25 +133,24 @@ func mergeSorted(a, b []string) []string {
 // Unrecorded returns the lowest revision an addition not in a stored
 // record may have appeared at (0: none). The stored record is valid at a
 // revision below it; a checkpoint at or past it needs a new record.
-func (in *Informer) Unrecorded() int64 {
-	in.ledger.mu.Lock()
-	defer in.ledger.mu.Unlock()
-	return minSet(in.ledger.held, in.ledger.fresh)
+func (l *Ledger) Unrecorded() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return minSet(l.held, l.fresh)
 }
 
 // Floor returns the revision of the last list: no record is valid below
 // it, so no checkpoint is stored below it.
-func (in *Informer) Floor() int64 {
-	in.ledger.mu.Lock()
-	defer in.ledger.mu.Unlock()
-	return in.ledger.floor
+func (l *Ledger) Floor() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.floor
 }
 
-// Recorded tells the informer that the checkpoint rev is stored, with a
+// Recorded tells the ledger that the checkpoint rev is stored, with a
 // record of the last KnownKeys if wrote is true. Keys deleted by rev are
 // forgotten: no later record needs them.
-func (in *Informer) Recorded(rev int64, wrote bool) {
-	l := &in.ledger
+func (l *Ledger) Recorded(rev int64, wrote bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if wrote {

@@ -1,18 +1,17 @@
-package informer
+package checkpoint
 
 import (
 	"slices"
 	"testing"
 
 	"github.com/batonrun/baton/services/observer/internal/cache"
-	"github.com/batonrun/baton/services/observer/internal/rules"
 )
 
 func TestLedger(t *testing.T) {
 	const p = "/registry/pods/"
 	c := cache.New([]string{p, "/registry/replicasets/"})
-	in := New(nil, p, rules.Builtin(), c, discard{}, Options{})
-	put := func(name string, since int64) { in.cachePut(&cache.Object{Key: p + name}, since) }
+	in := NewLedger(c, p)
+	put := func(name string, since int64) { in.Put(&cache.Object{Key: p + name}, since) }
 	check := func(step string, wantKeys []string, wantUnrecorded int64) {
 		t.Helper()
 		if got := in.Unrecorded(); got != wantUnrecorded {
@@ -36,7 +35,7 @@ func TestLedger(t *testing.T) {
 	put("a/1", 1)
 	put("a/2", 1)
 	put("a/3", 1)
-	in.setFloor(10)
+	in.Listed(10)
 	check("before any record", nil, 1)
 	check("snapshot", []string{"a/1", "a/2", "a/3"}, 1) // held until stored
 	in.Recorded(10, true)
@@ -47,7 +46,7 @@ func TestLedger(t *testing.T) {
 
 	// A delete keeps the key known until a checkpoint passes it; the stored
 	// record is still valid (nothing new).
-	in.cacheDelete(p+"a/2", 12)
+	in.Delete(p+"a/2", 12)
 	check("deleted at 12", []string{"a/1", "a/2", "a/3"}, 0)
 	in.Recorded(11, false)
 	check("checkpoint 11", []string{"a/1", "a/2", "a/3"}, 0)
@@ -65,7 +64,7 @@ func TestLedger(t *testing.T) {
 	check("stored at 16", nil, 17)
 
 	// A key deleted and created again is still known: nothing new.
-	in.cacheDelete(p+"a/1", 18)
+	in.Delete(p+"a/1", 18)
 	put("a/1", 19)
 	check("recreated", []string{"a/1", "a/3", "b/1", "b/2"}, 17)
 	// A snapshot whose write failed: still held.
