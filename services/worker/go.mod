@@ -6,18 +6,16 @@ replace (
 	github.com/batonrun/baton/client => ../../client
 	github.com/batonrun/baton/proto => ../../proto
 	github.com/batonrun/baton/services/etcdembed => ../etcdembed
-	github.com/batonrun/baton/services/observer => ../observer
-	github.com/batonrun/baton/services/queue => ../queue
 	github.com/batonrun/baton/services/runtime => ../runtime
+	github.com/batonrun/baton/test/framework => ../../test/framework
 )
 
 require (
 	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
-	github.com/batonrun/baton/services/observer v0.0.0-00010101000000-000000000000
-	github.com/batonrun/baton/services/queue v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/test/framework v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	go.etcd.io/etcd/client/v3 v3.6.16
 	go.uber.org/goleak v1.3.0
@@ -79,7 +77,6 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 	sigs.k8s.io/json v0.0.0-20211020170558-c049b76a60c6 // indirect
 	sigs.k8s.io/yaml v1.4.0 // indirect
 )

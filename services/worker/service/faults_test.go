@@ -18,17 +18,19 @@ import (
 	"github.com/batonrun/baton/services/worker/objects"
 	"github.com/batonrun/baton/services/worker/reconcile"
 	"github.com/batonrun/baton/services/worker/service"
+	"github.com/batonrun/baton/test/framework"
 )
 
 // TestMain lets this test binary double as a worker process for the SIGKILL
 // test: with BATON_WORKER_TEST_CHILD set it runs a real worker (service.Run,
 // configured from the environment) that hangs inside the reconcile of
-// default/victim after touching a marker file.
+// default/victim after touching a marker file. Otherwise it runs the tests,
+// and framework.RunTests removes the binaries the stack was built from.
 func TestMain(m *testing.M) {
 	if os.Getenv("BATON_WORKER_TEST_CHILD") != "" {
 		os.Exit(runChild())
 	}
-	os.Exit(m.Run())
+	os.Exit(framework.RunTests(m))
 }
 
 func runChild() int {

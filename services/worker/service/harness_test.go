@@ -15,23 +15,21 @@ import (
 	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/etcdembed"
-	queueservice "github.com/batonrun/baton/services/queue/service"
 	"github.com/batonrun/baton/services/worker/manager"
 	"github.com/batonrun/baton/services/worker/objects"
 	"github.com/batonrun/baton/services/worker/reconcile"
 	"github.com/batonrun/baton/services/worker/service"
+	"github.com/batonrun/baton/test/framework"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
-// stack is a real embedded etcd, the real queue server and the real observer
-// server on loopback, in this process.
+// stack is a real embedded etcd and the real baton-queue and baton-observer
+// binaries, run as child processes by test/framework (this module requires
+// no other service's module); the workers under test run in this process,
+// so tests can wrap their reconcilers (Config.Wrap).
 type stack struct {
 	t            testing.TB
-	etcd         *etcdembed.Server
+	etcd         *framework.Etcd
 	cli          *clientv3.Client
 	queueAddr    string
 	observerAddr string
@@ -40,16 +38,7 @@ type stack struct {
 }
 
 // waitFor polls cond every 10 ms until it holds, failing the test after d.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var waitFor = framework.WaitFor
 
 // runBackground runs f until the test ends, then cancels it and waits.
 func runBackground(t testing.TB, name string, f func(ctx context.Context) error) (stop func()) {
@@ -79,41 +68,21 @@ func runBackground(t testing.TB, name string, f func(ctx context.Context) error)
 	return stop
 }
 
+// startStack starts etcd, the queue (with test-sized backoff) and the
+// observer with the built-in rules of the reference controllers: workers
+// read through its cache. (The observer's 1 s progress requests are not
+// test-sized, but the test etcd sends the watches progress notifications
+// every 100 ms, which advance idle prefixes as often.)
 func startStack(t testing.TB) *stack {
 	t.Helper()
-	s := &stack{t: t, etcd: etcdembed.StartForTest(t)}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: s.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
+	etcd := framework.StartEtcd(t)
+	q := framework.StartQueue(t, framework.QueueOptions{BackoffBase: 20 * time.Millisecond, BackoffMax: time.Second})
+	o := framework.StartObserver(t, framework.ObserverOptions{EtcdEndpoints: etcd.Endpoints(), QueueAddr: q.Addr})
+	return &stack{
+		t: t, etcd: etcd, cli: etcd.Client,
+		queueAddr: q.Addr, observerAddr: o.Addr,
+		queue: q.Client, observer: o.Client.Raw(),
 	}
-	t.Cleanup(func() { cli.Close() })
-	s.cli = cli
-
-	qcfg := queueservice.DefaultConfig()
-	qcfg.GRPCAddr, qcfg.HTTPAddr, qcfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
-	qcfg.BackoffBase, qcfg.BackoffMax = 20*time.Millisecond, time.Second
-	qcfg.GracePeriod = time.Second
-	addrs := make(chan string, 1)
-	qcfg.OnListen = func(g, _ net.Addr) { addrs <- g.String() }
-	runBackground(t, "queue", func(ctx context.Context) error { return queueservice.Run(ctx, qcfg, nil) })
-	select {
-	case s.queueAddr = <-addrs:
-	case <-time.After(30 * time.Second):
-		t.Fatal("queue did not start")
-	}
-	if s.queue, err = queueclient.Dial(s.queueAddr); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.queue.Close() })
-
-	s.observerAddr = startObserver(t, s)
-	oconn, err := grpc.NewClient(s.observerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { oconn.Close() })
-	s.observer = observerv1.NewObserverServiceClient(oconn)
-	return s
 }
 
 // workerConfig is a worker of the stack with test-sized timings.
