@@ -6,8 +6,8 @@ replace (
 	github.com/batonrun/baton/client => ../../client
 	github.com/batonrun/baton/proto => ../../proto
 	github.com/batonrun/baton/services/etcdembed => ../etcdembed
-	github.com/batonrun/baton/services/queue => ../queue
 	github.com/batonrun/baton/services/runtime => ../runtime
+	github.com/batonrun/baton/test/framework => ../../test/framework
 )
 
 require (
@@ -64,8 +64,8 @@ require (
 
 require (
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
-	github.com/batonrun/baton/services/queue v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/test/framework v0.0.0-00010101000000-000000000000
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect

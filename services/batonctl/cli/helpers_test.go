@@ -3,8 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +10,10 @@ import (
 	"time"
 
 	"github.com/batonrun/baton/services/etcdembed"
-	queueservice "github.com/batonrun/baton/services/queue/service"
+	"github.com/batonrun/baton/test/framework"
 )
+
+func TestMain(m *testing.M) { os.Exit(framework.RunTests(m)) }
 
 // result is one run of batonctl.
 type result struct {
@@ -75,32 +75,12 @@ func startEtcd(t *testing.T) string {
 	return etcdembed.StartForTest(t).Endpoints()[0]
 }
 
-// startQueue runs the real queue service on free ports until the test ends.
+// startQueue runs the real baton-queue binary on free ports until the test
+// ends (test/framework: batonctl requires no service's module).
 func startQueue(t *testing.T) (grpcAddr, httpAddr string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cfg := queueservice.DefaultConfig()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
-	cfg.GracePeriod = time.Second
-	addrs := make(chan [2]string, 1)
-	cfg.OnListen = func(g, h net.Addr) { addrs <- [2]string{g.String(), h.String()} }
-	done := make(chan error, 1)
-	go func() { done <- queueservice.Run(ctx, cfg, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("queue: %v", err)
-		}
-	})
-	select {
-	case a := <-addrs:
-		return a[0], a[1]
-	case err := <-done:
-		t.Fatalf("queue did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("queue did not start in 30s")
-	}
-	return "", ""
+	q := framework.StartQueue(t, framework.QueueOptions{})
+	return q.Addr, q.HTTPAddr
 }
 
 // writeFile writes body to name under dir and returns its path.
