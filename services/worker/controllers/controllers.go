@@ -1,5 +1,5 @@
 // Package controllers holds Baton's reference controllers, one invariant
-// each, as DESIGN.md specifies them:
+// each, as the design (docs/design.md) specifies them:
 //
 //   - replicasets: the live pods owned by a ReplicaSet number spec.replicas.
 //   - deployments: the active ReplicaSet matches the pod template; a template
@@ -31,22 +31,32 @@ import (
 	"sort"
 	"time"
 
+	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/services/worker/objects"
 	"github.com/batonrun/baton/services/worker/reconcile"
 )
 
-// Queue names: each controller leases from the queue of its own name.
-const (
-	ReplicaSets  = "replicasets"
-	Deployments  = "deployments"
-	Jobs         = "jobs"
-	StatefulSets = "statefulsets"
-	Pods         = "pods"
-)
-
 // Names lists every reference controller, in the order --controllers=all
-// starts them.
-var Names = []string{ReplicaSets, Deployments, Jobs, StatefulSets, Pods}
+// starts them. A controller is named like its queue, the queue of its
+// declaration in client/kinds (BuiltinDeclarations).
+var Names = func() []string {
+	var out []string
+	for _, d := range kinds.BuiltinDeclarations() {
+		out = append(out, d.Queue)
+	}
+	return out
+}()
+
+// Declaration returns what the reference controller called name watches:
+// its declaration among kinds.BuiltinDeclarations.
+func Declaration(name string) (kinds.Declaration, error) {
+	for _, d := range kinds.BuiltinDeclarations() {
+		if d.Queue == name {
+			return d, nil
+		}
+	}
+	return kinds.Declaration{}, fmt.Errorf("controllers: unknown controller %q", name)
+}
 
 // Deps are what every controller needs.
 type Deps struct {
@@ -65,19 +75,23 @@ func New(name string, d Deps) (reconcile.Reconciler, error) {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	switch name {
-	case ReplicaSets:
+	decl, err := Declaration(name)
+	if err != nil {
+		return nil, err
+	}
+	switch decl.For.Kind {
+	case kinds.ReplicaSet:
 		return &ReplicaSetController{d}, nil
-	case Deployments:
+	case kinds.Deployment:
 		return &DeploymentController{d}, nil
-	case Jobs:
+	case kinds.Job:
 		return &JobController{d}, nil
-	case StatefulSets:
+	case kinds.StatefulSet:
 		return &StatefulSetController{d}, nil
-	case Pods:
+	case kinds.Pod:
 		return &PodRuntime{d}, nil
 	}
-	return nil, fmt.Errorf("controllers: unknown controller %q", name)
+	return nil, fmt.Errorf("controllers: no reconciler for kind %s", decl.For.Kind)
 }
 
 // parseKey splits a queue key; a malformed key can never succeed, so it is a

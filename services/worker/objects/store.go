@@ -33,12 +33,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	observerclient "github.com/batonrun/baton/client/observer"
 	"reflect"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/batonrun/baton/client/kinds"
+	observerclient "github.com/batonrun/baton/client/observer"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -62,12 +63,12 @@ const DefaultOpTimeout = 5 * time.Second
 
 // Key returns the etcd key of an object.
 func Key(resource, namespace, name string) string {
-	return "/registry/" + resource + "/" + namespace + "/" + name
+	return kinds.RegistryPrefix + resource + "/" + namespace + "/" + name
 }
 
 // Prefix returns the key prefix of a resource's objects in a namespace.
 func Prefix(resource, namespace string) string {
-	return "/registry/" + resource + "/" + namespace + "/"
+	return kinds.RegistryPrefix + resource + "/" + namespace + "/"
 }
 
 // SplitKey splits a queue key "namespace/name".

@@ -4,24 +4,27 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/batonrun/baton/client/kinds"
 )
 
-// Kinds of the reference objects.
+// Kinds of the reference objects: client/kinds' names.
 const (
-	KindReplicaSet  = "ReplicaSet"
-	KindDeployment  = "Deployment"
-	KindJob         = "Job"
-	KindStatefulSet = "StatefulSet"
-	KindPod         = "Pod"
+	KindReplicaSet  = kinds.ReplicaSet
+	KindDeployment  = kinds.Deployment
+	KindJob         = kinds.Job
+	KindStatefulSet = kinds.StatefulSet
+	KindPod         = kinds.Pod
 )
 
-// Resources, the second path element of a key.
-const (
-	ResourceReplicaSets  = "replicasets"
-	ResourceDeployments  = "deployments"
-	ResourceJobs         = "jobs"
-	ResourceStatefulSets = "statefulsets"
-	ResourcePods         = "pods"
+// Resources of the reference objects, the second path element of a key:
+// client/kinds' table.
+var (
+	ResourceReplicaSets  = kinds.MustBuiltin(kinds.ReplicaSet).Resource
+	ResourceDeployments  = kinds.MustBuiltin(kinds.Deployment).Resource
+	ResourceJobs         = kinds.MustBuiltin(kinds.Job).Resource
+	ResourceStatefulSets = kinds.MustBuiltin(kinds.StatefulSet).Resource
+	ResourcePods         = kinds.MustBuiltin(kinds.Pod).Resource
 )
 
 // Pod phases.
