@@ -1,27 +1,74 @@
 // Package dial makes the gRPC connections of Baton's clients, once for all
 // of them: every client package dials through it, so what a connection
-// needs (message limits today; TLS and a list of addresses to try in turn
+// needs (message limits, a list of addresses to fail over between; TLS
 // next) is written in one place.
 package dial
 
 import (
 	"fmt"
+	"net"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 )
 
 // MaxMessageBytes bounds what a client sends and accepts: an observer List
 // page of 10,000 objects fits, as does any request the servers take.
 const MaxMessageBytes = 16 << 20
 
-// Conn opens a connection to the Baton service what (for errors) at addr
-// (host:port). The connection is lazy: the first call dials.
+// Addrs splits a comma-separated list of host:port addresses, refusing an
+// empty list and any entry that is not host:port.
+func Addrs(list string) ([]string, error) {
+	var out []string
+	for a := range strings.SplitSeq(list, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return nil, fmt.Errorf("address %q is not host:port", a)
+		}
+		out = append(out, a)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no address in %q", list)
+	}
+	return out, nil
+}
+
+// Conn opens a connection to the Baton service what (for errors) at addr:
+// one host:port, or a comma-separated list of them. With a list, the
+// connection uses the first address that accepts it and moves to the next
+// when that one fails (gRPC's pick_first over the list), so a client keeps
+// working while any listed member of a service answers; the clients' retry
+// of UNAVAILABLE calls then lands on the next address. The connection is
+// lazy: the first call dials.
 func Conn(what, addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr,
+	addrs, err := Addrs(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", what, err)
+	}
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
-	)
+	}
+	target := addrs[0]
+	if len(addrs) > 1 {
+		// A resolver of its own per connection: the list is this
+		// connection's, not a process-wide registration.
+		r := manual.NewBuilderWithScheme("baton-" + what)
+		state := resolver.State{}
+		for _, a := range addrs {
+			state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+		}
+		r.InitialState(state)
+		opts = append(opts, grpc.WithResolvers(r))
+		target = r.Scheme() + ":///" + strings.Join(addrs, ",")
+	}
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s %s: %w", what, addr, err)
 	}
