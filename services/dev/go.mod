@@ -11,6 +11,7 @@ replace (
 	github.com/batonrun/baton/services/queue => ../queue
 	github.com/batonrun/baton/services/runtime => ../runtime
 	github.com/batonrun/baton/services/worker => ../worker
+	github.com/batonrun/baton/test/framework => ../../test/framework
 )
 
 require (
