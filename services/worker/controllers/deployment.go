@@ -45,112 +45,162 @@ type rsState struct {
 // size is what the ReplicaSet occupies towards the surge bound.
 func (s *rsState) size() int { return max(s.spec, s.live) }
 
-// Reconcile converges one Deployment, key "namespace/name".
+// rollout is what one reconcile of a Deployment observed: the Deployment,
+// its strategy resolved against its replicas, and its ReplicaSets with
+// their pods counted.
+type rollout struct {
+	d           *objects.Deployment
+	raw         objects.Raw
+	hash        string
+	newName     string
+	replicas    int
+	surge       int
+	unavailable int
+	newRS       *rsState // nil until the current template has a ReplicaSet
+	olds        []*rsState
+	maxRev      int
+}
+
+// oldSize is what the old ReplicaSets occupy towards the surge bound.
+func (r *rollout) oldSize() int {
+	n := 0
+	for _, o := range r.olds {
+		n += o.size()
+	}
+	return n
+}
+
+// Reconcile converges one Deployment, key "namespace/name": observe, then
+// bring the current template's ReplicaSet up, take the old ones down within
+// the availability budget, prune the history, and report.
 func (c *DeploymentController) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	ns, name, err := parseKey(req.Key)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	st := c.d.Store
-	key := objects.Key(objects.ResourceDeployments, ns, name)
-	raw, err := st.GetDirect(ctx, key)
-	if errors.Is(err, objects.ErrNotFound) {
-		// The ReplicaSet controller then deletes the pods of each.
-		_, err := deleteChildren(ctx, st, objects.ResourceReplicaSets, ns, objects.KindDeployment, name)
+	r, err := c.observe(ctx, ns, name)
+	if err != nil || r == nil {
 		return reconcile.Result{}, err
 	}
-	if err != nil {
+	if err := c.rollNew(ctx, r); err != nil {
 		return reconcile.Result{}, err
+	}
+	if err := c.retireOld(ctx, r); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := c.cleanup(ctx, r.d, r.olds); err != nil {
+		return reconcile.Result{}, err
+	}
+	st := objects.DeploymentStatus{UpdatedReplicas: r.newRS.live, ObservedGeneration: r.d.Metadata.Generation}
+	st.Replicas, st.ReadyReplicas = r.newRS.live, r.newRS.ready
+	for _, o := range r.olds {
+		st.Replicas += o.live
+		st.ReadyReplicas += o.ready
+	}
+	return reconcile.Result{}, c.d.Store.UpdateStatusFrom(ctx, r.raw, r.d.Metadata.UID, st)
+}
+
+// observe reads the Deployment, its ReplicaSets and their pods. A
+// Deployment that is gone has its ReplicaSets deleted here (the ReplicaSet
+// controller then deletes the pods of each), and observe returns nil.
+func (c *DeploymentController) observe(ctx context.Context, ns, name string) (*rollout, error) {
+	st := c.d.Store
+	raw, err := st.GetDirect(ctx, objects.Key(objects.ResourceDeployments, ns, name))
+	if errors.Is(err, objects.ErrNotFound) {
+		_, err := deleteChildren(ctx, st, objects.ResourceReplicaSets, ns, objects.KindDeployment, name)
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
 	}
 	d, err := objects.Decode[objects.Deployment](raw)
 	if err != nil {
-		return reconcile.Result{}, reconcile.Terminal(err)
+		return nil, reconcile.Terminal(err)
 	}
 	items, err := children[objects.ReplicaSet](ctx, st, objects.ResourceReplicaSets, ns, objects.KindDeployment, name, d.Metadata.UID)
 	if err != nil {
-		return reconcile.Result{}, err
+		return nil, err
 	}
 	hash, err := TemplateHash(d.Spec.Template)
 	if err != nil {
-		return reconcile.Result{}, reconcile.Terminal(err)
+		return nil, reconcile.Terminal(err)
 	}
-	newName := name + "-" + hash
-	replicas := objects.Or(d.Spec.Replicas, 1)
-	surge := d.Spec.Strategy.MaxSurge.Resolve(replicas, 1, true)
-	unavailable := d.Spec.Strategy.MaxUnavailable.Resolve(replicas, 0, false)
-	if surge <= 0 && unavailable <= 0 {
-		surge = 1 // both 0 could never make progress
+	r := &rollout{d: d, raw: raw, hash: hash, newName: name + "-" + hash, replicas: objects.Or(d.Spec.Replicas, 1)}
+	r.surge = d.Spec.Strategy.MaxSurge.Resolve(r.replicas, 1, true)
+	r.unavailable = d.Spec.Strategy.MaxUnavailable.Resolve(r.replicas, 0, false)
+	if r.surge <= 0 && r.unavailable <= 0 {
+		r.surge = 1 // both 0 could never make progress
 	}
-
-	var newRS *rsState
-	var olds []*rsState
-	maxRev := 0
 	for _, it := range items {
 		s := &rsState{item: it, rs: it.Object, spec: objects.Or(it.Object.Spec.Replicas, 1)}
 		s.revision, _ = strconv.Atoi(it.Object.Metadata.Annotations[AnnotationRevision])
-		maxRev = max(maxRev, s.revision)
+		r.maxRev = max(r.maxRev, s.revision)
 		pods, err := objects.List[objects.Pod](ctx, st, objects.Prefix(objects.ResourcePods, ns),
 			objects.OwnedBy{Namespace: ns, Kind: objects.KindReplicaSet, Name: it.Object.Metadata.Name})
 		if err != nil {
-			return reconcile.Result{}, err
+			return nil, err
 		}
 		n := count(pods)
 		s.live, s.ready = n.live, n.ready
-		if it.Object.Metadata.Name == newName {
-			newRS = s
+		if it.Object.Metadata.Name == r.newName {
+			r.newRS = s
 		} else {
-			olds = append(olds, s)
+			r.olds = append(r.olds, s)
 		}
 	}
-	oldSize := 0
-	for _, o := range olds {
-		oldSize += o.size()
-	}
+	return r, nil
+}
 
-	if newRS == nil {
+// rollNew creates the current template's ReplicaSet, or scales it towards
+// replicas as far as the surge bound allows.
+func (c *DeploymentController) rollNew(ctx context.Context, r *rollout) error {
+	oldSize := r.oldSize()
+	if r.newRS == nil {
 		// First ReplicaSet of this template: full size if nothing else
 		// runs, otherwise as much as the surge allows.
-		size := replicas
+		size := r.replicas
 		if oldSize > 0 {
-			size = max(0, min(replicas, replicas+surge-oldSize))
+			size = max(0, min(r.replicas, r.replicas+r.surge-oldSize))
 		}
-		rs, err := c.createRS(ctx, d, newName, hash, size, maxRev+1)
+		rs, err := c.createRS(ctx, r.d, r.newName, r.hash, size, r.maxRev+1)
 		if err != nil {
-			return reconcile.Result{}, err
+			return err
 		}
-		newRS = &rsState{rs: rs, spec: size, revision: maxRev + 1}
-	} else {
-		if newRS.revision < maxRev {
-			// A rollback to an older template: it becomes the newest.
-			if err := c.setRevision(ctx, newRS, maxRev+1); err != nil {
-				return reconcile.Result{}, err
-			}
-		}
-		target := newRS.spec
-		switch {
-		case oldSize == 0 || newRS.spec > replicas:
-			target = replicas // a count change, or a finished rollout
-		default:
-			if room := replicas + surge - oldSize - newRS.size(); room > 0 {
-				target = min(replicas, newRS.spec+room)
-			}
-		}
-		if target != newRS.spec {
-			if err := c.scale(ctx, newRS, target); err != nil {
-				return reconcile.Result{}, err
-			}
+		r.newRS = &rsState{rs: rs, spec: size, revision: r.maxRev + 1}
+		return nil
+	}
+	if r.newRS.revision < r.maxRev {
+		// A rollback to an older template: it becomes the newest.
+		if err := c.setRevision(ctx, r.newRS, r.maxRev+1); err != nil {
+			return err
 		}
 	}
+	target := r.newRS.spec
+	switch {
+	case oldSize == 0 || r.newRS.spec > r.replicas:
+		target = r.replicas // a count change, or a finished rollout
+	default:
+		if room := r.replicas + r.surge - oldSize - r.newRS.size(); room > 0 {
+			target = min(r.replicas, r.newRS.spec+room)
+		}
+	}
+	if target == r.newRS.spec {
+		return nil
+	}
+	return c.scale(ctx, r.newRS, target)
+}
 
-	// Scale old ReplicaSets down: their unready pods cost no availability;
-	// ready ones only as far as replicas-maxUnavailable stay Running.
-	ready := newRS.ready
-	for _, o := range olds {
+// retireOld scales the old ReplicaSets down, oldest first: their unready
+// pods cost no availability; ready ones only as far as
+// replicas-maxUnavailable stay Running.
+func (c *DeploymentController) retireOld(ctx context.Context, r *rollout) error {
+	ready := r.newRS.ready
+	for _, o := range r.olds {
 		ready += o.ready
 	}
-	budget := ready - (replicas - unavailable)
-	sort.Slice(olds, func(i, j int) bool { return olds[i].revision < olds[j].revision })
-	for _, o := range olds {
+	budget := ready - (r.replicas - r.unavailable)
+	sort.Slice(r.olds, func(i, j int) bool { return r.olds[i].revision < r.olds[j].revision })
+	for _, o := range r.olds {
 		if o.spec == 0 {
 			continue
 		}
@@ -162,22 +212,11 @@ func (c *DeploymentController) Reconcile(ctx context.Context, req reconcile.Requ
 		}
 		if drop > 0 {
 			if err := c.scale(ctx, o, o.spec-drop); err != nil {
-				return reconcile.Result{}, err
+				return err
 			}
 		}
 	}
-
-	if err := c.cleanup(ctx, d, olds); err != nil {
-		return reconcile.Result{}, err
-	}
-
-	st2 := objects.DeploymentStatus{UpdatedReplicas: newRS.live, ObservedGeneration: d.Metadata.Generation}
-	st2.Replicas, st2.ReadyReplicas = newRS.live, newRS.ready
-	for _, o := range olds {
-		st2.Replicas += o.live
-		st2.ReadyReplicas += o.ready
-	}
-	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, d.Metadata.UID, st2)
+	return nil
 }
 
 // createRS creates the ReplicaSet of the current template.
