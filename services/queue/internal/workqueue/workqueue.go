@@ -34,7 +34,8 @@ import (
 // State is where a key is.
 type State uint8
 
-// States, numbered as baton.queue.v1.ItemState.
+// States, numbered as baton.queue.v1.ItemState: the server converts by a
+// cast, and its TestEnumsAgreeWithTheAPI holds the two numberings together.
 const (
 	Absent  State = 1
 	Pending State = 2
@@ -59,7 +60,8 @@ func (s State) String() string {
 	return "unknown"
 }
 
-// Priority orders ready keys, numbered as baton.queue.v1.Priority.
+// Priority orders ready keys, numbered as baton.queue.v1.Priority (held
+// together with the API by the same test).
 type Priority uint8
 
 // Priorities.
