@@ -12,6 +12,22 @@
 //	err := m.Add(manager.Controller{Name: "replicasets", Reconciler: r, Concurrency: 4})
 //	err = m.Run(ctx) // blocks until ctx is cancelled and in-flight work is done
 //
+// # Declaring what a controller watches
+//
+// A Controller that sets For (and Owns, the kinds of the children it
+// creates) declares what it watches, as controller-runtime's builder does:
+//
+//	m := manager.New(queueClient, manager.Options{Logger: log, Etcd: etcdClient})
+//	err := m.Add(manager.Controller{Name: "greetings", Reconciler: g,
+//		For: greetingKind, Owns: []kinds.Kind{kinds.MustBuiltin(kinds.Pod)}})
+//
+// Before any controller leases, Run publishes each declaration in etcd at
+// /baton/rules/<Name> (package declare: a write only when the stored value
+// differs, a bounded retry, and the record stays after the worker stops);
+// the observer then announces the controller's keys, and batonctl knows its
+// kind. A Controller without For declares nothing: its queue is fed some
+// other way, such as an observer rules file.
+//
 // # Leases and fencing
 //
 // A key is reconciled only while this worker holds its lease. When an Extend
@@ -43,13 +59,17 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/batonrun/baton/client/kinds"
 	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/services/worker/declare"
 	"github.com/batonrun/baton/services/worker/reconcile"
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Results, the values of the result label of reconcile_total.
@@ -73,6 +93,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
+	// Etcd, if set, is where Run publishes the declarations of the
+	// controllers that make one (see Controller.For) before any of them
+	// leases. nil publishes nothing.
+	Etcd clientv3.KV
 }
 
 // Controller is one reconciler bound to one queue.
@@ -81,6 +105,17 @@ type Controller struct {
 	Name string
 	// Reconciler converges one key.
 	Reconciler reconcile.Reconciler
+	// For is the kind this controller reconciles: each object's
+	// namespace/name is a key of its queue. Setting it declares what the
+	// controller watches (Declaration), which Run publishes when the
+	// Manager has Options.Etcd. Left zero, the controller declares nothing
+	// and its queue is fed some other way (an observer rules file, Adds of
+	// another program).
+	For kinds.Kind
+	// Owns are the kinds of the objects the controller creates, naming its
+	// object in metadata.ownerReferences: a change of one announces its
+	// owner's key. Owns needs For.
+	Owns []kinds.Kind
 	// Concurrency is the most keys reconciled at once; default 1.
 	Concurrency int
 	// LeaseDuration is the lease asked for and extended by; default
@@ -94,6 +129,15 @@ type Controller struct {
 	// AckDelay is how long an outcome waits for others to share its Ack
 	// call; default 2 ms.
 	AckDelay time.Duration
+}
+
+// Declaration returns what c declares it watches: its queue (Name), For and
+// Owns. ok is false when c declares nothing (For is zero).
+func (c Controller) Declaration() (d kinds.Declaration, ok bool) {
+	if c.For.Kind == "" && c.For.Resource == "" {
+		return kinds.Declaration{}, false
+	}
+	return kinds.Declaration{Queue: c.Name, For: c.For, Owns: slices.Clone(c.Owns)}, true
 }
 
 // DefaultReconcileTimeout bounds one Reconcile call when a Controller sets
@@ -158,6 +202,13 @@ func (m *Manager) Add(c Controller) error {
 			return fmt.Errorf("manager: controller %q added twice", c.Name)
 		}
 	}
+	if d, ok := c.Declaration(); ok {
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("manager: controller %q: %w", c.Name, err)
+		}
+	} else if len(c.Owns) > 0 {
+		return fmt.Errorf("manager: controller %q owns kinds but has no For", c.Name)
+	}
 	c.setDefaults()
 	m.ctrls = append(m.ctrls, c)
 	return nil
@@ -171,6 +222,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	if len(m.ctrls) == 0 {
 		return errors.New("manager: no controllers")
+	}
+	if err := m.declare(ctx); err != nil {
+		return err
 	}
 	var wg sync.WaitGroup
 	for _, c := range m.ctrls {
@@ -189,6 +243,30 @@ func (m *Manager) Run(ctx context.Context) error {
 		wg.Go(func() { r.run(ctx) })
 	}
 	wg.Wait()
+	return nil
+}
+
+// declare publishes the controllers' declarations, if the Manager has etcd.
+func (m *Manager) declare(ctx context.Context) error {
+	var decls []kinds.Declaration
+	for _, c := range m.ctrls {
+		if d, ok := c.Declaration(); ok {
+			decls = append(decls, d)
+		}
+	}
+	if len(decls) == 0 {
+		return nil
+	}
+	if m.o.Etcd == nil {
+		m.log.Debug("controllers declare what they watch, but the manager has no etcd to publish it in", "declarations", len(decls))
+		return nil
+	}
+	if err := declare.Publish(ctx, m.o.Etcd, decls, m.log); err != nil {
+		if ctx.Err() != nil {
+			return nil // cancelled before it started: a clean stop
+		}
+		return fmt.Errorf("manager: %w", err)
+	}
 	return nil
 }
 

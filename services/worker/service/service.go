@@ -1,8 +1,10 @@
 // Package service runs baton-worker: the reference controllers (or a chosen
 // subset) leasing from the queue, reading through the observer's cache and
 // writing to etcd, with /metrics, /healthz and /readyz over HTTP. The worker
-// serves no gRPC: it is a client of the queue, the observer and etcd. The
-// baton-worker binary and the embedded dev stack both call Run.
+// serves no gRPC: it is a client of the queue, the observer and etcd. Before
+// it leases, it publishes what each of its controllers watches (client/kinds'
+// built-in declarations, at /baton/rules/<queue>). The baton-worker binary
+// and the embedded dev stack both call Run.
 package service
 
 import (
@@ -191,13 +193,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	store := objects.NewStore(etcd, observer)
 	store.SetOpTimeout(cfg.CallTimeout)
-	m := manager.New(queue, manager.Options{Worker: cfg.Worker, GracePeriod: cfg.GracePeriod, Logger: log, Registerer: reg})
+	// The manager publishes what each controller watches (its declaration
+	// in client/kinds) before it leases.
+	m := manager.New(queue, manager.Options{Worker: cfg.Worker, GracePeriod: cfg.GracePeriod, Logger: log, Registerer: reg, Etcd: etcd})
 	for _, n := range names {
 		r, err := controllers.New(n, controllers.Deps{Store: store, Log: log.With("controller", n)})
 		if err != nil {
 			return err
 		}
-		c := manager.Controller{Name: n, Reconciler: r, Concurrency: cfg.Concurrency,
+		decl, err := controllers.Declaration(n)
+		if err != nil {
+			return err
+		}
+		c := manager.Controller{Name: n, Reconciler: r, For: decl.For, Owns: decl.Owns, Concurrency: cfg.Concurrency,
 			LeaseDuration: cfg.LeaseDuration, ReconcileTimeout: cfg.ReconcileTimeout}
 		if cfg.Wrap != nil {
 			c = cfg.Wrap(n, c)
