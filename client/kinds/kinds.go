@@ -282,6 +282,9 @@ type Set struct {
 	kinds []Kind
 	// owns maps a resource to the resources its controllers own.
 	owns map[string][]string
+	// queues maps a resource to the queue of the controller declared for
+	// it, the first declared.
+	queues map[string]string
 }
 
 // NewSet returns the reference kinds and the children their controllers
@@ -312,6 +315,10 @@ func (s *Set) Declare(d Declaration) {
 	s.addKind(d.For)
 	if s.owns == nil {
 		s.owns = map[string][]string{}
+		s.queues = map[string]string{}
+	}
+	if _, ok := s.queues[d.For.Resource]; !ok {
+		s.queues[d.For.Resource] = d.Queue
 	}
 	for _, o := range d.Owns {
 		s.addKind(o)
@@ -368,6 +375,13 @@ func (s *Set) Lookup(name string) (Kind, error) {
 // Owns returns the resources that the controllers of resource own, in
 // declaration order.
 func (s *Set) Owns(resource string) []string { return slices.Clone(s.owns[resource]) }
+
+// Queue returns the queue of the controller declared for resource (For),
+// the first one declared; ok is false when no declaration names it.
+func (s *Set) Queue(resource string) (queue string, ok bool) {
+	queue, ok = s.queues[resource]
+	return queue, ok
+}
 
 // KindNames returns every kind name, sorted, for messages.
 func (s *Set) KindNames() []string {

@@ -80,10 +80,19 @@ func TestSet(t *testing.T) {
 	if got := s.Owns("greetings"); !slices.Equal(got, []string{"pods"}) {
 		t.Errorf("Owns(greetings) = %v", got)
 	}
+	if q, ok := s.Queue("greetings"); !ok || q != "greetings" {
+		t.Errorf("Queue(greetings) = %q, %v", q, ok)
+	}
+	if q, ok := s.Queue("replicasets"); !ok || q != "replicasets" {
+		t.Errorf("Queue(replicasets) = %q, %v", q, ok)
+	}
 	// A second definition of a known kind does not replace the first.
 	s.Declare(Declaration{Queue: "x", For: Kind{Kind: "Pod", Resource: "pods", Aliases: []string{"p"}}})
 	if _, err := s.Lookup("p"); err == nil {
 		t.Error("a redeclared reference kind took new aliases")
+	}
+	if q, _ := s.Queue("pods"); q != "pods" {
+		t.Errorf("a second declaration for pods took its queue: Queue(pods) = %q", q)
 	}
 	if n := len(s.All()); n != 6 {
 		t.Errorf("%d kinds, want the 5 reference kinds and Greeting", n)
