@@ -290,6 +290,13 @@ func burstDirect(ctx context.Context, e Env, o BurstOptions, prefix, run string)
 func burstBaton(ctx context.Context, e Env, o BurstOptions, w Watch, run string) (BurstArm, error) {
 	arm := BurstArm{Architecture: "baton", HeldBy: "the queue"}
 	prefix := w.Prefix + run + "/"
+	rev, err := revisionNow(ctx, e.Etcd)
+	if err != nil {
+		return arm, err
+	}
+	if err := waitCaughtUp(ctx, e, w, rev); err != nil {
+		return arm, err
+	}
 	before, err := stats(ctx, e.Queue, QueueBurst)
 	if err != nil {
 		return arm, err

@@ -280,6 +280,15 @@ func finish(e Env, run string, w Watch, err *error) {
 	e.log().Warn("experiment cleanup failed; `batonctl experiment clean` removes what is left", "run", run, "err", cerr)
 }
 
+// waitCaughtUp waits, before an experiment counts the observer's watch
+// events, until the observer's watch of w.Prefix has reached etcd revision
+// rev: an observer that has just started lists the prefix and replays its
+// history first, and a change it learns that way is announced but is no
+// watch event.
+func waitCaughtUp(ctx context.Context, e Env, w Watch, rev int64) error {
+	return waitAnnounced(ctx, e, w, rev, 30*time.Second)
+}
+
 // cleanupTimeout bounds a run's cleanup and Clean's wait for the observer.
 const cleanupTimeout = 30 * time.Second
 

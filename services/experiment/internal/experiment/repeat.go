@@ -103,6 +103,9 @@ func Repeat(ctx context.Context, e Env, o RepeatOptions) (_ *RepeatResult, err e
 	if err != nil {
 		return nil, err
 	}
+	if err := waitCaughtUp(ctx, e, w, rev); err != nil {
+		return nil, err
+	}
 	before, err := stats(ctx, e.Queue, QueueRepeat)
 	if err != nil {
 		return nil, err
