@@ -2,8 +2,10 @@ package framework
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,7 +86,18 @@ func Binary(t testing.TB, name string) string {
 	return b.path
 }
 
-// buildBinary builds cmd/<name> of whichever module has it.
+// buildBinary builds cmd/<name> of whichever module has it and returns a
+// path to it in this process's directory.
+//
+// The build goes to a directory shared by every test process of this
+// checkout (one per race mode), where `go build -o` finds the binary up to
+// date and does nothing unless the sources changed: of the test packages of
+// one `go test ./...`, only the first links it (seconds for a -race binary
+// on two cores), and they would all run at once. A lock file serializes
+// the builds across processes, and each process runs a hard link of its own
+// to the result: go build replaces a binary by renaming or unlinking it,
+// never by rewriting it in place, so a later rebuild (someone edited the
+// sources meanwhile) cannot change what a running test executes.
 func buildBinary(name string) (string, error) {
 	root, err := repoRoot()
 	if err != nil {
@@ -98,10 +111,19 @@ func buildBinary(name string) (string, error) {
 	if binDirErr != nil {
 		return "", fmt.Errorf("framework: %w", binDirErr)
 	}
-	out := filepath.Join(binDir, name)
+	shared := sharedBinDir(root)
+	if err := os.MkdirAll(shared, 0o755); err != nil {
+		return "", fmt.Errorf("framework: %w", err)
+	}
+	unlock, err := lockFile(filepath.Join(shared, name+".lock"))
+	if err != nil {
+		return "", fmt.Errorf("framework: lock the build of %s: %w", name, err)
+	}
+	defer unlock()
+	built := filepath.Join(shared, name)
 	// Plain `go build` flags (no -trimpath, no -ldflags), so the packages a
 	// test binary already compiled come from the build cache.
-	args := []string{"build", "-o", out}
+	args := []string{"build", "-o", built}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
@@ -119,7 +141,43 @@ func buildBinary(name string) (string, error) {
 		rel, _ := filepath.Rel(root, module)
 		return "", fmt.Errorf("framework: go %v (in %s): %v\n%s", args, rel, err, b)
 	}
+	out := filepath.Join(binDir, name)
+	if err := linkOrCopy(built, out); err != nil {
+		return "", fmt.Errorf("framework: %w", err)
+	}
 	return out, nil
+}
+
+// sharedBinDir is where the test processes of the checkout at root build
+// their binaries, apart from other checkouts' and the other race mode's.
+func sharedBinDir(root string) string {
+	sum := sha256.Sum256([]byte(root))
+	mode := "norace"
+	if raceEnabled {
+		mode = "race"
+	}
+	return filepath.Join(os.TempDir(), "baton-test-bin", fmt.Sprintf("%x-%s", sum[:6], mode))
+}
+
+// linkOrCopy makes dst a hard link to src, or a copy where links fail.
+func linkOrCopy(src, dst string) error {
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // repoRoot is the nearest directory at or above the working directory (a

@@ -52,9 +52,13 @@
 //
 // Binaries are built with `go build` in their module's directory under the
 // root that go.work marks, with GOWORK=off as scripts/ build every module,
-// into a temporary directory, and only once per test process and binary
-// (the Go build cache makes the later builds of other packages a link). They
-// are built with -race when the test binary is, so the services' code runs
-// under the race detector as it did when tests linked it in. BATON_TEST_BIN_DIR,
-// if set, names a directory of prebuilt binaries to run instead.
+// once per test process and binary. The build goes to a directory under
+// os.TempDir() shared by the test processes of one checkout, where go build
+// finds a binary up to date and leaves it, so of the packages of one `go
+// test ./...` only the first links it; each process runs its own hard link
+// of the result, in a temporary directory RunTests removes. Binaries are
+// built with -race when the test binary is, so the services' code runs
+// under the race detector as it did when tests linked it in.
+// BATON_TEST_BIN_DIR, if set, names a directory of prebuilt binaries to run
+// instead.
 package framework
