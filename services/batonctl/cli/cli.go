@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/services/batonctl/internal/resource"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -206,6 +207,8 @@ type app struct {
 	etcdClient  *clientv3.Client
 	queueClient *queueclient.Client
 	obsClient   *observerclient.Client
+	// table is the command's kinds (see kinds).
+	table *resource.Table
 }
 
 func (a *app) close() {

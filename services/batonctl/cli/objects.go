@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/services/batonctl/internal/apply"
 	"github.com/batonrun/baton/services/batonctl/internal/manifest"
 	"github.com/batonrun/baton/services/batonctl/internal/printer"
@@ -31,7 +32,7 @@ func cmdApply(ctx context.Context, a *app, args []string) error {
 	}
 	// Every manifest is checked before anything is written, so a typo in
 	// the third file does not leave the first two applied.
-	objs, err := manifest.Read(files, *recursive, a.Stdin, *ns)
+	objs, err := manifest.Read(files, *recursive, a.Stdin, *ns, a.manifestKinds(ctx))
 	if err != nil {
 		return err
 	}
@@ -51,6 +52,45 @@ func cmdApply(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintf(a.Stdout, "%s %s\n", o.Ref(), outcome)
 	}
 	return errors.Join(errs...)
+}
+
+// kinds returns the command's table of kinds: the reference kinds, and the
+// kinds controllers declare, which it reads from etcd (/baton/rules/) the
+// first time the command names a kind it does not know, as kubectl
+// discovers an API server's resources.
+func (a *app) kinds() *resource.Table {
+	if a.table == nil {
+		a.table = resource.NewTable(func(ctx context.Context) ([]kinds.Declaration, error) {
+			cli, err := a.etcd(ctx)
+			if err != nil {
+				return nil, err
+			}
+			octx, cancel := a.opCtx(ctx)
+			defer cancel()
+			decls, err := resource.Declared(octx, cli)
+			return decls, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)
+		})
+	}
+	return a.table
+}
+
+// lookup resolves a resource named on the command line. An unknown name is
+// a usage error, unless the declared kinds could not be read.
+func (a *app) lookup(ctx context.Context, word string) (resource.Type, error) {
+	t, err := a.kinds().Lookup(ctx, word)
+	if err == nil {
+		return t, nil
+	}
+	var u *unreachableError
+	if errors.As(err, &u) {
+		return resource.Type{}, err
+	}
+	return resource.Type{}, usageError{err.Error()}
+}
+
+// manifestKinds resolves the kinds of manifests through the command's table.
+func (a *app) manifestKinds(ctx context.Context) manifest.Kinds {
+	return func(kind string) (resource.Type, error) { return a.kinds().ByKind(ctx, kind) }
 }
 
 // getFlags are the flags shared by get, delete and describe.
@@ -133,16 +173,17 @@ func cmdGet(ctx context.Context, a *app, args []string) error {
 	default:
 		return usagef("unknown output format %q (json, yaml or name)", g.output)
 	}
-	// "all" or a comma-separated list ("deploy,rs"), as kubectl.
+	// "all" (the reference kinds, as kubectl's all leaves out custom
+	// resources) or a comma-separated list ("deploy,rs"), as kubectl.
 	var types []resource.Type
 	for _, word := range strings.Split(pos[0], ",") {
 		if strings.ToLower(word) == "all" {
-			types = append(types, resource.All()...)
+			types = append(types, resource.Reference()...)
 			continue
 		}
-		t, err := resource.Lookup(word)
+		t, err := a.lookup(ctx, word)
 		if err != nil {
-			return usageError{err.Error()}
+			return err
 		}
 		types = append(types, t)
 	}
@@ -214,7 +255,7 @@ func cmdGet(ctx context.Context, a *app, args []string) error {
 // NAMESPACE column for -A and "kind/name" names for `get all`, as kubectl.
 func (a *app) printTables(objs []stored, withNamespace, qualify bool) error {
 	first := true
-	for _, t := range resource.All() {
+	for _, t := range a.kinds().Known() {
 		var rows []stored
 		for _, o := range objs {
 			if o.typ.Kind == t.Kind {
@@ -275,7 +316,7 @@ func cmdDelete(ctx context.Context, a *app, args []string) error {
 		if fs.Lookup("n").Value.String() != resource.DefaultNamespace || fs.Lookup("namespace").Value.String() != resource.DefaultNamespace {
 			ns = g.ns
 		}
-		objs, err := manifest.Read(files, *recursive, a.Stdin, ns)
+		objs, err := manifest.Read(files, *recursive, a.Stdin, ns, a.manifestKinds(ctx))
 		if err != nil {
 			return err
 		}
@@ -284,9 +325,9 @@ func cmdDelete(ctx context.Context, a *app, args []string) error {
 			targets = append(targets, target{o.Type, o.Namespace, o.Name, uid, o.Source.String() + ": "})
 		}
 	case len(files) == 0 && len(pos) >= 2:
-		t, err := resource.Lookup(pos[0])
+		t, err := a.lookup(ctx, pos[0])
 		if err != nil {
-			return usageError{err.Error()}
+			return err
 		}
 		for _, name := range pos[1:] {
 			targets = append(targets, target{t, g.ns, name, "", ""})
@@ -329,9 +370,9 @@ func cmdDescribe(ctx context.Context, a *app, args []string) error {
 	if len(pos) != 2 {
 		return usagef("usage: batonctl describe <resource> <name> [-n NAMESPACE]")
 	}
-	typ, err := resource.Lookup(pos[0])
+	typ, err := a.lookup(ctx, pos[0])
 	if err != nil {
-		return usageError{err.Error()}
+		return err
 	}
 	cli, err := a.etcd(ctx)
 	if err != nil {
@@ -373,76 +414,81 @@ func cmdDescribe(ctx context.Context, a *app, args []string) error {
 	// The queue item: what the controller is doing about this object.
 	var errs []error
 	qkey := resource.QueueKey(obj.namespace(), obj.name())
-	fmt.Fprintf(w, "Queue item (queue %s, key %s):\n", typ.Resource, qkey)
-	if err := a.describeItem(ctx, typ.Resource, qkey); err != nil {
+	queue := a.kinds().Queue(typ)
+	fmt.Fprintf(w, "Queue item (queue %s, key %s):\n", queue, qkey)
+	if err := a.describeItem(ctx, queue, qkey); err != nil {
 		fmt.Fprintf(w, "  <unavailable: %v>\n", err)
 		errs = append(errs, err)
 	}
 
-	// The children, found by their ownerReferences.
-	if typ.Children != "" {
-		ct, _ := resource.Lookup(typ.Children)
-		kids, err := a.list(ctx, cli, ct, obj.namespace())
+	// The children, of the kinds its controller declares it owns, found by
+	// their ownerReferences; and theirs (a Deployment's pods belong to its
+	// ReplicaSets).
+	for _, ct := range a.kinds().Children(typ) {
+		owned, err := a.owned(ctx, cli, ct, typ, []stored{obj})
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		var owned []stored
-		for _, k := range kids {
-			if ownedBy(k.value, typ.Kind, obj.name(), printer.Str(v, "metadata", "uid")) {
-				owned = append(owned, k)
-			}
-		}
 		fmt.Fprintf(w, "Children (%s):\n", ct.Resource)
-		if len(owned) == 0 {
-			fmt.Fprintln(w, "  <none>")
-		} else {
-			headers, row := printer.Columns(ct.Kind, a.now())
-			var b strings.Builder
-			tbl := printer.NewTable(&b, headers...)
-			for _, k := range owned {
-				tbl.Row(row(k.value)...)
-			}
-			if err := tbl.Flush(); err != nil {
-				return err
-			}
-			for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
-				fmt.Fprintln(w, "  "+line)
-			}
+		if err := a.indentedTable(ct, owned); err != nil {
+			return err
 		}
-		// A Deployment's pods belong to its ReplicaSets: show them too.
-		if ct.Children != "" && len(owned) > 0 {
-			gt, _ := resource.Lookup(ct.Children)
-			all, err := a.list(ctx, cli, gt, obj.namespace())
+		if len(owned) == 0 {
+			continue
+		}
+		for _, gt := range a.kinds().Children(ct) {
+			theirs, err := a.owned(ctx, cli, gt, ct, owned)
 			if err != nil {
 				return errors.Join(append(errs, err)...)
 			}
-			headers, row := printer.Columns(gt.Kind, a.now())
-			var b strings.Builder
-			tbl := printer.NewTable(&b, headers...)
-			n := 0
-			for _, g := range all {
-				for _, k := range owned {
-					if ownedBy(g.value, ct.Kind, k.name(), printer.Str(k.value, "metadata", "uid")) {
-						tbl.Row(row(g.value)...)
-						n++
-						break
-					}
-				}
-			}
 			fmt.Fprintf(w, "%s of those %s:\n", strings.ToUpper(gt.Resource[:1])+gt.Resource[1:], ct.Resource)
-			if n == 0 {
-				fmt.Fprintln(w, "  <none>")
-			} else {
-				if err := tbl.Flush(); err != nil {
-					return err
-				}
-				for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
-					fmt.Fprintln(w, "  "+line)
-				}
+			if err := a.indentedTable(gt, theirs); err != nil {
+				return err
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// owned lists the objects of typ in the owners' namespace that one of
+// owners (of type ownerType) owns, in key order.
+func (a *app) owned(ctx context.Context, cli *clientv3.Client, typ, ownerType resource.Type, owners []stored) ([]stored, error) {
+	all, err := a.list(ctx, cli, typ, owners[0].namespace())
+	if err != nil {
+		return nil, err
+	}
+	var out []stored
+	for _, o := range all {
+		for _, owner := range owners {
+			if ownedBy(o.value, ownerType.Kind, owner.name(), printer.Str(owner.value, "metadata", "uid")) {
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// indentedTable prints objs of typ as describe does: a table indented two
+// spaces, or "<none>".
+func (a *app) indentedTable(typ resource.Type, objs []stored) error {
+	if len(objs) == 0 {
+		fmt.Fprintln(a.Stdout, "  <none>")
+		return nil
+	}
+	headers, row := printer.Columns(typ.Kind, a.now())
+	var b strings.Builder
+	tbl := printer.NewTable(&b, headers...)
+	for _, o := range objs {
+		tbl.Row(row(o.value)...)
+	}
+	if err := tbl.Flush(); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+		fmt.Fprintln(a.Stdout, "  "+line)
+	}
+	return nil
 }
 
 func (a *app) describeItem(ctx context.Context, queue, key string) error {

@@ -1,7 +1,9 @@
 // Package manifest reads batonctl's input: YAML or JSON files holding one or
 // more objects (multi-document YAML, a top-level list, or a {"kind": "List",
 // "items": [...]} wrapper), from files, folders or stdin. Every object is
-// checked against its kind's schema before anything is written, and every
+// checked against its kind's schema before anything is written (a strict one
+// for the reference kinds; any spec mapping for a kind a controller
+// declares), and every
 // problem is reported with the file, line, column and field path, so
 //
 //	web.yaml:7:13: spec.replicas: must be an integer, got string "three"
@@ -12,6 +14,7 @@ package manifest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,16 +92,17 @@ const Stdin = "-"
 
 // Read decodes every manifest in paths: files, folders (their .yaml, .yml and
 // .json files, in name order; recursive descends into sub-folders) or "-" for
-// stdin. namespace is used for objects whose manifest names none. All errors
-// are returned together, joined.
-func Read(paths []string, recursive bool, stdin io.Reader, namespace string) ([]Object, error) {
+// stdin. namespace is used for objects whose manifest names none; kinds
+// resolves their kinds (nil: the reference kinds only). All errors are
+// returned together, joined.
+func Read(paths []string, recursive bool, stdin io.Reader, namespace string, kinds Kinds) ([]Object, error) {
 	var (
 		out  []Object
 		errs []error
 	)
 	for _, p := range paths {
 		if p == Stdin {
-			objs, err := Decode("<stdin>", stdin, namespace)
+			objs, err := Decode("<stdin>", stdin, namespace, kinds)
 			out = append(out, objs...)
 			errs = append(errs, err)
 			continue
@@ -114,7 +118,7 @@ func Read(paths []string, recursive bool, stdin io.Reader, namespace string) ([]
 				errs = append(errs, err)
 				continue
 			}
-			objs, err := Decode(f, fh, namespace)
+			objs, err := Decode(f, fh, namespace, kinds)
 			fh.Close()
 			out = append(out, objs...)
 			errs = append(errs, err)
@@ -174,8 +178,22 @@ func expand(p string, recursive bool) ([]string, error) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// Decode reads every object in one input named file (for messages).
-func Decode(file string, r io.Reader, namespace string) ([]Object, error) {
+// Kinds resolves a manifest's kind field, or says why it cannot (naming
+// the known kinds). A command passes its resource.Table's ByKind, which
+// discovers the kinds controllers declare.
+type Kinds func(kind string) (resource.Type, error)
+
+// referenceKinds resolves the reference kinds only.
+func referenceKinds(kind string) (resource.Type, error) {
+	return resource.NewTable(nil).ByKind(context.Background(), kind)
+}
+
+// Decode reads every object in one input named file (for messages). kinds
+// resolves their kinds; nil knows the reference kinds only.
+func Decode(file string, r io.Reader, namespace string, kinds Kinds) ([]Object, error) {
+	if kinds == nil {
+		kinds = referenceKinds
+	}
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
@@ -210,7 +228,7 @@ func Decode(file string, r io.Reader, namespace string) ([]Object, error) {
 			continue // an empty document, e.g. around a "---"
 		}
 		for _, n := range items(deref(doc.Content[0])) {
-			obj, err := decodeObject(file, n, namespace)
+			obj, err := decodeObject(file, n, namespace, kinds)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -271,7 +289,7 @@ var (
 	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
 
-func decodeObject(file string, n *yaml.Node, namespace string) (Object, error) {
+func decodeObject(file string, n *yaml.Node, namespace string, kinds Kinds) (Object, error) {
 	at := func(n *yaml.Node, field, format string, args ...any) error {
 		return &Error{File: file, Line: n.Line, Column: n.Column, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -285,12 +303,12 @@ func decodeObject(file string, n *yaml.Node, namespace string) (Object, error) {
 	if kn.Kind != yaml.ScalarNode || kn.Tag != "!!str" {
 		return Object{}, at(kn, "kind", "must be a string, got %s", describe(kn))
 	}
-	typ, ok := resource.ByKind(kn.Value)
-	if !ok {
-		return Object{}, at(kn, "kind", "unknown kind %q (known: %s)", kn.Value, strings.Join(resource.Kinds(), ", "))
+	typ, err := kinds(kn.Value)
+	if err != nil {
+		return Object{}, at(kn, "kind", "%v", err)
 	}
 	v := &validator{file: file}
-	v.check(n, objectSchema(specs[typ.Kind]), "")
+	v.check(n, objectSchema(specSchema(typ.Kind)), "")
 	if err := errors.Join(v.errs...); err != nil {
 		return Object{}, err
 	}
@@ -406,6 +424,9 @@ func (v *validator) check(n *yaml.Node, f *field, path string) {
 			} else {
 				v.fail(n, path, "must be a mapping, got %s", describe(n))
 			}
+			return
+		}
+		if f.open {
 			return
 		}
 		seen := map[string]bool{}

@@ -41,7 +41,7 @@ func TestDecodeValid(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, err := Decode("in.yaml", strings.NewReader(tc.in), "")
+			objs, err := Decode("in.yaml", strings.NewReader(tc.in), "", nil)
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
@@ -64,7 +64,7 @@ func TestDecodeValid(t *testing.T) {
 }
 
 func TestDecodeValue(t *testing.T) {
-	objs, err := Decode("in.yaml", strings.NewReader(deployment), "team-a")
+	objs, err := Decode("in.yaml", strings.NewReader(deployment), "team-a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestDecodeErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Decode("in.yaml", strings.NewReader(tc.in), "")
+			_, err := Decode("in.yaml", strings.NewReader(tc.in), "", nil)
 			if err == nil {
 				t.Fatal("Decode succeeded, want an error")
 			}
@@ -144,7 +144,7 @@ func TestReadFolder(t *testing.T) {
 		recursive bool
 		want      string
 	}{{false, "pod/a,pod/b"}, {true, "pod/a,pod/b,pod/c"}} {
-		objs, err := Read([]string{dir}, tc.recursive, nil, "")
+		objs, err := Read([]string{dir}, tc.recursive, nil, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,14 +157,14 @@ func TestReadFolder(t *testing.T) {
 		}
 	}
 
-	if _, err := Read([]string{filepath.Join(dir, "missing.yaml")}, false, nil, ""); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+	if _, err := Read([]string{filepath.Join(dir, "missing.yaml")}, false, nil, "", nil); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing file: %v", err)
 	}
 	write("bad.yaml", "kind: Pod\nmetadata: {name: x}\nspec: {image: 1}\n")
-	if _, err := Read([]string{dir}, false, nil, ""); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "bad.yaml")+":3:") {
+	if _, err := Read([]string{dir}, false, nil, "", nil); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "bad.yaml")+":3:") {
 		t.Errorf("bad file in folder: %v", err)
 	}
-	if _, err := Read([]string{"-"}, false, strings.NewReader(""), ""); err == nil || !strings.Contains(err.Error(), "no objects") {
+	if _, err := Read([]string{"-"}, false, strings.NewReader(""), "", nil); err == nil || !strings.Contains(err.Error(), "no objects") {
 		t.Errorf("empty stdin: %v", err)
 	}
 }

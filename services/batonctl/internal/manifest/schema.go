@@ -1,5 +1,7 @@
 package manifest
 
+import "github.com/batonrun/baton/client/kinds"
+
 // field describes what a manifest may hold at one place. The schema is
 // strict, as kubectl's default field validation is: an unknown field is
 // almost always a typo ("replcias") that would otherwise be stored and
@@ -7,6 +9,7 @@ package manifest
 type field struct {
 	typ      fieldType
 	fields   map[string]*field // typObject: the allowed keys
+	open     bool              // typObject: any keys, any values
 	required []string          // typObject: keys that must be present
 	elem     *field            // typList and typStringMap: the element
 	min      *int64            // typInt: the least allowed value
@@ -79,22 +82,37 @@ var (
 	}}
 )
 
-// specs holds each kind's spec schema (DESIGN.md, "Objects in etcd").
+// specs holds the spec schema of each reference kind (the design,
+// docs/design.md, "Objects in etcd"). A kind that a controller declares
+// (client/kinds, discovered under /baton/rules/) has no entry: its spec may
+// be any mapping (declaredSpec), as batonctl cannot know the fields of a
+// controller's own kind; that controller checks them.
 var specs = map[string]*field{
-	"ReplicaSet": {typ: typObject, required: []string{"template"}, fields: map[string]*field{
+	kinds.ReplicaSet: {typ: typObject, required: []string{"template"}, fields: map[string]*field{
 		"replicas": natural, "template": template,
 	}},
-	"Deployment": {typ: typObject, required: []string{"template"}, fields: map[string]*field{
+	kinds.Deployment: {typ: typObject, required: []string{"template"}, fields: map[string]*field{
 		"replicas": natural, "template": template, "revisionHistoryLimit": natural,
 		"strategy": {typ: typObject, fields: map[string]*field{"maxSurge": countOrPct, "maxUnavailable": countOrPct}},
 	}},
-	"Job": {typ: typObject, required: []string{"template"}, fields: map[string]*field{
+	kinds.Job: {typ: typObject, required: []string{"template"}, fields: map[string]*field{
 		"completions": natural, "parallelism": natural, "backoffLimit": natural, "template": template,
 	}},
-	"StatefulSet": {typ: typObject, required: []string{"template"}, fields: map[string]*field{
+	kinds.StatefulSet: {typ: typObject, required: []string{"template"}, fields: map[string]*field{
 		"replicas": natural, "template": template,
 	}},
-	"Pod": podSpec,
+	kinds.Pod: podSpec,
+}
+
+// declaredSpec is the spec of a declared kind: a mapping, with any fields.
+var declaredSpec = &field{typ: typObject, open: true}
+
+// specSchema returns the spec schema of kind.
+func specSchema(kind string) *field {
+	if f, ok := specs[kind]; ok {
+		return f
+	}
+	return declaredSpec
 }
 
 // objectSchema returns the schema of a whole object of kind. status is

@@ -1,112 +1,145 @@
-// Package resource is batonctl's table of the object kinds it knows: each
-// kind's etcd resource name (the second segment of
-// /registry/<resource>/<namespace>/<name>), its short names, the kind of the
-// children its controller owns, and the queue that reconciles it (named like
-// the resource, as the DESIGN's reference controllers are).
+// Package resource is batonctl's table of the object kinds it knows. The
+// table is client/kinds': the reference kinds, each with its etcd resource
+// name (the second segment of /registry/<resource>/<namespace>/<name>), its
+// short names, the kinds its controller owns and the queue that reconciles
+// it; and the kinds that controllers declare in etcd under /baton/rules/,
+// which a Table discovers the first time a command names a kind it does not
+// know, as kubectl discovers an API server's resources.
 package resource
 
 import (
+	"context"
 	"fmt"
-	"sort"
 	"strings"
-)
 
-// Prefix is the root of every object key in etcd.
-const Prefix = "/registry/"
+	"github.com/batonrun/baton/client/kinds"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
 
 // DefaultNamespace is the namespace of an object whose manifest names none.
 const DefaultNamespace = "default"
 
-// Type describes one kind of object.
-type Type struct {
-	// Kind is the object's "kind" field, e.g. "ReplicaSet".
-	Kind string
-	// Resource is the plural, lower-case name used in keys and as the queue
-	// name, e.g. "replicasets".
-	Resource string
-	// Aliases are the other names batonctl accepts on the command line.
-	Aliases []string
-	// Children is the resource of the objects this kind's controller owns,
-	// empty for none.
-	Children string
-}
-
-// Types lists every kind batonctl knows, owners before the objects they own.
-var types = []Type{
-	{Kind: "Deployment", Resource: "deployments", Aliases: []string{"deployment", "deploy"}, Children: "replicasets"},
-	{Kind: "ReplicaSet", Resource: "replicasets", Aliases: []string{"replicaset", "rs"}, Children: "pods"},
-	{Kind: "StatefulSet", Resource: "statefulsets", Aliases: []string{"statefulset", "sts"}, Children: "pods"},
-	{Kind: "Job", Resource: "jobs", Aliases: []string{"job"}, Children: "pods"},
-	{Kind: "Pod", Resource: "pods", Aliases: []string{"pod", "po"}},
-}
-
-// All returns every known type, owners before the objects they own.
-func All() []Type { return append([]Type(nil), types...) }
-
-// ByKind returns the type whose Kind is kind (case-sensitive, as in a
-// manifest).
-func ByKind(kind string) (Type, bool) {
-	for _, t := range types {
-		if t.Kind == kind {
-			return t, true
-		}
-	}
-	return Type{}, false
-}
-
-// Lookup returns the type named by a command-line word: its resource, an
-// alias or its kind, in any case.
-func Lookup(name string) (Type, error) {
-	n := strings.ToLower(name)
-	for _, t := range types {
-		if n == t.Resource || n == strings.ToLower(t.Kind) {
-			return t, nil
-		}
-		for _, a := range t.Aliases {
-			if n == a {
-				return t, nil
-			}
-		}
-	}
-	return Type{}, fmt.Errorf("unknown resource %q (known: %s)", name, strings.Join(Names(), ", "))
-}
-
-// Kinds returns the known kinds, sorted, for error messages.
-func Kinds() []string {
-	out := make([]string, len(types))
-	for i, t := range types {
-		out[i] = t.Kind
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Names returns each resource with its shortest alias, e.g. "replicasets (rs)".
-func Names() []string {
-	out := make([]string, len(types))
-	for i, t := range types {
-		out[i] = t.Resource + " (" + t.Aliases[len(t.Aliases)-1] + ")"
-	}
-	return out
-}
-
-// Key returns the etcd key of an object.
-func (t Type) Key(namespace, name string) string {
-	return Prefix + t.Resource + "/" + namespace + "/" + name
-}
-
-// NamespacePrefix returns the etcd prefix of the objects of this type in
-// namespace, or in every namespace when namespace is empty.
-func (t Type) NamespacePrefix(namespace string) string {
-	if namespace == "" {
-		return Prefix + t.Resource + "/"
-	}
-	return Prefix + t.Resource + "/" + namespace + "/"
-}
+// Type describes one kind of object: client/kinds' Kind (its Key,
+// NamespacePrefix and Singular).
+type Type = kinds.Kind
 
 // QueueKey is the key under which the observer announces an object to its
 // controller's queue: "namespace/name".
 func QueueKey(namespace, name string) string { return namespace + "/" + name }
 
-// Singular is the lower-case kind, as kubectl prints "deployment/web".
-func (t Type) Singular() string { return strings.ToLower(t.Kind) }
+// Discoverer lists the declarations controllers have published.
+type Discoverer func(ctx context.Context) ([]kinds.Declaration, error)
+
+// Table is the kinds one batonctl command knows: the reference kinds, and
+// the declared ones once a lookup has missed and discovered them. It is not
+// safe for concurrent use.
+type Table struct {
+	set      *kinds.Set
+	discover Discoverer
+	// done is set once discovery has run; err is what it failed with.
+	done bool
+	err  error
+}
+
+// NewTable returns the reference kinds; discover, if not nil, is asked
+// once, on the first lookup that misses, for the declared kinds.
+func NewTable(discover Discoverer) *Table {
+	return &Table{set: kinds.NewSet(), discover: discover}
+}
+
+// Discover adds the declared kinds, once; later calls return the first
+// call's error.
+func (t *Table) Discover(ctx context.Context) error {
+	if t.done || t.discover == nil {
+		return t.err
+	}
+	t.done = true
+	decls, err := t.discover(ctx)
+	for _, d := range decls {
+		t.set.Declare(d)
+	}
+	if err != nil {
+		t.err = fmt.Errorf("discover declared kinds: %w", err)
+	}
+	return t.err
+}
+
+// Lookup returns the type named by a command-line word: its resource, an
+// alias or its kind, in any case. A word no known kind answers to sends
+// the table to discover the declared kinds, then it is looked up again.
+func (t *Table) Lookup(ctx context.Context, name string) (Type, error) {
+	k, err := t.set.Lookup(name)
+	if err == nil {
+		return k, nil
+	}
+	if derr := t.Discover(ctx); derr != nil {
+		return Type{}, fmt.Errorf("%w; %w", err, derr)
+	}
+	return t.set.Lookup(name)
+}
+
+// ByKind returns the type whose Kind is kind (case-sensitive, as in a
+// manifest), discovering the declared kinds if kind is not known yet. The
+// error names the known kinds.
+func (t *Table) ByKind(ctx context.Context, kind string) (Type, error) {
+	if k, ok := t.set.ByKind(kind); ok {
+		return k, nil
+	}
+	derr := t.Discover(ctx)
+	if k, ok := t.set.ByKind(kind); ok {
+		return k, nil
+	}
+	err := fmt.Errorf("unknown kind %q (known: %s)", kind, strings.Join(t.set.KindNames(), ", "))
+	if derr != nil {
+		return Type{}, fmt.Errorf("%w; %w", err, derr)
+	}
+	return Type{}, err
+}
+
+// Reference returns the reference kinds, owners before the objects they
+// own: what `get all` lists (as kubectl's "all" leaves out custom
+// resources).
+func Reference() []Type { return kinds.Builtin() }
+
+// Known returns every kind known so far: the reference kinds first, then
+// the declared ones discovered, in declaration order.
+func (t *Table) Known() []Type { return t.set.All() }
+
+// Children returns the types that the controllers of typ own, as their
+// declarations say (Owns), in declaration order.
+func (t *Table) Children(typ Type) []Type {
+	var out []Type
+	for _, r := range t.set.Owns(typ.Resource) {
+		if k, ok := t.set.ByResource(r); ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Queue returns the queue that reconciles objects of typ: that of the
+// controller declared for it, or else the one named like its resource.
+func (t *Table) Queue(typ Type) string {
+	if q, ok := t.set.Queue(typ.Resource); ok {
+		return q
+	}
+	return typ.Resource
+}
+
+// Declared reads the declarations published under kinds.DeclarationPrefix.
+// A record that does not parse is skipped, as the observer refuses it too.
+func Declared(ctx context.Context, kv clientv3.KV) ([]kinds.Declaration, error) {
+	resp, err := kv.Get(ctx, kinds.DeclarationPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var out []kinds.Declaration
+	for _, rec := range resp.Kvs {
+		d, err := kinds.Parse(rec.Value)
+		if err != nil || d.Key() != string(rec.Key) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
