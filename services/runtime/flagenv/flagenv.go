@@ -1,7 +1,8 @@
 // Package flagenv lets every flag of a binary also be set from the
 // environment, as BATON_<SERVICE>_<FLAG> (--data-dir of baton-queue is
 // BATON_QUEUE_DATA_DIR). A flag given on the command line wins, as etcd's
-// pkg/flags does it.
+// pkg/flags does it. ListVar is the one way the binaries take a
+// comma-separated list (--etcd-endpoints).
 package flagenv
 
 import (
