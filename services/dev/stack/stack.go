@@ -226,7 +226,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	// A worker with every reference controller.
 	wc := cfg.Worker
-	wc.EtcdEndpoints, wc.QueueAddr, wc.ObserverAddr = strings.Join(etcd.Endpoints(), ","), ep.QueueGRPC, ep.ObserverGRPC
+	wc.EtcdEndpoints, wc.QueueAddr, wc.ObserverAddr = etcd.Endpoints(), ep.QueueGRPC, ep.ObserverGRPC
 	wListening := make(chan struct{})
 	wc.OnListen = func(h net.Addr) {
 		ep.WorkerHTTP = serve.LocalAddr(h.String())

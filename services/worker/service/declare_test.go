@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +33,7 @@ func TestWorkerPublishesItsDeclarations(t *testing.T) {
 
 	cfg := service.DefaultConfig()
 	cfg.HTTPAddr, cfg.QueueAddr, cfg.ObserverAddr = "127.0.0.1:0", noQueue, ""
-	cfg.EtcdEndpoints = strings.Join(srv.Endpoints(), ",")
+	cfg.EtcdEndpoints = srv.Endpoints()
 	cfg.GracePeriod = time.Second
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/worker/manager"
 	"github.com/batonrun/baton/services/worker/objects"
@@ -38,7 +39,7 @@ func runChild() int {
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.QueueAddr = os.Getenv("BATON_WORKER_TEST_QUEUE")
 	cfg.ObserverAddr = os.Getenv("BATON_WORKER_TEST_OBSERVER")
-	cfg.EtcdEndpoints = os.Getenv("BATON_WORKER_TEST_ETCD")
+	cfg.EtcdEndpoints = flagenv.SplitList(os.Getenv("BATON_WORKER_TEST_ETCD"))
 	cfg.Controllers, cfg.Worker = "replicasets", "child"
 	cfg.LeaseDuration = time.Second
 	marker := os.Getenv("BATON_WORKER_TEST_MARKER")

@@ -90,7 +90,7 @@ func (s *stack) workerConfig() service.Config {
 	cfg := service.DefaultConfig()
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.QueueAddr, cfg.ObserverAddr = s.queueAddr, s.observerAddr
-	cfg.EtcdEndpoints = strings.Join(s.etcd.Endpoints(), ",")
+	cfg.EtcdEndpoints = s.etcd.Endpoints()
 	cfg.LeaseDuration = 2 * time.Second
 	cfg.GracePeriod = 2 * time.Second
 	return cfg

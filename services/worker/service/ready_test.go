@@ -55,7 +55,7 @@ func TestConfigValidate(t *testing.T) {
 		{"subset", func(c *service.Config) { c.Controllers = "pods, jobs" }, true},
 		{"unknown controller", func(c *service.Config) { c.Controllers = "pods,widgets" }, false},
 		{"no controllers", func(c *service.Config) { c.Controllers = " , " }, false},
-		{"no etcd", func(c *service.Config) { c.EtcdEndpoints = "" }, false},
+		{"no etcd", func(c *service.Config) { c.EtcdEndpoints = nil }, false},
 		{"no queue", func(c *service.Config) { c.QueueAddr = "" }, false},
 		{"zero concurrency", func(c *service.Config) { c.Concurrency = 0 }, false},
 		{"tiny lease", func(c *service.Config) { c.LeaseDuration = time.Millisecond }, false},

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/worker/controllers"
 	"github.com/batonrun/baton/services/worker/manager"
@@ -40,8 +41,9 @@ type Config struct {
 	// ObserverAddr is the observer's gRPC address; empty means read etcd
 	// directly.
 	ObserverAddr string
-	// EtcdEndpoints is a comma-separated list of etcd client URLs.
-	EtcdEndpoints string
+	// EtcdEndpoints are etcd's client URLs (the flag takes them
+	// comma-separated).
+	EtcdEndpoints []string
 	// Controllers is "all" or a comma-separated list of controller names.
 	Controllers string
 	// Concurrency is the number of keys each controller reconciles at once.
@@ -69,7 +71,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		HTTPAddr: ":9092", QueueAddr: "127.0.0.1:7070", ObserverAddr: "127.0.0.1:7071",
-		EtcdEndpoints: "http://127.0.0.1:2379", Controllers: "all", Concurrency: 16,
+		EtcdEndpoints: []string{"http://127.0.0.1:2379"}, Controllers: "all", Concurrency: 16,
 		LeaseDuration: queueclient.DefaultLease, ReconcileTimeout: manager.DefaultReconcileTimeout, GracePeriod: 10 * time.Second,
 		CallTimeout: objects.DefaultOpTimeout,
 	}
@@ -80,7 +82,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz, /readyz")
 	fs.StringVar(&c.QueueAddr, "queue-addr", c.QueueAddr, "queue gRPC address")
 	fs.StringVar(&c.ObserverAddr, "observer-addr", c.ObserverAddr, "observer gRPC address (empty: read etcd directly)")
-	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client URLs")
+	flagenv.ListVar(fs, &c.EtcdEndpoints, "etcd-endpoints", "comma-separated etcd client URLs")
 	fs.StringVar(&c.Controllers, "controllers", c.Controllers, "all, or a comma-separated list of "+strings.Join(controllers.Names, ","))
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "keys reconciled at once, per controller")
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", c.LeaseDuration, "lease asked for each key, extended while it is reconciled")
@@ -122,7 +124,7 @@ func (c Config) Validate() error {
 		return errors.New("--http-addr is empty")
 	case c.QueueAddr == "":
 		return errors.New("--queue-addr is empty")
-	case len(endpoints(c.EtcdEndpoints)) == 0:
+	case len(c.EtcdEndpoints) == 0:
 		return errors.New("--etcd-endpoints is empty")
 	case c.Concurrency <= 0:
 		return fmt.Errorf("--concurrency must be positive, not %d", c.Concurrency)
@@ -139,16 +141,6 @@ func (c Config) Validate() error {
 	return err
 }
 
-func endpoints(s string) []string {
-	var out []string
-	for e := range strings.SplitSeq(s, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // Run connects to etcd, the queue and the observer and runs the controllers
 // until ctx is cancelled; then it stops leasing, lets reconciles in flight
 // finish within the grace period and returns nil.
@@ -162,7 +154,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	names, _ := cfg.ControllerNames()
 
 	etcd, err := clientv3.New(clientv3.Config{
-		Endpoints: endpoints(cfg.EtcdEndpoints), DialTimeout: 5 * time.Second,
+		Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second,
 		Logger: zap.NewNop(),
 		// gRPC's default reconnect backoff grows to 2 minutes; a worker
 		// should be back within seconds of etcd.
