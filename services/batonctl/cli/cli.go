@@ -223,15 +223,7 @@ func (a *app) close() {
 	}
 }
 
-func (a *app) endpoints() []string {
-	var out []string
-	for _, e := range strings.Split(a.etcdEndpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
-}
+func (a *app) endpoints() []string { return flagenv.SplitList(a.etcdEndpoints) }
 
 // etcd returns a client, after checking that etcd answers: a command that
 // cannot reach etcd should say so at once and name the endpoint, not fail
