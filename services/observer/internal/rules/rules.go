@@ -3,8 +3,9 @@
 // own namespace/name or, when OwnerKind is set, by the namespace/name of each
 // of its owners of that kind (metadata.ownerReferences).
 //
-// The built-in rules serve the reference controllers; a YAML file replaces
-// them, or, with `builtin: true`, adds to them:
+// The built-in rules serve the reference controllers (they are the rules
+// of kinds.BuiltinDeclarations); a YAML file replaces them, or, with
+// `builtin: true`, adds to them:
 //
 //	builtin: true          # optional: keep the reference controllers' rules
 //	rules:
@@ -25,6 +26,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/services/observer/internal/object"
 	"gopkg.in/yaml.v3"
 )
@@ -38,8 +40,41 @@ type Rule struct {
 	// OwnerKind, if set, keys the change by each owner of this kind instead
 	// of by the object itself.
 	OwnerKind string
-	// Line is where the rule is written in its file (0 for built-in rules).
+	// Line is where the rule is written in its file (0 for other rules).
 	Line int
+	// Source says where the rule comes from.
+	Source Source
+	// Declaration is the etcd key of the declaration that states the rule
+	// (SourceDeclaration).
+	Declaration string
+}
+
+// Source says where a rule comes from.
+type Source uint8
+
+const (
+	// SourceConfigured: a rules file's (--rules; Line > 0), or given in
+	// code by a program that embeds the observer.
+	SourceConfigured Source = iota
+	// SourceBuiltin: the reference controllers' rules.
+	SourceBuiltin
+	// SourceDeclaration: a controller's declaration in etcd.
+	SourceDeclaration
+)
+
+// Where describes r's origin for messages: "a built-in rule", "line 4",
+// "declaration /baton/rules/greetings".
+func (r Rule) Where() string {
+	switch {
+	case r.Source == SourceBuiltin:
+		return "a built-in rule"
+	case r.Source == SourceDeclaration:
+		return "declaration " + r.Declaration
+	case r.Line > 0:
+		return fmt.Sprintf("line %d", r.Line)
+	default:
+		return "a configured rule"
+	}
 }
 
 // Same reports whether r and o send the same changes to the same queue by
@@ -48,25 +83,48 @@ func (r Rule) Same(o Rule) bool {
 	return r.Queue == o.Queue && r.Prefix == o.Prefix && r.OwnerKind == o.OwnerKind
 }
 
-// Builtin returns the rules of the reference controllers.
+// Builtin returns the rules of the reference controllers: those of
+// kinds.BuiltinDeclarations, in order.
 func Builtin() []Rule {
-	return []Rule{
-		{Queue: "replicasets", Prefix: "/registry/replicasets/"},
-		{Queue: "replicasets", Prefix: "/registry/pods/", OwnerKind: "ReplicaSet"},
-		{Queue: "deployments", Prefix: "/registry/deployments/"},
-		{Queue: "deployments", Prefix: "/registry/replicasets/", OwnerKind: "Deployment"},
-		{Queue: "jobs", Prefix: "/registry/jobs/"},
-		{Queue: "jobs", Prefix: "/registry/pods/", OwnerKind: "Job"},
-		{Queue: "statefulsets", Prefix: "/registry/statefulsets/"},
-		{Queue: "statefulsets", Prefix: "/registry/pods/", OwnerKind: "StatefulSet"},
-		{Queue: "pods", Prefix: "/registry/pods/"},
+	var out []Rule
+	for _, d := range kinds.BuiltinDeclarations() {
+		out = append(out, DeclarationRules(d, SourceBuiltin, "")...)
 	}
+	return out
 }
 
-// KnownKinds are the kinds of the reference controllers' objects. An owner
-// kind outside this list is allowed (a user's own controller may own
-// objects) but Parse warns about it: it is more often a typo.
-var KnownKinds = []string{"Deployment", "Job", "Pod", "ReplicaSet", "StatefulSet"}
+// DeclarationRules returns the rules d stands for, from src, stated by the
+// declaration at key (for SourceDeclaration).
+func DeclarationRules(d kinds.Declaration, src Source, key string) []Rule {
+	var out []Rule
+	for _, r := range d.Rules() {
+		out = append(out, Rule{Queue: r.Queue, Prefix: r.Prefix, OwnerKind: r.OwnerKind, Source: src, Declaration: key})
+	}
+	return out
+}
+
+// KnownKinds are the kinds of the reference controllers' objects
+// (kinds.Builtin), sorted. An owner kind outside this list is allowed (a
+// user's own controller may own objects) but Parse warns about it: it is
+// more often a typo.
+var KnownKinds = knownKinds()
+
+func knownKinds() []string {
+	var out []string
+	for _, k := range kinds.Builtin() {
+		out = append(out, k.Kind)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Overlap reports whether prefix a nests inside b or around it (equal
+// prefixes share one watch, and do not overlap). One watch per prefix
+// keeps one cache entry per key; nested prefixes would watch and cache the
+// same keys twice.
+func Overlap(a, b string) bool {
+	return a != b && (strings.HasPrefix(a, b) || strings.HasPrefix(b, a))
+}
 
 // Keys returns the queue keys a change of the object at etcdKey announces
 // under r: the object's own key, or its owners' of r.OwnerKind.
@@ -250,17 +308,11 @@ func Parse(name string, data []byte) ([]Rule, []string, error) {
 			return fail(item.Line, "rule has no prefix")
 		}
 		for _, o := range out {
-			where := fmt.Sprintf("line %d", o.Line)
-			if o.Line == 0 {
-				where = "a built-in rule"
+			if o.Same(r) {
+				return fail(r.Line, "duplicate rule (same as %s)", o.Where())
 			}
-			if o.Queue == r.Queue && o.Prefix == r.Prefix && o.OwnerKind == r.OwnerKind {
-				return fail(r.Line, "duplicate rule (same as %s)", where)
-			}
-			// One watch per prefix keeps one cache entry per key; nested
-			// prefixes would watch and cache the same keys twice.
-			if o.Prefix != r.Prefix && (strings.HasPrefix(o.Prefix, r.Prefix) || strings.HasPrefix(r.Prefix, o.Prefix)) {
-				return fail(r.Line, "prefix %s overlaps prefix %s of %s; use the same prefix for both", r.Prefix, o.Prefix, where)
+			if Overlap(o.Prefix, r.Prefix) {
+				return fail(r.Line, "prefix %s overlaps prefix %s of %s; use the same prefix for both", r.Prefix, o.Prefix, o.Where())
 			}
 		}
 		out = append(out, r)
@@ -284,7 +336,7 @@ func Validate(rs []Rule) error {
 			return fmt.Errorf("rule %d: ownerKind %q is not a kind name", i, r.OwnerKind)
 		}
 		for _, o := range rs[:i] {
-			if o.Prefix != r.Prefix && (strings.HasPrefix(o.Prefix, r.Prefix) || strings.HasPrefix(r.Prefix, o.Prefix)) {
+			if Overlap(o.Prefix, r.Prefix) {
 				return fmt.Errorf("rule %d: prefix %s overlaps prefix %s", i, r.Prefix, o.Prefix)
 			}
 		}

@@ -156,3 +156,31 @@ func TestParseBuiltin(t *testing.T) {
 		}
 	}
 }
+
+// The built-in rules come from client/kinds and are the rules the observer
+// always had for the reference controllers.
+func TestBuiltinFromKinds(t *testing.T) {
+	want := []Rule{
+		{Queue: "replicasets", Prefix: "/registry/replicasets/"},
+		{Queue: "replicasets", Prefix: "/registry/pods/", OwnerKind: "ReplicaSet"},
+		{Queue: "deployments", Prefix: "/registry/deployments/"},
+		{Queue: "deployments", Prefix: "/registry/replicasets/", OwnerKind: "Deployment"},
+		{Queue: "jobs", Prefix: "/registry/jobs/"},
+		{Queue: "jobs", Prefix: "/registry/pods/", OwnerKind: "Job"},
+		{Queue: "statefulsets", Prefix: "/registry/statefulsets/"},
+		{Queue: "statefulsets", Prefix: "/registry/pods/", OwnerKind: "StatefulSet"},
+		{Queue: "pods", Prefix: "/registry/pods/"},
+	}
+	got := Builtin()
+	if len(got) != len(want) {
+		t.Fatalf("Builtin() = %v, want %v", got, want)
+	}
+	for i := range want {
+		if !got[i].Same(want[i]) || got[i].Source != SourceBuiltin || got[i].Where() != "a built-in rule" {
+			t.Errorf("rule %d = %+v, want %+v from the built-in rules", i, got[i], want[i])
+		}
+	}
+	if got, want := strings.Join(KnownKinds, ","), "Deployment,Job,Pod,ReplicaSet,StatefulSet"; got != want {
+		t.Errorf("KnownKinds = %s, want %s", got, want)
+	}
+}
