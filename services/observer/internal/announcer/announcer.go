@@ -47,8 +47,9 @@ type Sink interface {
 
 // Records reads the known-key record stored beside the checkpoint.
 type Records interface {
-	// Record returns the record of prefix: nil if none is stored for it,
-	// an error wrapping checkpoint.ErrCorrupt if it cannot be used.
+	// Record returns the record of prefix: nil if none is stored, an error
+	// wrapping checkpoint.ErrNotRecorded if it does not cover the prefix,
+	// one wrapping checkpoint.ErrCorrupt if it cannot be used.
 	Record(ctx context.Context, prefix string) (*checkpoint.Record, error)
 }
 
@@ -167,7 +168,12 @@ func (a *Announcer) Vanished(ctx context.Context, prefix string, from, listRev i
 	var readErr error
 	if a.records != nil {
 		rec, readErr = a.records.Record(ctx, prefix)
-		if readErr != nil && !errors.Is(readErr, checkpoint.ErrCorrupt) {
+		switch {
+		case errors.Is(readErr, checkpoint.ErrNotRecorded):
+			log.Info("history since the checkpoint is compacted and the known-key record does not cover this prefix (it was not watched when the record was written, e.g. declared while no observer ran): it is listed from scratch",
+				"checkpoint", from, "error", compactErr)
+			return nil
+		case readErr != nil && !errors.Is(readErr, checkpoint.ErrCorrupt):
 			return readErr
 		}
 	}

@@ -106,6 +106,9 @@ func TestSetRulesAndBacklog(t *testing.T) {
 type records map[string]*checkpoint.Record
 
 func (r records) Record(_ context.Context, prefix string) (*checkpoint.Record, error) {
+	if prefix == "/registry/greetings/" {
+		return nil, fmt.Errorf("%w: %s", checkpoint.ErrNotRecorded, prefix)
+	}
 	return r[prefix], nil
 }
 
@@ -128,5 +131,14 @@ func TestVanished(t *testing.T) {
 	}
 	if got := s.take(); len(got) != 0 {
 		t.Errorf("no record, yet announced %q", got)
+	}
+	// A prefix the record does not cover (declared since) is listed from
+	// scratch: nothing more to announce, and no error to retry.
+	a.SetRules(append(slices.Clone(testRules), rules.Rule{Queue: "greetings", Prefix: "/registry/greetings/"}))
+	if err := a.Vanished(t.Context(), "/registry/greetings/", 5, 9, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.take(); len(got) != 0 {
+		t.Errorf("a prefix the record does not cover announced %q", got)
 	}
 }

@@ -70,6 +70,37 @@ func New(prefixes []string) *Cache {
 	return c
 }
 
+// AddPrefix starts keeping prefix (at revision 0, like New's); a prefix
+// already kept is left as it is.
+func (c *Cache) AddPrefix(prefix string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.revs[prefix]; !ok {
+		c.revs[prefix] = 0
+	}
+}
+
+// RemovePrefix stops keeping prefix: its objects and its revision go (its
+// watch has stopped). It returns the objects removed.
+func (c *Cache) RemovePrefix(prefix string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var gone []*Object
+	c.tree.AscendGreaterOrEqual(&Object{Key: prefix}, func(o *Object) bool {
+		if !strings.HasPrefix(o.Key, prefix) {
+			return false
+		}
+		gone = append(gone, o)
+		return true
+	})
+	for _, o := range gone {
+		c.tree.Delete(o)
+		c.unindex(o)
+	}
+	delete(c.revs, prefix)
+	return len(gone)
+}
+
 func ownerIndexKey(kind, name string) string { return kind + "\x00" + name }
 
 // Put stores obj (replacing any object at its key) and returns the one it

@@ -130,3 +130,31 @@ func TestWait(t *testing.T) {
 		t.Errorf("Revision() = %d, want 5 (the lowest)", got)
 	}
 }
+
+func TestAddAndRemovePrefix(t *testing.T) {
+	c := New([]string{"/registry/pods/"})
+	c.AddPrefix("/registry/greetings/")
+	if got := c.Prefixes(); fmt.Sprint(got) != "[/registry/greetings/ /registry/pods/]" {
+		t.Fatalf("Prefixes = %v", got)
+	}
+	c.Put(pod("a", "p", "Greeting", "g", "u-g", 1))
+	c.Put(&Object{Key: "/registry/greetings/a/g", ModRevision: 2})
+	c.Put(&Object{Key: "/registry/greetings/b/h", ModRevision: 3})
+	c.SetRevision("/registry/greetings/", 3)
+	c.AddPrefix("/registry/greetings/") // again: nothing changes
+	if got := c.Revision("/registry/greetings/"); got != 3 {
+		t.Errorf("revision after a second AddPrefix = %d, want 3", got)
+	}
+	if n := c.RemovePrefix("/registry/greetings/"); n != 2 {
+		t.Errorf("RemovePrefix removed %d objects, want 2", n)
+	}
+	if _, ok := c.PrefixOf("/registry/greetings/a/g"); ok {
+		t.Error("a removed prefix is still watched")
+	}
+	if _, ok := c.Get("/registry/greetings/a/g"); ok || c.Len() != 1 {
+		t.Errorf("the removed prefix's objects are still cached (%d objects)", c.Len())
+	}
+	if items, _ := c.List("", Owner{Kind: "Greeting", Name: "g"}, "", 10); len(items) != 1 {
+		t.Errorf("the other prefix's owner index lost its entry: %d items", len(items))
+	}
+}

@@ -109,12 +109,12 @@ func (k *Keeper) Checkpoint(ctx context.Context) (int64, error) {
 	return c, err
 }
 
-// Record returns the known-key record of prefix (nil if none is stored for
-// it).
+// Record returns the known-key record of prefix (nil if none is stored; an
+// error wrapping ErrNotRecorded if the record does not cover the prefix).
 func (k *Keeper) Record(ctx context.Context, prefix string) (*Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return k.store.Read(ctx, prefix)
+	return k.store.ReadPrefix(ctx, prefix)
 }
 
 // RecordWrites and RecordBytes count the records written and their bytes.

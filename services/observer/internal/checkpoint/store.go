@@ -106,10 +106,25 @@ func (s *Store) Checkpoint(ctx context.Context) (int64, error) {
 	return parseCheckpoint(resp.Kvs[0].Value)
 }
 
+// ErrNotRecorded is returned by ReadPrefix when a record is stored but
+// does not cover the prefix: the prefix was not watched when it was
+// written (it was added since, e.g. by a controller's declaration).
+var ErrNotRecorded = errors.New("checkpoint: the known-key record does not cover the prefix")
+
 // Read returns the record of prefix, or nil if there is none for it (no
 // record written yet, e.g. by an older observer, or not for this prefix).
 // The manifest, the checkpoint and the chunks are read at one revision.
 func (s *Store) Read(ctx context.Context, prefix string) (*Record, error) {
+	rec, err := s.ReadPrefix(ctx, prefix)
+	if errors.Is(err, ErrNotRecorded) {
+		return nil, nil
+	}
+	return rec, err
+}
+
+// ReadPrefix is Read, telling a record that does not cover prefix
+// (ErrNotRecorded) from no record at all (nil, nil).
+func (s *Store) ReadPrefix(ctx context.Context, prefix string) (*Record, error) {
 	tr, err := s.cli.Txn(ctx).Then(clientv3.OpGet(Key), clientv3.OpGet(RecordKey)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("read known-key record: %w", err)
@@ -139,7 +154,7 @@ func (s *Store) Read(ctx context.Context, prefix string) (*Record, error) {
 		}
 	}
 	if idx < 0 {
-		return nil, nil
+		return nil, fmt.Errorf("%w: %s (record at revision %d)", ErrNotRecorded, prefix, m.Checkpoint)
 	}
 	p := m.Prefixes[idx]
 	data := make([]byte, 0, p.Bytes)

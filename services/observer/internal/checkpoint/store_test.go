@@ -243,3 +243,23 @@ func TestCorruptRecord(t *testing.T) {
 		t.Errorf("Checkpoint of %q = %v, want ErrMalformed", "x", err)
 	}
 }
+
+// ReadPrefix tells a record that does not cover a prefix (it was not
+// watched when the record was written) from no record at all.
+func TestReadPrefixNotRecorded(t *testing.T) {
+	cli := testClient(t)
+	ctx := testCtx(t)
+	s := NewStore(cli)
+	if rec, err := s.ReadPrefix(ctx, "/registry/pods/"); rec != nil || err != nil {
+		t.Fatalf("ReadPrefix before any write = %v, %v; want nothing", rec, err)
+	}
+	if out, _, err := s.Write(ctx, 10, sets(Set{"/registry/pods/", []string{"/registry/pods/a/p"}})); out != Written || err != nil {
+		t.Fatalf("Write = %v, %v", out, err)
+	}
+	if _, err := s.ReadPrefix(ctx, "/registry/greetings/"); !errors.Is(err, ErrNotRecorded) {
+		t.Errorf("ReadPrefix of a prefix the record lacks = %v, want ErrNotRecorded", err)
+	}
+	if rec, err := s.ReadPrefix(ctx, "/registry/pods/"); err != nil || len(rec.Keys) != 1 {
+		t.Errorf("ReadPrefix of a recorded prefix = %+v, %v", rec, err)
+	}
+}

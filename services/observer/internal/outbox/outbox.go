@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -123,22 +124,60 @@ type Box struct {
 	dropped   atomic.Uint64
 }
 
-// Set holds the outbox of every queue.
+// Set holds the outbox of every queue. Queues are added (Ensure) as rules
+// come into force and never removed: a queue's outbox may still hold keys
+// when its last rule goes, and the number of queues is bounded by the
+// rules' (the declarations' bound).
 type Set struct {
-	boxes map[string]*Box
-	names []string
+	add  Adder
+	opts Options
+
+	mu    sync.Mutex // serializes Ensure
+	boxes atomic.Pointer[boxes]
+	added chan struct{} // Ensure added a box: Run starts its drainer
+}
+
+// boxes is one immutable version of the set's outboxes.
+type boxes struct {
+	byQueue map[string]*Box
+	names   []string // sorted
 }
 
 // NewSet makes an outbox for each queue, delivering through add.
 func NewSet(queues []string, add Adder, opts Options) *Set {
 	opts.defaults()
-	s := &Set{boxes: map[string]*Box{}}
-	for _, q := range queues {
-		s.boxes[q] = &Box{queue: q, add: add, opts: opts, items: map[string]*entry{}, wake: make(chan struct{}, 1)}
-		s.names = append(s.names, q)
-	}
-	slices.Sort(s.names)
+	s := &Set{add: add, opts: opts, added: make(chan struct{}, 1)}
+	s.boxes.Store(&boxes{byQueue: map[string]*Box{}})
+	s.Ensure(queues)
 	return s
+}
+
+// Ensure makes an outbox for each of queues that has none yet; Run drains
+// it too.
+func (s *Set) Ensure(queues []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.boxes.Load()
+	var next *boxes
+	for _, q := range queues {
+		if cur.byQueue[q] != nil || (next != nil && next.byQueue[q] != nil) {
+			continue
+		}
+		if next == nil {
+			next = &boxes{byQueue: maps.Clone(cur.byQueue), names: slices.Clone(cur.names)}
+		}
+		next.byQueue[q] = &Box{queue: q, add: s.add, opts: s.opts, items: map[string]*entry{}, wake: make(chan struct{}, 1)}
+		next.names = append(next.names, q)
+	}
+	if next == nil {
+		return
+	}
+	slices.Sort(next.names)
+	s.boxes.Store(next)
+	select {
+	case s.added <- struct{}{}:
+	default:
+	}
 }
 
 // ErrUnknownQueue is returned by Put for a queue the set was not made for.
@@ -148,7 +187,7 @@ var ErrUnknownQueue = errors.New("outbox: unknown queue")
 // in etcd revision rev (0 if the announcement is not a change, e.g. a
 // resync). It never blocks on delivery.
 func (s *Set) Put(queue string, keys []string, prio queuev1.Priority, at time.Time, rev int64) error {
-	b := s.boxes[queue]
+	b := s.boxes.Load().byQueue[queue]
 	if b == nil {
 		return ErrUnknownQueue
 	}
@@ -161,7 +200,7 @@ func (s *Set) Put(queue string, keys []string, prio queuev1.Priority, at time.Ti
 // has been delivered.
 func (s *Set) MinPendingRevision() int64 {
 	var low int64
-	for _, b := range s.boxes {
+	for _, b := range s.boxes.Load().byQueue {
 		if r := b.minPendingRevision(); r > 0 && (low == 0 || r < low) {
 			low = r
 		}
@@ -170,28 +209,39 @@ func (s *Set) MinPendingRevision() int64 {
 }
 
 // Box returns queue's outbox (nil if none).
-func (s *Set) Box(queue string) *Box { return s.boxes[queue] }
+func (s *Set) Box(queue string) *Box { return s.boxes.Load().byQueue[queue] }
 
 // Queues returns the queue names, sorted.
-func (s *Set) Queues() []string { return s.names }
+func (s *Set) Queues() []string { return s.boxes.Load().names }
 
 // Len returns the keys waiting in every outbox.
 func (s *Set) Len() int {
 	n := 0
-	for _, b := range s.boxes {
+	for _, b := range s.boxes.Load().byQueue {
 		n += b.Len()
 	}
 	return n
 }
 
-// Run drains every outbox until ctx ends, then makes one bounded attempt to
-// deliver what is left.
+// Run drains every outbox, those Ensure adds meanwhile too, until ctx
+// ends, then makes one bounded attempt to deliver what is left.
 func (s *Set) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, b := range s.boxes {
-		wg.Go(func() { b.run(ctx) })
+	defer wg.Wait()
+	running := map[*Box]bool{}
+	for {
+		for _, b := range s.boxes.Load().byQueue {
+			if !running[b] {
+				running[b] = true
+				wg.Go(func() { b.run(ctx) })
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.added:
+		}
 	}
-	wg.Wait()
 }
 
 func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time, rev int64) {

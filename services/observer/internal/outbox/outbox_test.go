@@ -249,3 +249,30 @@ func TestAddsInFlightAtOnce(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A queue added while the set runs gets an outbox and a drainer.
+func TestEnsureWhileRunning(t *testing.T) {
+	q := &fakeQueue{got: map[string]queuev1.Priority{}}
+	s := NewSet([]string{"pods"}, q, Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	if err := s.Put("greetings", []string{"ns/g"}, queuev1.Priority_PRIORITY_LOW, time.Now(), 0); !errors.Is(err, ErrUnknownQueue) {
+		t.Fatalf("Put before Ensure = %v, want ErrUnknownQueue", err)
+	}
+	s.Ensure([]string{"pods", "greetings"})
+	s.Ensure([]string{"greetings"}) // again: the same outbox
+	if got := fmt.Sprint(s.Queues()); got != "[greetings pods]" {
+		t.Errorf("Queues = %s", got)
+	}
+	box := s.Box("greetings")
+	if err := s.Put("greetings", []string{"ns/g"}, queuev1.Priority_PRIORITY_LOW, time.Now(), 7); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the added queue's outbox to be drained", func() bool { return box.Delivered() == 1 })
+	if s.Box("greetings") != box || s.MinPendingRevision() != 0 {
+		t.Errorf("a second Ensure replaced the outbox, or a delivered key is still pending")
+	}
+}
