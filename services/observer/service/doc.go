@@ -13,7 +13,19 @@
 // Which prefixes feed which queues is set by rules (see docs/observer.md for
 // the file format). Without --rules the built-in rules of the reference
 // controllers apply. A bad rules file makes Run fail at once, naming the line
-// and the reason.
+// and the reason. To these the observer adds, while it runs, the rules of
+// every controller's declaration published under /baton/rules/ (package
+// declarations; client/kinds): a new declaration starts the watches it needs
+// and announces its backlog, a deleted one stops them, and one it refuses
+// changes nothing and is shown in Status.
+//
+// # Parts
+//
+// internal/informer keeps the cache in step with etcd, one informer per
+// prefix; internal/announcer turns the changes into queue keys and
+// priorities; internal/outbox hands them to the queue; internal/checkpoint
+// is the delivery guarantee across restarts and compactions, its story in
+// its doc.go.
 //
 // # Never missing a change
 //

@@ -162,8 +162,14 @@ func (q *queueProc) keys(ctx context.Context, queue string) (map[string]bool, er
 // empty.
 func (q *queueProc) drain(t testing.TB) {
 	t.Helper()
+	q.drainQueues(t, testQueues...)
+}
+
+// drainQueues is drain for the named queues.
+func (q *queueProc) drainQueues(t testing.TB, queues ...string) {
+	t.Helper()
 	ctx := t.Context()
-	for _, name := range testQueues {
+	for _, name := range queues {
 		waitFor(t, 30*time.Second, "queue "+name+" to drain", func() (bool, string) {
 			leases, err := q.client.Lease(ctx, name, queueclient.LeaseOptions{Worker: "test", MaxItems: 10000})
 			if err != nil {

@@ -15,6 +15,7 @@ type metrics struct {
 	events, relists, restarts, observed, head, lag *prometheus.Desc
 	outbox, delivered, failures, dropped, objects  *prometheus.Desc
 	malformed, recordWrites, recordBytes           *prometheus.Desc
+	declarations, refused                          *prometheus.Desc
 }
 
 func newMetrics(o *observer) *metrics {
@@ -42,6 +43,8 @@ func newMetrics(o *observer) *metrics {
 		objects:      d("cache_objects", "Objects in the cache."),
 		recordWrites: d("record_writes_total", "Known-key records written beside the checkpoint (docs/observer.md)."),
 		recordBytes:  d("record_written_bytes_total", "Bytes of known-key records written (chunks and manifest)."),
+		declarations: d("declarations", "Controllers' declarations in force (under /baton/rules/)."),
+		refused:      d("declarations_refused", "Controllers' declarations refused (not valid, or a prefix nesting inside or around one in force); each is logged and shown in Status."),
 		malformed:    d("malformed_objects_total", "Malformed keys and values seen in lists and watch events, by reason: bad_path (not cached, not announced), empty, protobuf, invalid_json, not_object, namespace_mismatch (cached without owners, announced by their own key).", "prefix", "reason"),
 	}
 }
@@ -55,14 +58,14 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.objects, m.malformed, m.recordWrites, m.recordBytes} {
+	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.objects, m.malformed, m.recordWrites, m.recordBytes, m.declarations, m.refused} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	for _, in := range m.o.informers {
+	for _, in := range m.o.informers() {
 		s := in.Stats()
 		ch <- prometheus.MustNewConstMetric(m.events, prometheus.CounterValue, float64(s.Events), s.Prefix)
 		ch <- prometheus.MustNewConstMetric(m.relists, prometheus.CounterValue, float64(s.Relists), s.Prefix)
@@ -86,4 +89,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.objects, prometheus.GaugeValue, float64(m.o.cache.Len()))
 	ch <- prometheus.MustNewConstMetric(m.recordWrites, prometheus.CounterValue, float64(m.o.keeper.RecordWrites()))
 	ch <- prometheus.MustNewConstMetric(m.recordBytes, prometheus.CounterValue, float64(m.o.keeper.RecordBytes()))
+	inForce, refused := m.o.declarationCounts()
+	ch <- prometheus.MustNewConstMetric(m.declarations, prometheus.GaugeValue, float64(inForce))
+	ch <- prometheus.MustNewConstMetric(m.refused, prometheus.GaugeValue, float64(refused))
 }

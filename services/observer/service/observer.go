@@ -4,12 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
+	"github.com/batonrun/baton/client/kinds"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"github.com/batonrun/baton/services/observer/internal/announcer"
 	"github.com/batonrun/baton/services/observer/internal/cache"
 	"github.com/batonrun/baton/services/observer/internal/checkpoint"
+	"github.com/batonrun/baton/services/observer/internal/declarations"
 	"github.com/batonrun/baton/services/observer/internal/informer"
 	"github.com/batonrun/baton/services/observer/internal/outbox"
 	"github.com/batonrun/baton/services/observer/internal/rules"
@@ -19,17 +24,26 @@ import (
 // observer ties the parts together: one informer per prefix (etcd into
 // the cache), the announcer (changes into queue keys), one outbox per
 // queue, and the checkpoint keeper (the delivery guarantee across
-// restarts).
+// restarts). The prefixes are those of the rules in force: the configured
+// ones and the controllers' declarations, which one more informer watches
+// under kinds.DeclarationPrefix (watches.go).
 type observer struct {
 	etcd      *clientv3.Client
-	rules     []rules.Rule
 	cache     *cache.Cache
 	announcer *announcer.Announcer
 	outbox    *outbox.Set
 	keeper    *checkpoint.Keeper
-	informers []*informer.Informer
+	decls     *declarations.Set
+	declWatch *informer.Informer // the declarations' informer
+	declC     chan struct{}      // a declaration changed
 	metrics   *metrics
 	log       *slog.Logger
+
+	mu       sync.Mutex
+	rules    []rules.Rule // in force
+	statuses []declarations.Status
+	watches  map[string]*watch // prefix → its informer
+	started  bool              // the start's prefixes have been set up
 }
 
 // CheckpointKey is where observers record the revision up to which every
@@ -46,8 +60,10 @@ const RecordKey = checkpoint.RecordKey
 const readyzKey = "/baton/observer/readyz"
 
 func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, recordInterval time.Duration, log *slog.Logger) *observer {
-	prefixes := rules.Prefixes(rs)
-	o := &observer{etcd: etcd, rules: rs, cache: cache.New(prefixes), log: log}
+	// The configured prefixes are in the cache from the start, so that a
+	// read waits for their first list instead of being refused.
+	o := &observer{etcd: etcd, rules: rs, cache: cache.New(append(rules.Prefixes(rs), kinds.DeclarationPrefix)),
+		decls: declarations.New(rs, reservedPrefixes, log), declC: make(chan struct{}, 1), watches: map[string]*watch{}, log: log}
 	o.metrics = newMetrics(o)
 	o.outbox = outbox.NewSet(rules.Queues(rs), add, outbox.Options{
 		Source:  "baton-observer",
@@ -55,20 +71,26 @@ func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, recor
 		Logger:  log,
 	})
 	o.keeper = checkpoint.NewKeeper(checkpoint.NewStore(etcd), o.outbox, recordInterval, log)
-	o.announcer = announcer.New(rs, o.cache, o.outbox, o.keeper, log)
-	for _, p := range prefixes {
-		ledger := checkpoint.NewLedger(o.cache, p)
-		in := informer.New(etcd, p, o.cache, ledger, o.announcer, informer.Options{
-			Logger: log, Checkpoint: o.keeper.Checkpoint, Compacted: o.announcer.Vanished})
-		o.keeper.Add(in, ledger)
-		o.informers = append(o.informers, in)
-	}
+	o.announcer = announcer.New(nil, o.cache, o.outbox, o.keeper, log)
+	o.declWatch = informer.New(etcd, kinds.DeclarationPrefix, o.cache, nil, declChanged(o.declC), informer.Options{Logger: log})
 	return o
+}
+
+// informers returns the declarations' informer and every prefix's, by
+// prefix.
+func (o *observer) informers() []*informer.Informer {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := []*informer.Informer{o.declWatch}
+	for _, p := range slices.Sorted(maps.Keys(o.watches)) {
+		out = append(out, o.watches[p].in)
+	}
+	return out
 }
 
 // Nudge asks every watch for a progress notification.
 func (o *observer) Nudge() {
-	for _, in := range o.informers {
+	for _, in := range o.informers() {
 		in.RequestProgress()
 	}
 }
@@ -93,7 +115,7 @@ func (o *observer) tick(ctx context.Context, progress, resync time.Duration) {
 			o.keeper.Write(ctx)
 		case <-resyncC:
 			o.log.Info("resync: announcing every object at low priority", "objects", o.cache.Len())
-			for _, in := range o.informers {
+			for _, in := range o.informers()[1:] {
 				if in.Listed() {
 					o.announcer.Resync(in.Prefix())
 				}
@@ -102,17 +124,25 @@ func (o *observer) tick(ctx context.Context, progress, resync time.Duration) {
 	}
 }
 
-// ready: etcd answers and every prefix has been listed once.
+// ready: etcd answers, the declarations have been listed, and every
+// prefix in force at start has been listed once (prefixes declared later
+// do not make a serving observer unready; reads of them wait for their
+// list through min_revision).
 func (o *observer) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if _, err := o.etcd.Get(ctx, readyzKey, clientv3.WithCountOnly()); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.started {
+		return fmt.Errorf("initial list not done for %v", []string{kinds.DeclarationPrefix})
+	}
 	var waiting []string
-	for _, in := range o.informers {
-		if !in.Listed() {
-			waiting = append(waiting, in.Prefix())
+	for _, p := range slices.Sorted(maps.Keys(o.watches)) {
+		if w := o.watches[p]; w.atStart && !w.in.Listed() {
+			waiting = append(waiting, p)
 		}
 	}
 	if len(waiting) > 0 {
@@ -121,10 +151,10 @@ func (o *observer) ready(ctx context.Context) error {
 	return nil
 }
 
-// Status describes the watches, outboxes and rules.
+// Status describes the watches, outboxes, rules and declarations.
 func (o *observer) Status() *observerv1.StatusResponse {
 	resp := &observerv1.StatusResponse{}
-	for _, in := range o.informers {
+	for _, in := range o.informers() {
 		s := in.Stats()
 		resp.Prefixes = append(resp.Prefixes, &observerv1.PrefixStatus{
 			Prefix: s.Prefix, ObservedRevision: s.ObservedRevision, HeadRevision: s.HeadRevision,
@@ -137,8 +167,43 @@ func (o *observer) Status() *observerv1.StatusResponse {
 		resp.OutboxSize += n
 		resp.Outboxes = append(resp.Outboxes, &observerv1.OutboxStatus{Queue: q, Size: n, LastError: b.LastError()})
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	for _, r := range o.rules {
-		resp.Rules = append(resp.Rules, &observerv1.Rule{Queue: r.Queue, Prefix: r.Prefix, OwnerKind: r.OwnerKind})
+		resp.Rules = append(resp.Rules, &observerv1.Rule{Queue: r.Queue, Prefix: r.Prefix, OwnerKind: r.OwnerKind,
+			Source: ruleSource(r), DeclarationKey: r.Declaration})
+	}
+	for _, d := range o.statuses {
+		resp.Declarations = append(resp.Declarations, &observerv1.DeclarationStatus{Key: d.Key, ModRevision: d.ModRevision,
+			Queue: d.Queue, InForceRevision: d.InForceRevision, Refused: d.Refused})
 	}
 	return resp
+}
+
+func ruleSource(r rules.Rule) observerv1.RuleSource {
+	switch {
+	case r.Source == rules.SourceBuiltin:
+		return observerv1.RuleSource_RULE_SOURCE_BUILTIN
+	case r.Source == rules.SourceDeclaration:
+		return observerv1.RuleSource_RULE_SOURCE_DECLARATION
+	case r.Line > 0:
+		return observerv1.RuleSource_RULE_SOURCE_FILE
+	default:
+		return observerv1.RuleSource_RULE_SOURCE_CONFIG
+	}
+}
+
+// declarationCounts returns the declarations in force and refused.
+func (o *observer) declarationCounts() (inForce, refused int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, d := range o.statuses {
+		if d.InForceRevision > 0 {
+			inForce++
+		}
+		if d.Refused != "" {
+			refused++
+		}
+	}
+	return inForce, refused
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonrun/baton/client/kinds"
 	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"github.com/batonrun/baton/services/observer/internal/checkpoint"
@@ -32,6 +33,7 @@ type Config struct {
 	EtcdEndpoints []string
 	QueueAddr     string
 	// RulesFile is a YAML rules file; empty means the built-in rules.
+	// Either way the controllers' declarations in etcd add to them.
 	RulesFile string
 	// Resync, if positive, re-announces every cached object at
 	// PRIORITY_LOW this often.
@@ -112,8 +114,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// LoadRules returns the rules Run would use: cfg.Rules, else the file, else
-// the built-in rules; and warnings about the file.
+// LoadRules returns the configured rules Run would use: cfg.Rules, else
+// the file, else the built-in rules; and warnings about the file. The
+// controllers' declarations in etcd add to them while Run runs.
 func LoadRules(cfg Config) ([]rules.Rule, []string, error) {
 	rs, warnings, err := loadRules(cfg)
 	if err != nil {
@@ -122,6 +125,9 @@ func LoadRules(cfg Config) ([]rules.Rule, []string, error) {
 	for _, r := range rs {
 		if strings.HasPrefix(checkpoint.Root, r.Prefix) || strings.HasPrefix(r.Prefix, checkpoint.Root) {
 			return nil, nil, fmt.Errorf("rules: prefix %s would watch the observer's own keys under %s (its checkpoint and known-key record)", r.Prefix, checkpoint.Root)
+		}
+		if strings.HasPrefix(kinds.DeclarationPrefix, r.Prefix) || strings.HasPrefix(r.Prefix, kinds.DeclarationPrefix) {
+			return nil, nil, fmt.Errorf("rules: prefix %s would watch the controllers' declarations under %s, which the observer watches itself", r.Prefix, kinds.DeclarationPrefix)
 		}
 	}
 	return rs, warnings, nil
@@ -198,9 +204,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var wg sync.WaitGroup
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
-	for _, in := range o.informers {
-		wg.Go(func() { _ = in.Run(workCtx) })
-	}
+	wg.Go(func() { o.run(workCtx) })
 	outboxDone := make(chan struct{})
 	go func() {
 		defer close(outboxDone)

@@ -25,6 +25,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RuleSource says where a rule in force comes from.
+type RuleSource int32
+
+const (
+	// Not reported (an observer older than this field).
+	RuleSource_RULE_SOURCE_UNSPECIFIED RuleSource = 0
+	// The reference controllers' rules, built into the observer.
+	RuleSource_RULE_SOURCE_BUILTIN RuleSource = 1
+	// The rules file given with --rules.
+	RuleSource_RULE_SOURCE_FILE RuleSource = 2
+	// Given in code by a program that embeds the observer.
+	RuleSource_RULE_SOURCE_CONFIG RuleSource = 3
+	// A controller's declaration in etcd, under /baton/rules/.
+	RuleSource_RULE_SOURCE_DECLARATION RuleSource = 4
+)
+
+// Enum value maps for RuleSource.
+var (
+	RuleSource_name = map[int32]string{
+		0: "RULE_SOURCE_UNSPECIFIED",
+		1: "RULE_SOURCE_BUILTIN",
+		2: "RULE_SOURCE_FILE",
+		3: "RULE_SOURCE_CONFIG",
+		4: "RULE_SOURCE_DECLARATION",
+	}
+	RuleSource_value = map[string]int32{
+		"RULE_SOURCE_UNSPECIFIED": 0,
+		"RULE_SOURCE_BUILTIN":     1,
+		"RULE_SOURCE_FILE":        2,
+		"RULE_SOURCE_CONFIG":      3,
+		"RULE_SOURCE_DECLARATION": 4,
+	}
+)
+
+func (x RuleSource) Enum() *RuleSource {
+	p := new(RuleSource)
+	*p = x
+	return p
+}
+
+func (x RuleSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RuleSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_baton_observer_v1_observer_proto_enumTypes[0].Descriptor()
+}
+
+func (RuleSource) Type() protoreflect.EnumType {
+	return &file_baton_observer_v1_observer_proto_enumTypes[0]
+}
+
+func (x RuleSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RuleSource.Descriptor instead.
+func (RuleSource) EnumDescriptor() ([]byte, []int) {
+	return file_baton_observer_v1_observer_proto_rawDescGZIP(), []int{0}
+}
+
 // GetRequest names one object.
 type GetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -430,7 +491,10 @@ type StatusResponse struct {
 	// The rules in force.
 	Rules []*Rule `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
 	// Keys waiting per queue.
-	Outboxes      []*OutboxStatus `protobuf:"bytes,4,rep,name=outboxes,proto3" json:"outboxes,omitempty"`
+	Outboxes []*OutboxStatus `protobuf:"bytes,4,rep,name=outboxes,proto3" json:"outboxes,omitempty"`
+	// Every controller's declaration found under /baton/rules/, by key, and
+	// what became of it.
+	Declarations  []*DeclarationStatus `protobuf:"bytes,5,rep,name=declarations,proto3" json:"declarations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -489,6 +553,13 @@ func (x *StatusResponse) GetRules() []*Rule {
 func (x *StatusResponse) GetOutboxes() []*OutboxStatus {
 	if x != nil {
 		return x.Outboxes
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetDeclarations() []*DeclarationStatus {
+	if x != nil {
+		return x.Declarations
 	}
 	return nil
 }
@@ -657,9 +728,14 @@ type Rule struct {
 	Prefix string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// Empty: the object's own namespace/name is the key. Otherwise the key of
 	// each owner of this kind in metadata.ownerReferences.
-	OwnerKind     string `protobuf:"bytes,3,opt,name=owner_kind,json=ownerKind,proto3" json:"owner_kind,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OwnerKind string `protobuf:"bytes,3,opt,name=owner_kind,json=ownerKind,proto3" json:"owner_kind,omitempty"`
+	// Where the rule comes from (the first source that states it).
+	Source RuleSource `protobuf:"varint,4,opt,name=source,proto3,enum=baton.observer.v1.RuleSource" json:"source,omitempty"`
+	// For RULE_SOURCE_DECLARATION: the etcd key of the declaration, e.g.
+	// /baton/rules/greetings.
+	DeclarationKey string `protobuf:"bytes,5,opt,name=declaration_key,json=declarationKey,proto3" json:"declaration_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Rule) Reset() {
@@ -713,6 +789,105 @@ func (x *Rule) GetOwnerKind() string {
 	return ""
 }
 
+func (x *Rule) GetSource() RuleSource {
+	if x != nil {
+		return x.Source
+	}
+	return RuleSource_RULE_SOURCE_UNSPECIFIED
+}
+
+func (x *Rule) GetDeclarationKey() string {
+	if x != nil {
+		return x.DeclarationKey
+	}
+	return ""
+}
+
+// DeclarationStatus is one controller's declaration (client/kinds) and
+// whether the observer executes it.
+type DeclarationStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The etcd key, /baton/rules/<queue>.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The etcd revision of the value's last change.
+	ModRevision int64 `protobuf:"varint,2,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
+	// The declared queue; empty if the value does not parse.
+	Queue string `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The mod revision of the version whose rules are in force: mod_revision,
+	// an earlier one while the current value is refused, or 0 for none.
+	InForceRevision int64 `protobuf:"varint,4,opt,name=in_force_revision,json=inForceRevision,proto3" json:"in_force_revision,omitempty"`
+	// Why the current value is refused (not valid, or a prefix that nests
+	// inside or around one in force); empty when it is in force.
+	Refused       string `protobuf:"bytes,5,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclarationStatus) Reset() {
+	*x = DeclarationStatus{}
+	mi := &file_baton_observer_v1_observer_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclarationStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclarationStatus) ProtoMessage() {}
+
+func (x *DeclarationStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_observer_v1_observer_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclarationStatus.ProtoReflect.Descriptor instead.
+func (*DeclarationStatus) Descriptor() ([]byte, []int) {
+	return file_baton_observer_v1_observer_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DeclarationStatus) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *DeclarationStatus) GetModRevision() int64 {
+	if x != nil {
+		return x.ModRevision
+	}
+	return 0
+}
+
+func (x *DeclarationStatus) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *DeclarationStatus) GetInForceRevision() int64 {
+	if x != nil {
+		return x.InForceRevision
+	}
+	return 0
+}
+
+func (x *DeclarationStatus) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
 var File_baton_observer_v1_observer_proto protoreflect.FileDescriptor
 
 const file_baton_observer_v1_observer_proto_rawDesc = "" +
@@ -746,13 +921,14 @@ const file_baton_observer_v1_observer_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12!\n" +
 	"\fmod_revision\x18\x03 \x01(\x03R\vmodRevision\"\x0f\n" +
-	"\rStatusRequest\"\xda\x01\n" +
+	"\rStatusRequest\"\xa4\x02\n" +
 	"\x0eStatusResponse\x12;\n" +
 	"\bprefixes\x18\x01 \x03(\v2\x1f.baton.observer.v1.PrefixStatusR\bprefixes\x12\x1f\n" +
 	"\voutbox_size\x18\x02 \x01(\x04R\n" +
 	"outboxSize\x12-\n" +
 	"\x05rules\x18\x03 \x03(\v2\x17.baton.observer.v1.RuleR\x05rules\x12;\n" +
-	"\boutboxes\x18\x04 \x03(\v2\x1f.baton.observer.v1.OutboxStatusR\boutboxes\"\xf2\x01\n" +
+	"\boutboxes\x18\x04 \x03(\v2\x1f.baton.observer.v1.OutboxStatusR\boutboxes\x12H\n" +
+	"\fdeclarations\x18\x05 \x03(\v2$.baton.observer.v1.DeclarationStatusR\fdeclarations\"\xf2\x01\n" +
 	"\fPrefixStatus\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12+\n" +
 	"\x11observed_revision\x18\x02 \x01(\x03R\x10observedRevision\x12#\n" +
@@ -764,12 +940,27 @@ const file_baton_observer_v1_observer_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x03 \x01(\tR\tlastError\"S\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError\"\xb3\x01\n" +
 	"\x04Rule\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x1d\n" +
 	"\n" +
-	"owner_kind\x18\x03 \x01(\tR\townerKind2\xfe\x01\n" +
+	"owner_kind\x18\x03 \x01(\tR\townerKind\x125\n" +
+	"\x06source\x18\x04 \x01(\x0e2\x1d.baton.observer.v1.RuleSourceR\x06source\x12'\n" +
+	"\x0fdeclaration_key\x18\x05 \x01(\tR\x0edeclarationKey\"\xa4\x01\n" +
+	"\x11DeclarationStatus\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12!\n" +
+	"\fmod_revision\x18\x02 \x01(\x03R\vmodRevision\x12\x14\n" +
+	"\x05queue\x18\x03 \x01(\tR\x05queue\x12*\n" +
+	"\x11in_force_revision\x18\x04 \x01(\x03R\x0finForceRevision\x12\x18\n" +
+	"\arefused\x18\x05 \x01(\tR\arefused*\x8d\x01\n" +
+	"\n" +
+	"RuleSource\x12\x1b\n" +
+	"\x17RULE_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13RULE_SOURCE_BUILTIN\x10\x01\x12\x14\n" +
+	"\x10RULE_SOURCE_FILE\x10\x02\x12\x16\n" +
+	"\x12RULE_SOURCE_CONFIG\x10\x03\x12\x1b\n" +
+	"\x17RULE_SOURCE_DECLARATION\x10\x042\xfe\x01\n" +
 	"\x0fObserverService\x12I\n" +
 	"\x03Get\x12\x1d.baton.observer.v1.GetRequest\x1a\x1e.baton.observer.v1.GetResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\x04List\x12\x1e.baton.observer.v1.ListRequest\x1a\x1f.baton.observer.v1.ListResponse\"\x03\x90\x02\x01\x12R\n" +
@@ -787,35 +978,40 @@ func file_baton_observer_v1_observer_proto_rawDescGZIP() []byte {
 	return file_baton_observer_v1_observer_proto_rawDescData
 }
 
-var file_baton_observer_v1_observer_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_baton_observer_v1_observer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_baton_observer_v1_observer_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_baton_observer_v1_observer_proto_goTypes = []any{
-	(*GetRequest)(nil),     // 0: baton.observer.v1.GetRequest
-	(*GetResponse)(nil),    // 1: baton.observer.v1.GetResponse
-	(*ListRequest)(nil),    // 2: baton.observer.v1.ListRequest
-	(*ListResponse)(nil),   // 3: baton.observer.v1.ListResponse
-	(*Object)(nil),         // 4: baton.observer.v1.Object
-	(*StatusRequest)(nil),  // 5: baton.observer.v1.StatusRequest
-	(*StatusResponse)(nil), // 6: baton.observer.v1.StatusResponse
-	(*PrefixStatus)(nil),   // 7: baton.observer.v1.PrefixStatus
-	(*OutboxStatus)(nil),   // 8: baton.observer.v1.OutboxStatus
-	(*Rule)(nil),           // 9: baton.observer.v1.Rule
+	(RuleSource)(0),           // 0: baton.observer.v1.RuleSource
+	(*GetRequest)(nil),        // 1: baton.observer.v1.GetRequest
+	(*GetResponse)(nil),       // 2: baton.observer.v1.GetResponse
+	(*ListRequest)(nil),       // 3: baton.observer.v1.ListRequest
+	(*ListResponse)(nil),      // 4: baton.observer.v1.ListResponse
+	(*Object)(nil),            // 5: baton.observer.v1.Object
+	(*StatusRequest)(nil),     // 6: baton.observer.v1.StatusRequest
+	(*StatusResponse)(nil),    // 7: baton.observer.v1.StatusResponse
+	(*PrefixStatus)(nil),      // 8: baton.observer.v1.PrefixStatus
+	(*OutboxStatus)(nil),      // 9: baton.observer.v1.OutboxStatus
+	(*Rule)(nil),              // 10: baton.observer.v1.Rule
+	(*DeclarationStatus)(nil), // 11: baton.observer.v1.DeclarationStatus
 }
 var file_baton_observer_v1_observer_proto_depIdxs = []int32{
-	4, // 0: baton.observer.v1.ListResponse.items:type_name -> baton.observer.v1.Object
-	7, // 1: baton.observer.v1.StatusResponse.prefixes:type_name -> baton.observer.v1.PrefixStatus
-	9, // 2: baton.observer.v1.StatusResponse.rules:type_name -> baton.observer.v1.Rule
-	8, // 3: baton.observer.v1.StatusResponse.outboxes:type_name -> baton.observer.v1.OutboxStatus
-	0, // 4: baton.observer.v1.ObserverService.Get:input_type -> baton.observer.v1.GetRequest
-	2, // 5: baton.observer.v1.ObserverService.List:input_type -> baton.observer.v1.ListRequest
-	5, // 6: baton.observer.v1.ObserverService.Status:input_type -> baton.observer.v1.StatusRequest
-	1, // 7: baton.observer.v1.ObserverService.Get:output_type -> baton.observer.v1.GetResponse
-	3, // 8: baton.observer.v1.ObserverService.List:output_type -> baton.observer.v1.ListResponse
-	6, // 9: baton.observer.v1.ObserverService.Status:output_type -> baton.observer.v1.StatusResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5,  // 0: baton.observer.v1.ListResponse.items:type_name -> baton.observer.v1.Object
+	8,  // 1: baton.observer.v1.StatusResponse.prefixes:type_name -> baton.observer.v1.PrefixStatus
+	10, // 2: baton.observer.v1.StatusResponse.rules:type_name -> baton.observer.v1.Rule
+	9,  // 3: baton.observer.v1.StatusResponse.outboxes:type_name -> baton.observer.v1.OutboxStatus
+	11, // 4: baton.observer.v1.StatusResponse.declarations:type_name -> baton.observer.v1.DeclarationStatus
+	0,  // 5: baton.observer.v1.Rule.source:type_name -> baton.observer.v1.RuleSource
+	1,  // 6: baton.observer.v1.ObserverService.Get:input_type -> baton.observer.v1.GetRequest
+	3,  // 7: baton.observer.v1.ObserverService.List:input_type -> baton.observer.v1.ListRequest
+	6,  // 8: baton.observer.v1.ObserverService.Status:input_type -> baton.observer.v1.StatusRequest
+	2,  // 9: baton.observer.v1.ObserverService.Get:output_type -> baton.observer.v1.GetResponse
+	4,  // 10: baton.observer.v1.ObserverService.List:output_type -> baton.observer.v1.ListResponse
+	7,  // 11: baton.observer.v1.ObserverService.Status:output_type -> baton.observer.v1.StatusResponse
+	9,  // [9:12] is the sub-list for method output_type
+	6,  // [6:9] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_baton_observer_v1_observer_proto_init() }
@@ -828,13 +1024,14 @@ func file_baton_observer_v1_observer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_observer_v1_observer_proto_rawDesc), len(file_baton_observer_v1_observer_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   10,
+			NumEnums:      1,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_baton_observer_v1_observer_proto_goTypes,
 		DependencyIndexes: file_baton_observer_v1_observer_proto_depIdxs,
+		EnumInfos:         file_baton_observer_v1_observer_proto_enumTypes,
 		MessageInfos:      file_baton_observer_v1_observer_proto_msgTypes,
 	}.Build()
 	File_baton_observer_v1_observer_proto = out.File

@@ -47,6 +47,21 @@
 // record); meanwhile the checkpoint advances up to just below the first key
 // the stored record lacks.
 //
+// # The set of prefixes
+//
+// Prefixes come and go while the observer runs (controllers declare what
+// they watch). A prefix added at run time is listed (its backlog) and
+// joins the checkpoint once listed; it holds the checkpoint back until its
+// keys are in a stored record (its ledger's keys are all new), so a stored
+// checkpoint always comes with a record that covers every prefix watched
+// when it was stored. A prefix removed leaves the checkpoint; its keys stay
+// in the stored record until the next rewrite, which costs at most deletes
+// announced again. At start, a prefix that the stored record does not
+// cover was not watched when it was written (it was declared while no
+// observer ran): its history since the checkpoint is replayed if etcd
+// still holds it, and otherwise it is listed from scratch
+// (ErrNotRecorded).
+//
 // Two observers share the checkpoint safely: it only grows (a
 // compare-and-swap on the zero-padded value), each writes only revisions
 // it has delivered, and each rewrites the record when the stored one is
