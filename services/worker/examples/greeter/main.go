@@ -10,8 +10,11 @@
 //
 //	"status": {"message": "hello, world", "observedGeneration": 1}
 //
-// The observer must announce changes under /registry/greetings/ to the
-// "greetings" queue (a rules file; see docs/workers.md).
+// The greeter declares what it watches (For Greeting, Owns Pod): before it
+// leases, the manager publishes that at /baton/rules/greetings in etcd, the
+// observer announces every change under /registry/greetings/ to the
+// "greetings" queue, and batonctl learns the kind (batonctl get greetings).
+// No rules file is needed; see docs/workers.md.
 package main
 
 import (
@@ -22,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/batonrun/baton/client/kinds"
 	observerclient "github.com/batonrun/baton/client/observer"
 	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/services/runtime/serve"
@@ -30,6 +34,10 @@ import (
 	"github.com/batonrun/baton/services/worker/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
+
+// GreetingKind is the Greeting's kind, its resource in etcd keys and the
+// names batonctl accepts for it.
+var GreetingKind = kinds.Kind{Kind: "Greeting", Resource: "greetings", Aliases: []string{"greeting"}}
 
 // GreetingSpec is what the user asks for.
 type GreetingSpec struct {
@@ -57,7 +65,7 @@ func (g *Greeter) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if err != nil {
 		return reconcile.Result{}, reconcile.Terminal(err) // a malformed key never heals
 	}
-	key := objects.Key("greetings", ns, name)
+	key := GreetingKind.Key(ns, name)
 	// Through the observer's cache, at least as new as this worker's writes.
 	g1, _, err := objects.Get[Greeting](ctx, g.Store, key)
 	if errors.Is(err, objects.ErrNotFound) {
@@ -108,8 +116,15 @@ func run(ctx context.Context, queueAddr, observerAddr, etcdAddr string, log *slo
 	defer queue.Close()
 
 	store := objects.NewStore(etcd, observer)
-	m := manager.New(queue, manager.Options{Logger: log})
-	if err := m.Add(manager.Controller{Name: "greetings", Reconciler: &Greeter{Store: store}, Concurrency: 2}); err != nil {
+	// With etcd, the manager publishes the controllers' declarations
+	// before it leases.
+	m := manager.New(queue, manager.Options{Logger: log, Etcd: etcd})
+	if err := m.Add(manager.Controller{
+		Name: "greetings", Reconciler: &Greeter{Store: store}, Concurrency: 2,
+		// What it watches: Greetings, and the pods that name one as owner
+		// (a change of such a pod announces the Greeting's key).
+		For: GreetingKind, Owns: []kinds.Kind{kinds.MustBuiltin(kinds.Pod)},
+	}); err != nil {
 		return err
 	}
 	return m.Run(ctx) // until SIGTERM; then finishes what is in flight
