@@ -16,16 +16,17 @@ replace (
 
 require (
 	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/batonctl v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/observer v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/queue v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/worker v0.0.0-00010101000000-000000000000
+	go.etcd.io/etcd/client/v3 v3.6.16
 )
 
 require (
-	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -58,7 +59,6 @@ require (
 	go.etcd.io/bbolt v1.4.3 // indirect
 	go.etcd.io/etcd/api/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect
-	go.etcd.io/etcd/client/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/server/v3 v3.6.16 // indirect
 	go.etcd.io/raft/v3 v3.6.0 // indirect
