@@ -33,7 +33,8 @@ import (
 	"google.golang.org/grpc/backoff"
 )
 
-// Config is baton-worker's configuration; the flags of DESIGN.md map onto it.
+// Config is baton-worker's configuration; the flags of the design
+// (docs/design.md) map onto it.
 type Config struct {
 	HTTPAddr string
 	// QueueAddr is the queue's gRPC address (host:port).
@@ -67,7 +68,7 @@ type Config struct {
 	Wrap func(controller string, r manager.Controller) manager.Controller
 }
 
-// DefaultConfig returns DESIGN.md's defaults.
+// DefaultConfig returns the defaults of the design (docs/design.md).
 func DefaultConfig() Config {
 	return Config{
 		HTTPAddr: ":9092", QueueAddr: "127.0.0.1:7070", ObserverAddr: "127.0.0.1:7071",

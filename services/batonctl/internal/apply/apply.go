@@ -1,9 +1,10 @@
-// Package apply writes manifests to etcd the way DESIGN.md asks every client
-// to: the object's metadata.uid is set when absent, metadata.generation is
-// bumped when spec changes, the stored status is kept as it is (status has
-// one writer, the controller), and every write is a compare-and-swap on the
-// key's mod_revision, retried on conflict with a fresh read, so an apply
-// never overwrites a controller's concurrent status update.
+// Package apply writes manifests to etcd the way the design (docs/design.md)
+// asks every client to: the object's metadata.uid is set when absent,
+// metadata.generation is bumped when spec changes, the stored status is kept
+// as it is (status has one writer, the controller), and every write is a
+// compare-and-swap on the key's mod_revision, retried on conflict with a
+// fresh read, so an apply never overwrites a controller's concurrent status
+// update.
 package apply
 
 import (
