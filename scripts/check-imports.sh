@@ -34,11 +34,7 @@ rules=(
 # The consumers' test packages follow the same lines (etcdembed and runtime
 # are libraries, not services).
 test_rules=(
-  # TEMPORARY exception: the observer's tests still run the queue server in
-  # their own process (services/observer/service/harness_test.go). Once they
-  # start baton-queue through test/framework, add queue here, as for the
-  # worker: ^$B/services/(queue|worker|batonctl|dev|experiment)(/|$)
-  "services/observer|^$B/services/(worker|batonctl|dev|experiment)(/|$)"
+  "services/observer|^$B/services/(queue|worker|batonctl|dev|experiment)(/|$)"
   "services/worker|^$B/services/(queue|observer|batonctl|dev|experiment)(/|$)"
   "services/batonctl|^$B/services/(queue|observer|worker|dev|experiment)(/|$)"
   "client|^$B/services/"
@@ -46,10 +42,7 @@ test_rules=(
 )
 # The modules a consumer's go.mod must not require.
 module_rules=(
-  # TEMPORARY exception, for the same reason: add queue here once
-  # services/observer/go.mod no longer requires it (go mod tidy after the
-  # harness is ported).
-  "services/observer|^$B/services/(worker|batonctl|dev|experiment)$"
+  "services/observer|^$B/services/(queue|worker|batonctl|dev|experiment)$"
   "services/worker|^$B/services/(queue|observer|batonctl|dev|experiment)$"
   "services/batonctl|^$B/services/(queue|observer|worker|dev|experiment)$"
   "client|^$B/services/"

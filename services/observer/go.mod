@@ -6,16 +6,16 @@ replace (
 	github.com/batonrun/baton/client => ../../client
 	github.com/batonrun/baton/proto => ../../proto
 	github.com/batonrun/baton/services/etcdembed => ../etcdembed
-	github.com/batonrun/baton/services/queue => ../queue
 	github.com/batonrun/baton/services/runtime => ../runtime
+	github.com/batonrun/baton/test/framework => ../../test/framework
 )
 
 require (
 	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
-	github.com/batonrun/baton/services/queue v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/test/framework v0.0.0-00010101000000-000000000000
 	github.com/google/btree v1.1.3
 	github.com/prometheus/client_golang v1.25.0
 	go.etcd.io/etcd/api/v3 v3.6.16

@@ -327,7 +327,6 @@ func waitRecordCovers(t testing.TB, cli *clientv3.Client, prefix string, rev int
 // meanwhile. The restarted observer announces the deletes from the
 // known-key record, the rest from its lists, and the widgets' backlog.
 func TestDeclaredPrefixSurvivesSIGKILLAndCompaction(t *testing.T) {
-	bin := observerBinary(t)
 	srv, cli := etcdWithClient(t)
 	q := startQueue(t)
 	publish(t, cli, greetingsDeclaration())
@@ -335,12 +334,11 @@ func TestDeclaredPrefixSurvivesSIGKILLAndCompaction(t *testing.T) {
 		name := fmt.Sprintf("g%03d", i)
 		put(t, cli, greetingKind.Key("crash", name), objectValue("Greeting", "crash", name, "", ""))
 	}
-	rulesFile, ga, ha := writeRulesFile(t), freeAddr(t), freeAddr(t)
-	o := startObserverProcess(t, bin, ga, ha, rulesFile, srv.Endpoints(), q.addr)
+	o := startObserverProcess(t, srv.Endpoints(), q.addr)
 	settle(t, o, cli)
 	q.drainQueues(t, "greetings")
 	waitRecordCovers(t, cli, "/registry/greetings/", lastChange(t, cli))
-	o.stop() // SIGKILL
+	o.proc.Kill()
 
 	var deleted []string
 	for i := range 5 {
@@ -357,7 +355,8 @@ func TestDeclaredPrefixSurvivesSIGKILLAndCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	o2 := startObserverProcess(t, bin, ga, ha, rulesFile, srv.Endpoints(), q.addr)
+	o.proc.Start() // the same ports
+	o2 := o
 	settle(t, o2, cli)
 	want := append(slices.Clone(deleted), "crash/g100", "crash/g010")
 	got, err := q.keys(t.Context(), "greetings")

@@ -11,8 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -26,7 +24,7 @@ import (
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"github.com/batonrun/baton/services/observer/service"
-	queuesvc "github.com/batonrun/baton/services/queue/service"
+	"github.com/batonrun/baton/test/framework"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -91,58 +89,18 @@ func newEtcdClient(t testing.TB, endpoints []string) *clientv3.Client {
 	return cli
 }
 
-// queueProc is a real baton-queue service running in the test process; it
-// can be stopped and started again on the same address and data dir.
+// queueProc is a real baton-queue process (test/framework): Stop and
+// Start keep its address and data dir.
 type queueProc struct {
-	t      testing.TB
+	*framework.Queue
 	addr   string
-	dir    string
-	cancel context.CancelFunc
-	done   chan error
 	client *queueclient.Client
 }
 
 func startQueue(t testing.TB) *queueProc {
 	t.Helper()
-	q := &queueProc{t: t, addr: "127.0.0.1:0", dir: t.TempDir()}
-	q.start()
-	c, err := queueclient.Dial(q.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.client = c
-	t.Cleanup(func() { q.stop(); c.Close() })
-	return q
-}
-
-func (q *queueProc) start() {
-	q.t.Helper()
-	cfg := queuesvc.DefaultConfig()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = q.addr, "127.0.0.1:0", q.dir
-	cfg.GracePeriod = time.Second
-	listening := make(chan string, 1)
-	cfg.OnListen = func(g, _ net.Addr) { listening <- g.String() }
-	ctx, cancel := context.WithCancel(context.Background())
-	q.cancel, q.done = cancel, make(chan error, 1)
-	go func() { q.done <- queuesvc.Run(ctx, cfg, nil) }()
-	select {
-	case q.addr = <-listening:
-	case err := <-q.done:
-		q.t.Fatalf("queue: %v", err)
-	case <-time.After(30 * time.Second):
-		q.t.Fatal("queue did not start")
-	}
-}
-
-func (q *queueProc) stop() {
-	if q.cancel == nil {
-		return
-	}
-	q.cancel()
-	if err := <-q.done; err != nil {
-		q.t.Errorf("queue: %v", err)
-	}
-	q.cancel = nil
+	fq := framework.StartQueue(t, framework.QueueOptions{})
+	return &queueProc{Queue: fq, addr: fq.Addr, client: fq.Client}
 }
 
 // keys returns every key of queue, in any state.
@@ -199,9 +157,8 @@ type observerConn struct {
 	grpcAddr, httpAddr string
 	rpc                observerv1.ObserverServiceClient
 	conn               *grpc.ClientConn
-	stop               func() // stops it (in-process) or kills it (child)
-	cmd                *exec.Cmd
-	exited             chan struct{} // child only: closed when it has exited
+	stop               func()              // stops it (in-process) or kills it (child)
+	proc               *framework.Observer // child only
 }
 
 func dialObserver(t testing.TB, addr string) (*grpc.ClientConn, observerv1.ObserverServiceClient) {
@@ -264,89 +221,15 @@ func startObserverLog(t testing.TB, endpoints []string, queueAddr string, mod fu
 	return o
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// observerBinary builds cmd/baton-observer into a temporary directory, once
-// per test process, with scripts/build.sh's flags (so the build cache that
-// script fills is reused). A prebuilt bin/baton-observer is not used: it
-// may be older than the code under test. BATON_OBSERVER_BIN names a binary
-// to use instead.
-func observerBinary(t testing.TB) string {
+// startObserverProcess runs the baton-observer binary (test/framework)
+// with the test rules and waits until it is ready; proc.Kill and
+// proc.Start restart it on the same ports.
+func startObserverProcess(t testing.TB, endpoints []string, queueAddr string) *observerConn {
 	t.Helper()
-	buildOnce.Do(func() {
-		if p := os.Getenv("BATON_OBSERVER_BIN"); p != "" {
-			builtBin = p
-			return
-		}
-		dir, err := os.MkdirTemp("", "baton-observer-test")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "baton-observer")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", builtBin, "../cmd/baton-observer")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
-
-// startObserverProcess runs the baton-observer binary on fixed ports (so it
-// can be restarted on the same ones) and waits until it is ready.
-func startObserverProcess(t testing.TB, bin, grpcAddr, httpAddr, rulesFile string, endpoints []string, queueAddr string) *observerConn {
-	t.Helper()
-	cmd := exec.Command(bin, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-		"--etcd-endpoints", strings.Join(endpoints, ","), "--queue-addr", queueAddr, "--rules", rulesFile, "--log-level", "info")
-	cmd.Stderr = &testWriter{t: t, prefix: "observer: "}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	o := &observerConn{grpcAddr: grpcAddr, httpAddr: httpAddr, cmd: cmd, exited: exited}
-	o.stop = func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}
-	t.Cleanup(o.stop)
-	o.conn, o.rpc = dialObserver(t, grpcAddr)
-	waitFor(t, 60*time.Second, "observer process to be ready", func() (bool, string) {
-		select {
-		case <-exited:
-			t.Fatalf("observer exited: %v", cmd.ProcessState)
-		default:
-		}
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-		defer cancel()
-		if err := probeReady(ctx, httpAddr); err != nil {
-			return false, err.Error()
-		}
-		return true, ""
-	})
+	fo := framework.StartObserver(t, framework.ObserverOptions{EtcdEndpoints: endpoints, QueueAddr: queueAddr, Rules: testRulesYAML})
+	o := &observerConn{grpcAddr: fo.Addr, httpAddr: fo.HTTPAddr, proc: fo, stop: fo.Kill}
+	o.conn, o.rpc = dialObserver(t, fo.Addr)
 	return o
-}
-
-// testWriter sends a child's output to the test log.
-type testWriter struct {
-	t      testing.TB
-	prefix string
-	mu     sync.Mutex
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.t.Logf("%s%s", w.prefix, strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 func probeReady(ctx context.Context, httpAddr string) error {
@@ -591,26 +474,33 @@ func (w *world) checkQueue(t testing.TB, q *queueProc) {
 	}
 }
 
-// stopProcess and contProcess SIGSTOP and SIGCONT a child.
-func signal(t testing.TB, cmd *exec.Cmd, sig syscall.Signal) {
+// signal sends sig to an observer process (SIGSTOP and SIGCONT freeze it).
+func signal(t testing.TB, p *framework.Observer, sig syscall.Signal) {
 	t.Helper()
-	if err := cmd.Process.Signal(sig); err != nil {
+	if err := p.Signal(sig); err != nil {
 		t.Fatalf("signal %v: %v", sig, err)
 	}
 }
 
 // etcdWithClient starts etcd (startEtcd) and a client for the test.
-func etcdWithClient(t testing.TB) (etcdServer, *clientv3.Client) {
+func etcdWithClient(t testing.TB) (*framework.Etcd, *clientv3.Client) {
 	t.Helper()
 	srv := startEtcd(t)
-	return srv, newEtcdClient(t, srv.Endpoints())
+	return srv, srv.Client
 }
 
-// TestMain removes the binary observerBinary built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if builtBin != "" && os.Getenv("BATON_OBSERVER_BIN") == "" {
-		os.RemoveAll(filepath.Dir(builtBin))
+// startEtcd starts the etcd of the test: embedded in the test process by
+// default, or, when BATON_TEST_ETCD_BIN names an etcd binary, that binary
+// as a child process. scripts/etcd-compat.sh uses the second to run these
+// tests against the oldest and newest etcd releases Baton supports, which
+// cannot be embedded beside the one go.mod requires.
+func startEtcd(t testing.TB) *framework.Etcd {
+	t.Helper()
+	if bin := os.Getenv("BATON_TEST_ETCD_BIN"); bin != "" {
+		return framework.StartEtcdProcess(t, bin)
 	}
-	os.Exit(code)
+	return framework.StartEtcd(t)
 }
+
+// TestMain removes the binaries test/framework built.
+func TestMain(m *testing.M) { os.Exit(framework.RunTests(m)) }

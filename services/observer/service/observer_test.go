@@ -22,6 +22,7 @@ import (
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"github.com/batonrun/baton/services/observer/service"
+	"github.com/batonrun/baton/test/framework"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -130,29 +131,20 @@ func headRevision(t testing.TB, cli *clientv3.Client) int64 {
 	return resp.Header.Revision
 }
 
-func writeRulesFile(t testing.TB) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(testRulesYAML), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // The observer process is frozen (SIGSTOP) while changes are made, then
 // continued.
 func TestNoChangeMissedAcrossSIGSTOP(t *testing.T) {
-	bin := observerBinary(t)
 	srv, cli := etcdWithClient(t)
 	q := startQueue(t)
-	o := startObserverProcess(t, bin, freeAddr(t), freeAddr(t), writeRulesFile(t), srv.Endpoints(), q.addr)
+	o := startObserverProcess(t, srv.Endpoints(), q.addr)
+	bin := framework.Binary(t, "baton-observer")
 	w := setup(t, o, cli, q, "sigstop")
 
 	ops := w.churn(60)
 	w.applyAll(t, cli, ops[:20])
-	signal(t, o.cmd, syscall.SIGSTOP)
+	signal(t, o.proc, syscall.SIGSTOP)
 	w.applyAll(t, cli, ops[20:])
-	signal(t, o.cmd, syscall.SIGCONT)
+	signal(t, o.proc, syscall.SIGCONT)
 
 	settle(t, o, cli)
 	w.checkQueue(t, q)
@@ -164,13 +156,8 @@ func TestNoChangeMissedAcrossSIGSTOP(t *testing.T) {
 		out, err := exec.Command(bin, "healthcheck", "--grpc-addr", o.grpcAddr, "--http-addr", o.httpAddr).CombinedOutput()
 		return err == nil, fmt.Sprintf("%v: %s", err, out)
 	})
-	signal(t, o.cmd, syscall.SIGTERM)
-	select {
-	case <-o.exited:
-		if code := o.cmd.ProcessState.ExitCode(); code != 0 {
-			t.Errorf("exit status after SIGTERM = %d, want 0", code)
-		}
-	case <-time.After(30 * time.Second):
+	o.proc.Stop() // SIGTERM; fails the test unless it exits with status 0
+	if o.proc.Running() {
 		t.Fatal("observer did not exit after SIGTERM")
 	}
 	if out, err := exec.Command(bin, "healthcheck", "--grpc-addr", o.grpcAddr, "--http-addr", o.httpAddr).CombinedOutput(); err == nil {
@@ -182,11 +169,9 @@ func TestNoChangeMissedAcrossSIGSTOP(t *testing.T) {
 // started again: its full list at start announces everything, and what its
 // outbox held when it died is not lost.
 func TestNoChangeMissedAcrossSIGKILL(t *testing.T) {
-	bin := observerBinary(t)
 	srv, cli := etcdWithClient(t)
 	q := startQueue(t)
-	rulesFile, ga, ha := writeRulesFile(t), freeAddr(t), freeAddr(t)
-	o := startObserverProcess(t, bin, ga, ha, rulesFile, srv.Endpoints(), q.addr)
+	o := startObserverProcess(t, srv.Endpoints(), q.addr)
 	w := setup(t, o, cli, q, "sigkill")
 	// The restarted observer replays etcd's history from the checkpoint:
 	// wait for it to cover the setup, so the replay starts there.
@@ -202,13 +187,13 @@ func TestNoChangeMissedAcrossSIGKILL(t *testing.T) {
 
 	ops := w.churn(60)
 	w.applyAll(t, cli, ops[:20])
-	o.stop() // SIGKILL
+	o.proc.Kill()
 	w.applyAll(t, cli, ops[20:])
-	o2 := startObserverProcess(t, bin, ga, ha, rulesFile, srv.Endpoints(), q.addr)
+	o.proc.Start() // the same ports
 
-	settle(t, o2, cli)
+	settle(t, o, cli)
 	w.checkQueue(t, q)
-	checkCache(t, o2, cli)
+	checkCache(t, o, cli)
 }
 
 // The queue is down while 10,000 events on 100 keys arrive: the outbox holds
@@ -219,7 +204,7 @@ func TestOutboxWhileQueueDown(t *testing.T) {
 	q := startQueue(t)
 	o := startObserver(t, srv.Endpoints(), q.addr, nil)
 	settle(t, o, cli)
-	q.stop()
+	q.Stop()
 
 	const events, keys = 10000, 100
 	var (
@@ -308,7 +293,7 @@ func TestOutboxWhileQueueDown(t *testing.T) {
 		t.Errorf("events_total = %d, want at least %d", pe, events)
 	}
 
-	q.start() // same address and data dir
+	q.Start() // same address and data dir
 	settle(t, o, cli)
 	got, err := q.keys(t.Context(), "pods")
 	if err != nil {
