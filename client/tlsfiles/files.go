@@ -55,8 +55,8 @@ func (e *FileError) Unwrap() error { return e.Err }
 // Config names the files and says where their problems go.
 type Config struct {
 	// CertFile is this process's certificate in PEM, the leaf first and
-	// then any intermediates; KeyFile its private key in PEM (PKCS #8,
-	// SEC 1 or PKCS #1). Both or neither: without them a server cannot be
+	// then any intermediates; KeyFile its private key in PEM (PKCS8,
+	// SEC1 or PKCS1). Both or neither: without them a server cannot be
 	// built, and a client presents no certificate.
 	CertFile, KeyFile string
 	// CAFile is the PEM bundle of the CAs that verify the other side.
