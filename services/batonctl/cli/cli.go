@@ -7,6 +7,7 @@
 //	batonctl queue stats
 //	batonctl watch
 //	batonctl status
+//	batonctl certs init certs/
 //
 // Main is the whole program behind a function, so tests drive it in-process
 // exactly as a user drives the binary. Every failure is printed to stderr
@@ -131,6 +132,7 @@ var commands = map[string]func(context.Context, *app, []string) error{
 	"watch":      cmdWatch,
 	"status":     cmdStatus,
 	"experiment": cmdExperiment,
+	"certs":      cmdCerts,
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
@@ -152,6 +154,8 @@ Commands:
   watch                          a live table of queue depth, rates and oldest age
   status                         each service's health, the observer's revision and lag
   experiment <name>              an investigation's experiment: burst, repeat, failure, clean (runs baton-experiment)
+  certs init DIR                 a CA and a certificate for each service and kind of user (--hosts, --days, --force)
+  certs issue --dir D --name N   one more certificate from D's CA (--roles, --hosts, --days, --force)
 
 Resources: deployments (deploy), replicasets (rs), statefulsets (sts), jobs, pods (po), all (get only)
 
