@@ -41,7 +41,7 @@ func TestCertsCommands(t *testing.T) {
 	}
 
 	r = runCtx(t, t.Context(), "", "certs", "init", dir)
-	if r.code != 1 || !strings.Contains(r.stderr, "error: "+filepath.Join(dir, "ca.crt")+" and 15 more exist: nothing written (--force replaces them)") {
+	if r.code != 1 || !strings.Contains(r.stderr, "error: "+filepath.Join(dir, "ca.key")+" and 15 more exist: nothing written (--force replaces them)") {
 		t.Errorf("init over an existing directory: %+v", r)
 	}
 	runCtx(t, t.Context(), "", "certs", "init", dir, "--force", "--hosts", "queue.baton.svc,10.0.0.7", "--days", "30").mustSucceed(t)

@@ -331,9 +331,10 @@ func Init(dir string, ca *CA, leaves []Leaf, force bool, now time.Time) ([]Writt
 	if err != nil {
 		return nil, err
 	}
+	// Each key before its certificate, as Issue writes them.
 	out := []output{
-		{name: CAName + ".crt", data: encodeCert(ca.Cert.Raw), mode: 0o644},
 		{name: CAName + ".key", data: caKey, mode: 0o600},
+		{name: CAName + ".crt", data: encodeCert(ca.Cert.Raw), mode: 0o644},
 	}
 	written := []Written{{CertFile: filepath.Join(dir, CAName+".crt"), KeyFile: filepath.Join(dir, CAName+".key"), Cert: ca.Cert}}
 	for _, l := range leaves {
@@ -341,7 +342,7 @@ func Init(dir string, ca *CA, leaves []Leaf, force bool, now time.Time) ([]Writt
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, output{name: l.Name + ".crt", data: certPEM, mode: 0o644}, output{name: l.Name + ".key", data: keyPEM, mode: 0o600})
+		out = append(out, output{name: l.Name + ".key", data: keyPEM, mode: 0o600}, output{name: l.Name + ".crt", data: certPEM, mode: 0o644})
 		written = append(written, Written{CertFile: filepath.Join(dir, l.Name+".crt"), KeyFile: filepath.Join(dir, l.Name+".key"), Cert: cert})
 	}
 	if err := writeAll(dir, out, force); err != nil {

@@ -135,7 +135,7 @@ func TestInitRefusesToOverwrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Init(dir, ca, Defaults(DefaultHosts(), DefaultDays), false, time.Now())
-	if !errors.Is(err, ErrExist) || !strings.Contains(err.Error(), filepath.Join(dir, "ca.crt")+" and 15 more exist") {
+	if !errors.Is(err, ErrExist) || !strings.Contains(err.Error(), filepath.Join(dir, "ca.key")+" and 15 more exist") {
 		t.Fatalf("Init over an existing directory: %v", err)
 	}
 	if after, _ := os.ReadFile(filepath.Join(dir, "ca.key")); !bytes.Equal(before, after) {
