@@ -258,54 +258,12 @@ func Parse(name string, data []byte) ([]Rule, []string, error) {
 		return fail(list.Line, "rules is empty: an observer without rules has nothing to do")
 	}
 	for _, item := range list.Content {
-		if item.Kind != yaml.MappingNode {
-			return fail(item.Line, "a rule must be a mapping with queue, prefix and optional ownerKind, not %s", kindString(item))
+		r, warning, err := parseRule(name, item)
+		if err != nil {
+			return nil, nil, err
 		}
-		r := Rule{Line: item.Line}
-		seen := map[string]bool{}
-		for i := 0; i+1 < len(item.Content); i += 2 {
-			k, v := item.Content[i], item.Content[i+1]
-			if seen[k.Value] {
-				return fail(k.Line, "field %q given twice", k.Value)
-			}
-			seen[k.Value] = true
-			if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
-				return fail(v.Line, "%s must be a string", k.Value)
-			}
-			switch k.Value {
-			case "queue":
-				if !dnsLabel.MatchString(v.Value) {
-					return fail(v.Line, "queue %q is not a DNS label (lower-case letters, digits and '-', at most 63)", v.Value)
-				}
-				r.Queue = v.Value
-			case "prefix":
-				switch {
-				case !strings.HasPrefix(v.Value, "/"):
-					return fail(v.Line, "prefix %q must start with /", v.Value)
-				case !strings.HasSuffix(v.Value, "/") || v.Value == "/":
-					// Without the trailing slash /registry/pod would also
-					// match /registry/pods/…; "/" would watch all of etcd.
-					return fail(v.Line, "prefix %q must be a directory below / ending with /", v.Value)
-				}
-				r.Prefix = v.Value
-			case "ownerKind":
-				if !kindName.MatchString(v.Value) {
-					return fail(v.Line, "ownerKind %q is not a kind name (CamelCase, e.g. ReplicaSet)", v.Value)
-				}
-				r.OwnerKind = v.Value
-				if !slices.Contains(KnownKinds, v.Value) {
-					warnings = append(warnings, fmt.Sprintf("%s:%d: ownerKind %q is not one of %s; keys come only from owners of exactly that kind",
-						name, v.Line, v.Value, strings.Join(KnownKinds, ", ")))
-				}
-			default:
-				return fail(k.Line, "unknown field %q (want queue, prefix or ownerKind)", k.Value)
-			}
-		}
-		if r.Queue == "" {
-			return fail(item.Line, "rule has no queue")
-		}
-		if r.Prefix == "" {
-			return fail(item.Line, "rule has no prefix")
+		if warning != "" {
+			warnings = append(warnings, warning)
 		}
 		for _, o := range out {
 			if o.Same(r) {
@@ -318,6 +276,65 @@ func Parse(name string, data []byte) ([]Rule, []string, error) {
 		out = append(out, r)
 	}
 	return out, warnings, nil
+}
+
+// parseRule reads one item of a rules file's list: the rule, a warning
+// about it ("" if none), or its first problem as an *Error.
+func parseRule(name string, item *yaml.Node) (Rule, string, error) {
+	fail := func(line int, format string, args ...any) (Rule, string, error) {
+		return Rule{}, "", &Error{File: name, Line: line, Reason: fmt.Sprintf(format, args...)}
+	}
+	if item.Kind != yaml.MappingNode {
+		return fail(item.Line, "a rule must be a mapping with queue, prefix and optional ownerKind, not %s", kindString(item))
+	}
+	r := Rule{Line: item.Line}
+	warning := ""
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(item.Content); i += 2 {
+		k, v := item.Content[i], item.Content[i+1]
+		if seen[k.Value] {
+			return fail(k.Line, "field %q given twice", k.Value)
+		}
+		seen[k.Value] = true
+		if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+			return fail(v.Line, "%s must be a string", k.Value)
+		}
+		switch k.Value {
+		case "queue":
+			if !dnsLabel.MatchString(v.Value) {
+				return fail(v.Line, "queue %q is not a DNS label (lower-case letters, digits and '-', at most 63)", v.Value)
+			}
+			r.Queue = v.Value
+		case "prefix":
+			switch {
+			case !strings.HasPrefix(v.Value, "/"):
+				return fail(v.Line, "prefix %q must start with /", v.Value)
+			case !strings.HasSuffix(v.Value, "/") || v.Value == "/":
+				// Without the trailing slash /registry/pod would also
+				// match /registry/pods/…; "/" would watch all of etcd.
+				return fail(v.Line, "prefix %q must be a directory below / ending with /", v.Value)
+			}
+			r.Prefix = v.Value
+		case "ownerKind":
+			if !kindName.MatchString(v.Value) {
+				return fail(v.Line, "ownerKind %q is not a kind name (CamelCase, e.g. ReplicaSet)", v.Value)
+			}
+			r.OwnerKind = v.Value
+			if !slices.Contains(KnownKinds, v.Value) {
+				warning = fmt.Sprintf("%s:%d: ownerKind %q is not one of %s; keys come only from owners of exactly that kind",
+					name, v.Line, v.Value, strings.Join(KnownKinds, ", "))
+			}
+		default:
+			return fail(k.Line, "unknown field %q (want queue, prefix or ownerKind)", k.Value)
+		}
+	}
+	if r.Queue == "" {
+		return fail(item.Line, "rule has no queue")
+	}
+	if r.Prefix == "" {
+		return fail(item.Line, "rule has no prefix")
+	}
+	return r, warning, nil
 }
 
 // Validate checks rules built in code (the same checks as Parse, without
