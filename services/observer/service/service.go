@@ -18,6 +18,7 @@ import (
 	"github.com/batonrun/baton/services/observer/internal/checkpoint"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"github.com/batonrun/baton/services/observer/internal/server"
+	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -70,25 +71,12 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (ObserverService)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz, /readyz")
-	fs.Func("etcd-endpoints", "comma-separated etcd client URLs (default "+strings.Join(c.EtcdEndpoints, ",")+")", func(s string) error {
-		c.EtcdEndpoints = splitList(s)
-		return nil
-	})
+	flagenv.ListVar(fs, &c.EtcdEndpoints, "etcd-endpoints", "comma-separated etcd client URLs")
 	fs.StringVar(&c.QueueAddr, "queue-addr", c.QueueAddr, "baton-queue gRPC address")
 	fs.StringVar(&c.RulesFile, "rules", c.RulesFile, "YAML rules file (default: the built-in rules of the reference controllers)")
 	fs.DurationVar(&c.Resync, "resync", c.Resync, "re-announce every object at low priority this often (0 = off)")
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // Validate names the first bad field.
