@@ -2,16 +2,26 @@ module github.com/batonrun/baton/services/runtime
 
 go 1.26.0
 
+replace (
+	github.com/batonrun/baton/client => ../../client
+	github.com/batonrun/baton/proto => ../../proto
+)
+
 require (
+	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.1
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/prometheus/client_golang v1.25.0
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/kr/text v0.2.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect

@@ -1,0 +1,96 @@
+// Package authz decides what a Baton server's clients may do: each gRPC
+// call and HTTP request is allowed or refused by the roles of the client's
+// verified certificate (tlsfiles.Identity: the subject CN is its name, each
+// O value "baton:<role>" a role) and a Policy, by default the role table of
+// docs/design.md, "Trust", or the file of --authz-policy, which replaces
+// it.
+//
+//	policy := authz.Default()
+//	if file != "" {
+//		if policy, err = authz.Load(file); err != nil {
+//			return err // names the file and the line
+//		}
+//	}
+//	id, _ := tlsfiles.IdentityFromPeer(ctx)
+//	if err := policy.Authorize(id, info.FullMethod, req.GetQueue()); err != nil {
+//		return nil, err // PERMISSION_DENIED
+//	}
+//
+// # The decision
+//
+// A call is allowed when a rule names one of the identity's roles and the
+// method, and either names no queues or one that matches the queue of the
+// request. A method no rule names is refused to everyone, and so is a
+// method that is not one of the table's (fail closed); grpc.health.v1 and
+// server reflection are allowed to every verified client, whatever its
+// roles, and are not named in a policy. Roles a certificate has that no
+// rule names (an unknown one) allow nothing.
+//
+// The queue of a unary call is its request's (GetQueue: every QueueService
+// request names one; Stats's "" means every queue, which a glob like "*"
+// matches and a name does not).
+//
+// A refused call gets PERMISSION_DENIED, its message naming the identity,
+// the method and, for a QueueService method, the queue:
+//
+//	authz: "worker-1" (roles worker) may not call /baton.queue.v1.QueueService/Lease on queue "payments"
+//	authz: "viewer-1" (roles viewer) may not call /baton.queue.v1.QueueService/Add on queue "jobs": it needs one of the roles observer, admin
+//
+// AuthorizePath decides an HTTP request's path: /healthz and /readyz are
+// open to anyone; any other path is decided by the most specific path any
+// rule names, as http.ServeMux routes: "/metrics" is that path,
+// "/debug/pprof/" all under it, "/" everything else (the dashboard and its
+// JSON). The default: /metrics and / for viewer and admin, /debug/pprof/
+// for admin.
+//
+// # The policy file
+//
+// A policy file is YAML with one key, allow: a list of rules. A rule has
+// roles (of observer, worker, viewer, admin, queue-peer) and methods, paths
+// or both; methods may be restricted to queues:
+//
+//	allow:
+//	  # workers lease only from the greetings queue
+//	  - roles: [worker]
+//	    methods:
+//	      - /baton.queue.v1.QueueService/Lease
+//	      - /baton.queue.v1.QueueService/Ack
+//	      - /baton.queue.v1.QueueService/Extend
+//	      - /baton.queue.v1.QueueService/Work
+//	    queues: [greetings]
+//	  # and may look at every queue, and read the observer's cache
+//	  - roles: [worker]
+//	    methods:
+//	      - /baton.queue.v1.QueueService/Inspect
+//	      - /baton.queue.v1.QueueService/List
+//	      - /baton.queue.v1.QueueService/Stats
+//	      - /baton.observer.v1.ObserverService/*
+//	  - roles: [admin]
+//	    methods:
+//	      - /baton.queue.v1.QueueService/*
+//	      - /baton.observer.v1.ObserverService/*
+//	      - /baton.queue.v1.ClusterService/*
+//	    paths: [/]
+//
+// The keys of a rule:
+//
+//   - roles: the roles the rule allows, at least one.
+//   - methods: full gRPC method names, "/baton.queue.v1.QueueService/Add",
+//     or "/<service>/*" for every method of baton.queue.v1.QueueService,
+//     baton.observer.v1.ObserverService or baton.queue.v1.ClusterService.
+//   - queues: queue names or path.Match globs ("greet*", "team-[ab]-*"); a
+//     rule with queues allows its methods on those queues only, and all its
+//     methods must be QueueService's. Without queues, every queue.
+//   - paths: HTTP paths, literal and clean; one that ends in "/" covers
+//     everything under it.
+//
+// Rules add up: a call is allowed if any rule allows it. The file replaces
+// the default table whole, so a policy lists everything to allow, the HTTP
+// paths included (Default().Marshal() is the default table as a file to
+// start from). Parse and Load refuse, naming the line, a YAML error, an
+// unknown key, role, service or method, a key given twice, an empty list,
+// a queue that is not a queue name or a malformed glob, queues on a rule
+// with a method that names no queue or with paths, a path that is not
+// clean, and the health, reflection and probe methods and paths, which are
+// always open.
+package authz
