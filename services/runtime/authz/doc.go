@@ -11,10 +11,11 @@
 //			return err // names the file and the line
 //		}
 //	}
-//	id, _ := tlsfiles.IdentityFromPeer(ctx)
-//	if err := policy.Authorize(id, info.FullMethod, req.GetQueue()); err != nil {
-//		return nil, err // PERMISSION_DENIED
-//	}
+//	a, err := authz.New(authz.Options{Policy: policy, Logger: log, Registerer: reg})
+//	srv := grpc.NewServer(grpc.Creds(creds),
+//		grpc.ChainUnaryInterceptor(a.UnaryServerInterceptor()),
+//		grpc.ChainStreamInterceptor(a.StreamServerInterceptor()))
+//	httpSrv := &http.Server{Handler: a.HTTP(mux), TLSConfig: httpTLS}
 //
 // # The decision
 //
@@ -28,7 +29,9 @@
 //
 // The queue of a unary call is its request's (GetQueue: every QueueService
 // request names one; Stats's "" means every queue, which a glob like "*"
-// matches and a name does not).
+// matches and a name does not). The queue of a stream is its first
+// message's, or that of the message's open field (QueueService Work opens
+// with open {queue, …}).
 //
 // A refused call gets PERMISSION_DENIED, its message naming the identity,
 // the method and, for a QueueService method, the queue:
@@ -36,12 +39,34 @@
 //	authz: "worker-1" (roles worker) may not call /baton.queue.v1.QueueService/Lease on queue "payments"
 //	authz: "viewer-1" (roles viewer) may not call /baton.queue.v1.QueueService/Add on queue "jobs": it needs one of the roles observer, admin
 //
-// AuthorizePath decides an HTTP request's path: /healthz and /readyz are
-// open to anyone; any other path is decided by the most specific path any
-// rule names, as http.ServeMux routes: "/metrics" is that path,
-// "/debug/pprof/" all under it, "/" everything else (the dashboard and its
-// JSON). The default: /metrics and / for viewer and admin, /debug/pprof/
-// for admin.
+// A call without a verified client certificate gets UNAUTHENTICATED (a
+// gRPC server that requires one refuses such a client at the handshake,
+// before any call). Each refusal is logged once, at WARN, and counted in
+// baton_authz_denied_total{method, identity} (identity is the CN, "" for a
+// client without a certificate).
+//
+// # Interceptors
+//
+// UnaryServerInterceptor decides before the handler runs: a refused call
+// reaches no handler. StreamServerInterceptor decides the method when the
+// stream starts; when the identity's roles may call it on some queues
+// only, it decides the queue when the handler receives the first message,
+// whose RecvMsg then returns PERMISSION_DENIED instead of the message, and
+// the stream ends with that error. A handler of such a stream receives its
+// first message before it changes anything (as Work must, to know its
+// queue) and sends nothing before it. The interceptors are plain gRPC
+// interceptors: go-grpc-middleware's auth interceptor hands its function
+// the context only, and the queue is in the request.
+//
+// # HTTP
+//
+// HTTP serves /healthz and /readyz to anyone, certificate or none (a
+// kubelet's probes send none); any other path needs a verified client
+// certificate (401 without) whose roles the policy allows that path (403
+// otherwise). A path is decided by the most specific path any rule names,
+// as http.ServeMux routes: "/metrics" is that path, "/debug/pprof/" all
+// under it, "/" everything else (the dashboard and its JSON). The default:
+// /metrics and / for viewer and admin, /debug/pprof/ for admin.
 //
 // # The policy file
 //
