@@ -3,7 +3,7 @@
 // verified certificate (tlsfiles.Identity: the subject CN is its name, each
 // O value "baton:<role>" a role) and a Policy, by default the role table of
 // docs/design.md, "Trust", or the file of --authz-policy, which replaces
-// it.
+// it. docs/security.md, "Authorization", is the operator's side.
 //
 //	policy := authz.Default()
 //	if file != "" {

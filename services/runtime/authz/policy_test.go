@@ -378,3 +378,37 @@ func ExamplePolicy_Marshal() {
 	//     paths:
 	//       - /debug/pprof/
 }
+
+// TestSecurityDocPolicies checks that every YAML policy docs/security.md
+// shows parses, and that the one it calls the default is.
+func TestSecurityDocPolicies(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "security.md"))
+	if err != nil {
+		t.Skipf("no docs/security.md beside the module: %v", err)
+	}
+	blocks := strings.Split(string(data), "```yaml\n")[1:]
+	if len(blocks) == 0 {
+		t.Fatal("docs/security.md shows no policy")
+	}
+	sawDefault := false
+	for i, b := range blocks {
+		text, _, ok := strings.Cut(b, "```")
+		if !ok {
+			t.Fatalf("block %d is not closed", i+1)
+		}
+		p, err := Parse([]byte(text))
+		if err != nil {
+			t.Errorf("docs/security.md, policy %d: %v", i+1, err)
+			continue
+		}
+		if text == string(Default().Marshal()) {
+			sawDefault = true
+			if !reflect.DeepEqual(p.Rules(), Default().Rules()) {
+				t.Error("docs/security.md's default table is not the default")
+			}
+		}
+	}
+	if !sawDefault {
+		t.Error("docs/security.md does not show the default table as Default().Marshal() writes it")
+	}
+}
