@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonrun/baton/client/certs"
 	"github.com/batonrun/baton/client/tlsfiles"
-	"github.com/batonrun/baton/services/batonctl/internal/certs"
 	"github.com/batonrun/baton/services/batonctl/internal/printer"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 )

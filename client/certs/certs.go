@@ -12,6 +12,10 @@
 // (force), each by a rename, so a process reading it (client/tlsfiles)
 // never sees half a file.
 //
+// `batonctl certs init|issue` and `baton-dev --tls` make their
+// certificates with it, and tests make theirs; it lives beside
+// client/tlsfiles, which reads what it writes.
+//
 //	ca, err := certs.NewCA(certs.DefaultCADays, time.Now())
 //	written, err := certs.Init(dir, ca, certs.Defaults(certs.DefaultHosts(), certs.DefaultDays), false, time.Now())
 package certs
