@@ -16,6 +16,7 @@ import (
 	"fmt"
 
 	"github.com/batonrun/baton/client/internal/dial"
+	"github.com/batonrun/baton/client/tlsfiles"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -35,9 +36,27 @@ type Client struct {
 	rpc  observerv1.ObserverServiceClient
 }
 
-// Dial connects to the observer at addr (host:port).
-func Dial(addr string) (*Client, error) {
-	conn, err := dial.Conn("observer", addr)
+// Option configures Dial.
+type Option func(*options)
+
+// options are Dial's.
+type options struct{ tls *tlsfiles.Source }
+
+// WithTLS makes Dial connect over TLS (docs/security.md): the client
+// presents src's certificate, if it has one (an observer with a CA
+// requires one), and verifies the observer's against src's CA bundle and
+// the host of each address dialed. The files are re-read when they change.
+func WithTLS(src *tlsfiles.Source) Option { return func(o *options) { o.tls = src } }
+
+// Dial connects to the observer at addr (host:port, or a comma-separated
+// list to fail over between). It dials plaintext gRPC unless WithTLS is
+// given.
+func Dial(addr string, opts ...Option) (*Client, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	conn, err := dial.Conn("observer", addr, dial.Options{TLS: o.tls})
 	if err != nil {
 		return nil, err
 	}

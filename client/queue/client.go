@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonrun/baton/client/internal/dial"
+	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -50,6 +51,7 @@ type Client struct {
 	cc    grpc.ClientConnInterface
 	rpc   queuev1.QueueServiceClient
 	retry Backoff
+	tls   *tlsfiles.Source // Dial's
 }
 
 // Backoff configures retries of calls refused with codes.Unavailable.
@@ -69,9 +71,22 @@ type Option func(*Client)
 // WithBackoff sets the retry policy for Unavailable.
 func WithBackoff(b Backoff) Option { return func(c *Client) { c.retry = b } }
 
-// Dial connects to the queue at addr (host:port) over plaintext gRPC.
+// WithTLS makes Dial connect over TLS (docs/security.md): the client
+// presents src's certificate, if it has one (a queue with a CA requires
+// one), and verifies the queue's against src's CA bundle and the host of
+// each address dialed. The files are re-read when they change. New
+// ignores it.
+func WithTLS(src *tlsfiles.Source) Option { return func(c *Client) { c.tls = src } }
+
+// Dial connects to the queue at addr: host:port, or a comma-separated
+// list of members to fail over between. It dials plaintext gRPC unless
+// WithTLS is given.
 func Dial(addr string, opts ...Option) (*Client, error) {
-	conn, err := dial.Conn("queue", addr)
+	var o Client
+	for _, opt := range opts {
+		opt(&o)
+	}
+	conn, err := dial.Conn("queue", addr, dial.Options{TLS: o.tls})
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 // Package dial makes the gRPC connections of Baton's clients, once for all
 // of them: every client package dials through it, so what a connection
-// needs (message limits, a list of addresses to fail over between; TLS
-// next) is written in one place.
+// needs (message limits, a list of addresses to fail over between, TLS)
+// is written in one place.
 package dial
 
 import (
@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/batonrun/baton/client/tlsfiles"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
@@ -39,20 +40,36 @@ func Addrs(list string) ([]string, error) {
 	return out, nil
 }
 
+// Options are what a connection needs besides its address.
+type Options struct {
+	// TLS, if set, makes the connection TLS (docs/security.md): it
+	// presents the Source's certificate, if it has one, and verifies the
+	// server's against the Source's CA bundle and the host of the address
+	// dialed. Nil dials plaintext.
+	TLS *tlsfiles.Source
+}
+
 // Conn opens a connection to the Baton service what (for errors) at addr:
 // one host:port, or a comma-separated list of them. With a list, the
 // connection uses the first address that accepts it and moves to the next
 // when that one fails (gRPC's pick_first over the list), so a client keeps
 // working while any listed member of a service answers; the clients' retry
-// of UNAVAILABLE calls then lands on the next address. The connection is
-// lazy: the first call dials.
-func Conn(what, addr string) (*grpc.ClientConn, error) {
+// of UNAVAILABLE calls then lands on the next address. With TLS each
+// address's server is verified against that address's own host. The
+// connection is lazy: the first call dials.
+func Conn(what, addr string, o Options) (*grpc.ClientConn, error) {
 	addrs, err := Addrs(addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", what, err)
 	}
+	creds := insecure.NewCredentials()
+	if o.TLS != nil {
+		// The name checked is the host of the authority each handshake is
+		// given: the address dialed, or its ServerName below.
+		creds = o.TLS.ClientCredentials("")
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 	}
 	target := addrs[0]
@@ -62,7 +79,11 @@ func Conn(what, addr string) (*grpc.ClientConn, error) {
 		r := manual.NewBuilderWithScheme("baton-" + what)
 		state := resolver.State{}
 		for _, a := range addrs {
-			state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+			// ServerName is the authority of this address's handshake
+			// (and its :authority header); without it every address
+			// would get the target's, the whole list, and no server's
+			// certificate would match it.
+			state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: a})
 		}
 		r.InitialState(state)
 		opts = append(opts, grpc.WithResolvers(r))

@@ -3,10 +3,13 @@ package dial
 import (
 	"context"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/batonrun/baton/client/certs"
+	"github.com/batonrun/baton/client/tlsfiles"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -22,7 +25,7 @@ func TestAddrs(t *testing.T) {
 			t.Errorf("Addrs(%q) accepted", bad)
 		}
 	}
-	if _, err := Conn("queue", "nohost"); err == nil || !strings.Contains(err.Error(), "dial queue") {
+	if _, err := Conn("queue", "nohost", Options{}); err == nil || !strings.Contains(err.Error(), "dial queue") {
 		t.Errorf("Conn of a bad address = %v, want an error naming the service", err)
 	}
 }
@@ -74,7 +77,7 @@ func TestConnFailsOverToTheNextAddress(t *testing.T) {
 	first, stopFirst := serveHealth(t)
 	second, _ := serveHealth(t)
 
-	conn, err := Conn("queue", dead+","+first+","+second)
+	conn, err := Conn("queue", dead+","+first+","+second, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +92,7 @@ func TestConnFailsOverToTheNextAddress(t *testing.T) {
 }
 
 func TestConnOneAddressFailsWhenItIsDown(t *testing.T) {
-	conn, err := Conn("queue", deadAddr(t))
+	conn, err := Conn("queue", deadAddr(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,5 +101,85 @@ func TestConnOneAddressFailsWhenItIsDown(t *testing.T) {
 	defer cancel()
 	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err == nil {
 		t.Fatal("a call to a dead address succeeded")
+	}
+}
+
+// tlsFiles writes a CA and certificates named by leaves into a new
+// directory and returns the Source of each, verifying against the CA.
+func tlsFiles(t *testing.T, leaves ...certs.Leaf) map[string]*tlsfiles.Source {
+	t.Helper()
+	dir := t.TempDir()
+	now := time.Now()
+	ca, err := certs.NewCA(2, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := certs.Init(dir, ca, leaves, false, now); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*tlsfiles.Source{}
+	for _, l := range leaves {
+		src, err := tlsfiles.Load(tlsfiles.Config{
+			CertFile: filepath.Join(dir, l.Name+".crt"), KeyFile: filepath.Join(dir, l.Name+".key"),
+			CAFile: filepath.Join(dir, "ca.crt"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[l.Name] = src
+	}
+	return out
+}
+
+// TestConnTLSVerifiesEachAddressHost dials a list over TLS whose live
+// member has a certificate for "localhost" only: reached by that name it
+// answers; reached by its IP address it must not, since each address is
+// verified against its own host (not the target, which is the whole list).
+func TestConnTLSVerifiesEachAddressHost(t *testing.T) {
+	src := tlsFiles(t,
+		certs.Leaf{Name: "server", Hosts: []string{"localhost"}, Days: 1},
+		certs.Leaf{Name: "client", Days: 1})
+	creds, err := src["server"].ServerCredentials(tlsfiles.RequireClientCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.Creds(creds))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	_, port, _ := net.SplitHostPort(lis.Addr().String())
+	dead := deadAddr(t)
+
+	for _, single := range []bool{true, false} {
+		list := func(host string) string {
+			if single {
+				return net.JoinHostPort(host, port)
+			}
+			return dead + "," + net.JoinHostPort(host, port)
+		}
+		conn, err := Conn("queue", list("localhost"), Options{TLS: src["client"]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := callUntil(t, conn, 10*time.Second); err != nil {
+			t.Errorf("%s: %v", list("localhost"), err)
+		}
+		conn.Close()
+
+		conn, err = Conn("queue", list("127.0.0.1"), Options{TLS: src["client"]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		conn.Close()
+		if err == nil || !strings.Contains(err.Error(), "127.0.0.1") {
+			t.Errorf("%s, whose certificate names localhost only: %v, want a refusal naming 127.0.0.1", list("127.0.0.1"), err)
+		}
 	}
 }
