@@ -1,7 +1,9 @@
 // Package runtime is the root of the pieces every Baton binary shares:
 // flagenv (flags mirrored from the environment, and comma-separated list
 // flags), serve (the gRPC and HTTP servers with health, reflection,
-// metrics and graceful stop, the logger, and Main) and authz (the role
-// table, the --authz-policy file, and the interceptors and HTTP middleware
-// that enforce them). It holds no code of its own.
+// metrics, TLS and graceful stop, the logger, and Main), trust (the TLS
+// flags every binary takes, and the refusal of plaintext beyond loopback)
+// and authz (the role table, the --authz-policy file, and the interceptors
+// and HTTP middleware that enforce them, which serve installs under mutual
+// TLS). It holds no code of its own.
 package runtime

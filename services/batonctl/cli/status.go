@@ -78,7 +78,7 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 	probe := func(service, grpcAddr, httpAddr string) error {
 		octx, cancel := a.opCtx(ctx)
 		defer cancel()
-		return serve.Probe(octx, grpcAddr, httpAddr)
+		return serve.Probe(octx, grpcAddr, httpAddr, serve.ProbeOptions{})
 	}
 	endpoint := func(grpcAddr, httpAddr string) string {
 		if grpcAddr == "" {

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonrun/baton/services/runtime/flagenv"
+	"github.com/batonrun/baton/services/runtime/trust"
 )
 
 // Command describes one binary for Main.
@@ -22,9 +24,14 @@ type Command struct {
 	EnvPrefix string
 	// Flags registers the service's flags.
 	Flags func(*flag.FlagSet)
-	// Probe returns, once flags are parsed, the addresses the healthcheck
-	// subcommand probes ("" skips one).
+	// Probe returns, once flags are parsed, the addresses the service
+	// listens on, which the healthcheck subcommand probes ("" skips one).
 	Probe func() (grpcAddr, httpAddr string)
+	// Trust, if set, is the service's trust flags (services/runtime/trust;
+	// Flags registers them): Main refuses bad ones, and a plaintext
+	// listener on an address that is not loopback, before Run, and the
+	// healthcheck probes over TLS with the service's own certificate.
+	Trust *trust.Config
 	// Run serves until ctx is cancelled.
 	Run func(ctx context.Context, log *slog.Logger) error
 	// Usage lists the binary's other subcommands, one usage line each
@@ -71,11 +78,26 @@ func Main(c Command, args []string) int {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		g, h := c.Probe()
-		if err := Probe(ctx, g, h); err != nil {
+		var po ProbeOptions
+		if c.Trust != nil {
+			src, err := c.Trust.Load(nil)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "%s: unhealthy: %v\n", c.Name, err)
+				return 1
+			}
+			po = SelfProbe(src, cmp.Or(g, h))
+		}
+		if err := Probe(ctx, g, h, po); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: unhealthy: %v\n", c.Name, err)
 			return 1
 		}
 		return 0
+	}
+	if c.Trust != nil {
+		if err := c.Trust.CheckServe(c.Probe()); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", c.Name, err)
+			return 2
+		}
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {

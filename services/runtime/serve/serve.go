@@ -5,10 +5,23 @@
 // an HTTP server with /metrics, /healthz and /readyz. On cancellation it flips
 // health to NOT_SERVING, drains with GracefulStop and falls back to Stop after
 // the grace period (grpc-go's examples/features/gracefulstop).
+//
+// # TLS
+//
+// With Options.TLS both servers serve TLS with the process's certificate
+// (client/tlsfiles, re-read when the files change). When the Source has a
+// CA bundle, the gRPC server requires a client certificate that verifies
+// against it (mutual TLS) and the HTTP server verifies one if it is given
+// (a kubelet's probe sends none), and every call and request is authorized
+// by services/runtime/authz: /healthz and /readyz to anyone, the rest by
+// the client's roles. Without TLS, Run serves plaintext, without
+// authorization, and refuses an address that is not loopback unless
+// Options.Insecure (services/runtime/trust).
 package serve
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +31,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonrun/baton/client/tlsfiles"
+	"github.com/batonrun/baton/services/runtime/authz"
+	"github.com/batonrun/baton/services/runtime/trust"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
@@ -73,6 +89,20 @@ type Options struct {
 	// OnListen, if set, is called with the bound addresses once listening
 	// (tests pass :0 and learn the ports here).
 	OnListen func(grpcAddr, httpAddr net.Addr)
+
+	// TLS, if set, is the process's certificate, served on both listeners
+	// (see the package doc); nil serves plaintext.
+	TLS *tlsfiles.Source
+	// GRPCClientCerts is what the gRPC listener asks of clients when TLS
+	// has a CA bundle: RequireClientCert (the zero value) or
+	// VerifyClientCertIfGiven. HTTP always verifies one if given.
+	GRPCClientCerts tlsfiles.ClientCerts
+	// AuthzPolicy is what each role may call when TLS has a CA bundle; nil
+	// means the default role table (authz.Default).
+	AuthzPolicy *authz.Policy
+	// Insecure allows plaintext on an address that is not loopback
+	// (--insecure); without it and without TLS, Run refuses one.
+	Insecure bool
 }
 
 // Run serves until ctx is cancelled, then drains and returns nil; it returns
@@ -89,9 +119,18 @@ func Run(ctx context.Context, o Options) error {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	if o.TLS == nil {
+		if err := (trust.Config{Insecure: o.Insecure}).CheckListen(o.GRPCAddr, o.HTTPAddr); err != nil {
+			return err
+		}
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sec, err := newSecurity(o, log, reg)
+	if err != nil {
+		return err
+	}
 
-	g, err := listenGRPC(o, log, reg)
+	g, err := listenGRPC(o, log, reg, sec)
 	if err != nil {
 		return err
 	}
@@ -101,11 +140,15 @@ func Run(ctx context.Context, o Options) error {
 		g.close()
 		return fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
 	}
-	hsrv := &http.Server{Handler: httpMux(o, reg), ReadHeaderTimeout: 10 * time.Second}
+	var handler http.Handler = httpMux(o, reg)
+	if sec.authz != nil {
+		handler = sec.authz.HTTP(handler)
+	}
+	hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: sec.httpTLS}
 	if o.OnListen != nil {
 		o.OnListen(g.addr(), hlis.Addr())
 	}
-	log.Info("serving", "service", o.Name, "grpc", addrString(g.addr()), "http", hlis.Addr().String())
+	log.Info("serving", "service", o.Name, "grpc", addrString(g.addr()), "http", hlis.Addr().String(), "tls", sec.mode)
 
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
@@ -117,7 +160,13 @@ func Run(ctx context.Context, o Options) error {
 		})
 	}
 	wg.Go(func() {
-		if err := hsrv.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if hsrv.TLSConfig != nil {
+			err = hsrv.ServeTLS(hlis, "", "") // the certificate is TLSConfig's
+		} else {
+			err = hsrv.Serve(hlis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serve http: %w", err)
 		}
 	})
@@ -149,9 +198,42 @@ type grpcSide struct {
 	svcs   []string
 }
 
+// security is what Options.TLS makes of the servers.
+type security struct {
+	mode     string // "off", "on" (no client certificates) or "mutual", for the serving line
+	grpcOpts []grpc.ServerOption
+	httpTLS  *tls.Config       // nil: plaintext
+	authz    *authz.Authorizer // nil: every call allowed (no TLS, or no CA)
+}
+
+// newSecurity builds the servers' TLS configurations and, with a CA
+// bundle, the authorizer.
+func newSecurity(o Options, log *slog.Logger, reg *prometheus.Registry) (security, error) {
+	if o.TLS == nil {
+		return security{mode: "off"}, nil
+	}
+	creds, err := o.TLS.ServerCredentials(o.GRPCClientCerts)
+	if err != nil {
+		return security{}, err
+	}
+	httpTLS, err := o.TLS.ServerConfig(tlsfiles.VerifyClientCertIfGiven)
+	if err != nil {
+		return security{}, err
+	}
+	sec := security{mode: "on", grpcOpts: []grpc.ServerOption{grpc.Creds(creds)}, httpTLS: httpTLS}
+	if o.TLS.Config().CAFile == "" {
+		return sec, nil
+	}
+	sec.mode = "mutual"
+	if sec.authz, err = authz.New(authz.Options{Policy: o.AuthzPolicy, Logger: log, Registerer: reg}); err != nil {
+		return security{}, err
+	}
+	return sec, nil
+}
+
 // listenGRPC builds the gRPC server with every Baton interceptor, registers
 // the service, health and reflection, and opens its listener.
-func listenGRPC(o Options, log *slog.Logger, reg *prometheus.Registry) (*grpcSide, error) {
+func listenGRPC(o Options, log *slog.Logger, reg *prometheus.Registry, sec security) (*grpcSide, error) {
 	g := &grpcSide{health: health.NewServer()}
 	if o.GRPCAddr == "" {
 		return g, nil
@@ -162,7 +244,7 @@ func listenGRPC(o Options, log *slog.Logger, reg *prometheus.Registry) (*grpcSid
 	if maxRecv <= 0 {
 		maxRecv = DefaultMaxRecvBytes
 	}
-	g.srv = grpc.NewServer(serverOptions(log, metrics, maxRecv)...)
+	g.srv = grpc.NewServer(append(serverOptions(log, metrics, maxRecv, sec.authz), sec.grpcOpts...)...)
 	if o.Register != nil {
 		g.svcs = o.Register(g.srv)
 	}
@@ -263,8 +345,10 @@ func httpMux(o Options, reg *prometheus.Registry) *http.ServeMux {
 
 // serverOptions returns the options every Baton gRPC server uses: recovery
 // (a panic becomes codes.Internal, never a crash), request logging, metrics,
-// message-size limits and keepalive enforcement.
-func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv int) []grpc.ServerOption {
+// authorization when az is set, message-size limits and keepalive
+// enforcement. A call authorization refuses is counted in the metrics and
+// logged once, by the authorizer, not again as a failed call.
+func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv int, az *authz.Authorizer) []grpc.ServerOption {
 	recover := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Errorf(codes.Internal, "internal error: %v", p)
@@ -276,6 +360,18 @@ func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv in
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(callLevel),
 	}
+	unary := []grpc.UnaryServerInterceptor{metrics.UnaryServerInterceptor()}
+	stream := []grpc.StreamServerInterceptor{metrics.StreamServerInterceptor()}
+	if az != nil {
+		unary = append(unary, az.UnaryServerInterceptor())
+		stream = append(stream, az.StreamServerInterceptor())
+	}
+	unary = append(unary,
+		logWritten(log, logging.UnaryServerInterceptor(logger, logOpts...)),
+		recovery.UnaryServerInterceptor(recover))
+	stream = append(stream,
+		logging.StreamServerInterceptor(logger, logOpts...),
+		recovery.StreamServerInterceptor(recover))
 	return []grpc.ServerOption{
 		// Handlers run on reused goroutines whose stacks have already grown,
 		// instead of a new goroutine per call that grows its stack again (a
@@ -292,16 +388,8 @@ func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv in
 			Time:    30 * time.Second,
 			Timeout: 10 * time.Second,
 		}),
-		grpc.ChainUnaryInterceptor(
-			metrics.UnaryServerInterceptor(),
-			logWritten(log, logging.UnaryServerInterceptor(logger, logOpts...)),
-			recovery.UnaryServerInterceptor(recover),
-		),
-		grpc.ChainStreamInterceptor(
-			metrics.StreamServerInterceptor(),
-			logging.StreamServerInterceptor(logger, logOpts...),
-			recovery.StreamServerInterceptor(recover),
-		),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	}
 }
 
