@@ -146,7 +146,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "batonbench: wrote", c.out)
 	}
-	if c.plot != "" && c.side {
+	// A pipeline-only run has no cycle figures to draw.
+	if c.plot != "" && c.side && !c.pipe.only {
 		if err := plotFromJSON(c.plot, js); err != nil {
 			fmt.Fprintln(stderr, "batonbench: plot:", err)
 			return 1
