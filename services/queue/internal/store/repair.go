@@ -66,96 +66,134 @@ func Repair(opts Options, dryRun bool) (Report, error) {
 	}
 	defer unlock()
 
-	type qk struct{ queue, key string }
-	keys := map[qk]record.Record{}
-	queues := map[string]bool{}
-	r := &reader{s: s, lenient: true, apply: func(rec *record.Record) {
-		queues[rec.Queue] = true
-		switch rec.Kind {
-		case record.KindPut:
-			keys[qk{rec.Queue, rec.Key}] = *rec
-		case record.KindDelete:
-			delete(keys, qk{rec.Queue, rec.Key})
-		}
-	}}
-	segs, snaps, err := s.files(false)
+	sv, err := s.salvage()
 	if err != nil {
 		return Report{}, err
 	}
+	rep := sv.report()
+	if len(sv.damage) == 0 || dryRun {
+		return rep, nil
+	}
+	moved, err := s.rewrite(sv)
+	if err != nil {
+		return rep, err
+	}
+	rep.Moved = moved
+	return rep, nil
+}
+
+// qk names one key of one queue.
+type qk struct{ queue, key string }
+
+func compareQK(a, b qk) int {
+	return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.key, b.key))
+}
+
+// salvaged is what a lenient read of the log kept: each key's last record,
+// the queues, the damage read past, and the files it read.
+type salvaged struct {
+	keys   map[qk]record.Record
+	queues map[string]bool
+	damage []Damage
+	segs   []uint64
+	snaps  []uint64
+	from   uint64 // the first segment replayed
+}
+
+// salvage reads the newest snapshot and the segments after it, reading past
+// damage instead of refusing it.
+func (s *Store) salvage() (*salvaged, error) {
+	sv := &salvaged{keys: map[qk]record.Record{}, queues: map[string]bool{}, from: 1}
+	r := &reader{s: s, lenient: true, apply: func(rec *record.Record) {
+		sv.queues[rec.Queue] = true
+		switch rec.Kind {
+		case record.KindPut:
+			sv.keys[qk{rec.Queue, rec.Key}] = *rec
+		case record.KindDelete:
+			delete(sv.keys, qk{rec.Queue, rec.Key})
+		}
+	}}
+	var err error
+	if sv.segs, sv.snaps, err = s.files(false); err != nil {
+		return nil, err
+	}
 	s.readClean()
-	from := uint64(1)
-	if len(snaps) > 0 {
-		from = snaps[len(snaps)-1]
-		if err := r.snapshot(snapName(from)); err != nil {
-			return Report{}, err
+	if len(sv.snaps) > 0 {
+		sv.from = sv.snaps[len(sv.snaps)-1]
+		if err := r.snapshot(snapName(sv.from)); err != nil {
+			return nil, err
 		}
 	}
 	var replay []uint64
-	for _, seq := range segs {
-		if seq >= from {
+	for _, seq := range sv.segs {
+		if seq >= sv.from {
 			replay = append(replay, seq)
 		}
 	}
-	if err := r.segments(from, replay, len(snaps) > 0); err != nil {
-		return Report{}, err
+	if err := r.segments(sv.from, replay, len(sv.snaps) > 0); err != nil {
+		return nil, err
 	}
+	sv.damage = r.damage
+	return sv, nil
+}
 
-	rep := Report{Damage: r.damage, KeptKeys: len(keys), KeptQueues: len(queues)}
+// report lists the damage and every key a damaged stretch named, with its
+// state now.
+func (sv *salvaged) report() Report {
+	rep := Report{Damage: sv.damage, KeptKeys: len(sv.keys), KeptQueues: len(sv.queues)}
 	named := map[qk]record.Record{}
-	for i, d := range r.damage {
+	for i, d := range sv.damage {
 		var kept []record.Record
 		for _, rec := range d.Records {
 			// Bytes read at a guess decode now and then; a record of a
 			// queue the log knows nothing else of is one of those.
-			if rec.Kind != record.KindQueue && queues[rec.Queue] {
+			if rec.Kind != record.KindQueue && sv.queues[rec.Queue] {
 				named[qk{rec.Queue, rec.Key}] = rec
 				kept = append(kept, rec)
 			}
 		}
 		rep.Damage[i].Records = kept
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(named), func(a, b qk) int {
-		return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.key, b.key))
-	}) {
+	for _, k := range slices.SortedFunc(maps.Keys(named), compareQK) {
 		lk := LostKey{Queue: k.queue, Key: k.key, Was: named[k]}
-		if now, ok := keys[k]; ok {
+		if now, ok := sv.keys[k]; ok {
 			lk.Now = &now
 		}
 		rep.Keys = append(rep.Keys, lk)
 	}
-	if len(r.damage) == 0 || dryRun {
-		return rep, nil
-	}
+	return rep
+}
 
-	// The new base first, then the old files aside: a crash in between
-	// leaves a snapshot that Open prefers, and old files it removes as
-	// covered by it.
-	seq := max(from, 1)
-	for _, q := range append(segs, snaps...) {
+// rewrite makes what was salvaged the new base of the log and moves the old
+// files into a damaged-<time> directory, which it returns. The new base
+// comes first, then the old files go aside: a crash in between leaves a
+// snapshot that Open prefers, and old files it removes as covered by it.
+func (s *Store) rewrite(sv *salvaged) (string, error) {
+	seq := max(sv.from, 1)
+	for _, q := range append(slices.Clone(sv.segs), sv.snaps...) {
 		seq = max(seq, q+1)
 	}
-	recs := make([]record.Record, 0, len(queues)+len(keys))
-	for _, q := range slices.Sorted(maps.Keys(queues)) {
+	recs := make([]record.Record, 0, len(sv.queues)+len(sv.keys))
+	for _, q := range slices.Sorted(maps.Keys(sv.queues)) {
 		recs = append(recs, record.Record{Kind: record.KindQueue, Queue: q})
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(keys), func(a, b qk) int {
-		return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.key, b.key))
-	}) {
-		recs = append(recs, keys[k])
+	for _, k := range slices.SortedFunc(maps.Keys(sv.keys), compareQK) {
+		recs = append(recs, sv.keys[k])
 	}
 	if err := s.writeAtomic(snapName(seq), snapshotBytes(recs)); err != nil {
-		return rep, fmt.Errorf("write the repaired snapshot: %w", err)
+		return "", fmt.Errorf("write the repaired snapshot: %w", err)
 	}
 	if err := s.writeAtomic(segName(seq), []byte(walMagic)); err != nil {
-		return rep, fmt.Errorf("write the repaired log's segment: %w", err)
+		return "", fmt.Errorf("write the repaired log's segment: %w", err)
 	}
-	moved := filepath.Join(opts.Dir, "damaged-"+time.Now().UTC().Format("20060102T150405Z"))
+	dir := s.opts.Dir
+	moved := filepath.Join(dir, "damaged-"+time.Now().UTC().Format("20060102T150405Z"))
 	if err := s.fs.MkdirAll(moved); err != nil {
-		return rep, fmt.Errorf("make %s: %w", moved, err)
+		return "", fmt.Errorf("make %s: %w", moved, err)
 	}
-	names, err := s.fs.List(opts.Dir)
+	names, err := s.fs.List(dir)
 	if err != nil {
-		return rep, fmt.Errorf("list data dir: %w", err)
+		return "", fmt.Errorf("list data dir: %w", err)
 	}
 	for _, n := range names {
 		old := n == cleanName
@@ -167,18 +205,17 @@ func Repair(opts Options, dryRun bool) (Report, error) {
 		}
 		if old {
 			if err := s.fs.Rename(s.path(n), filepath.Join(moved, n)); err != nil {
-				return rep, fmt.Errorf("move %s aside: %w", n, err)
+				return "", fmt.Errorf("move %s aside: %w", n, err)
 			}
 		}
 	}
 	if err := s.fs.SyncDir(moved); err != nil {
-		return rep, fmt.Errorf("sync %s: %w", moved, err)
+		return "", fmt.Errorf("sync %s: %w", moved, err)
 	}
-	if err := s.fs.SyncDir(opts.Dir); err != nil {
-		return rep, fmt.Errorf("sync data dir: %w", err)
+	if err := s.fs.SyncDir(dir); err != nil {
+		return "", fmt.Errorf("sync data dir: %w", err)
 	}
-	rep.Moved = moved
-	return rep, nil
+	return moved, nil
 }
 
 // snapshotBytes encodes recs as a snapshot file, in frames of about 1 MiB.
