@@ -39,7 +39,14 @@ type binary struct {
 	flags  map[string]string
 }
 
+// trustFlags are every service's TLS flags and --insecure, with their
+// defaults (docs/design.md, "Trust").
+var trustFlags = map[string]string{
+	"tls-cert-file": "", "tls-key-file": "", "tls-ca-file": "", "insecure": "false", "authz-policy": "",
+}
+
 // binaries is keyed by binary name; the image baton/<svc> ships baton-<svc>.
+// Each also has trustFlags.
 var binaries = map[string]binary{
 	"baton-queue": {prefix: "BATON_QUEUE", flags: map[string]string{
 		"grpc-addr": ":7070", "http-addr": ":9090", "data-dir": "./data/queue",
@@ -54,6 +61,14 @@ var binaries = map[string]binary{
 		"etcd-endpoints": "http://127.0.0.1:2379", "controllers": "replicasets,deployments,jobs,statefulsets,pods",
 		"concurrency": "",
 	}},
+}
+
+func init() {
+	for _, b := range binaries {
+		for f, def := range trustFlags {
+			b.flags[f] = def
+		}
+	}
 }
 
 // dialFlags names, for each flag that dials another service, the binary and
@@ -253,6 +268,20 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 	}
 }
 
+// isLoopback is services/runtime/trust.IsLoopback: whether a listen
+// address binds loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // portOf returns the port number a listen or dial address names.
 func portOf(addr string) (int32, error) {
 	_, p, err := net.SplitHostPort(addr)
@@ -423,6 +452,19 @@ func TestBatonContainersMatchFlags(t *testing.T) {
 			}
 			if len(ctr.Ports) != len(listen) {
 				t.Errorf("%s: ports %+v, but the binary listens on %v", where, ctr.Ports, listen)
+			}
+
+			// A service refuses plaintext beyond loopback without --insecure,
+			// and --insecure beside TLS flags.
+			tls := vals["tls-cert-file"] != "" || vals["tls-ca-file"] != ""
+			insecure := vals["insecure"] == "true"
+			for _, f := range []string{"grpc-addr", "http-addr"} {
+				if addr, ok := vals[f]; ok && !tls && !insecure && !isLoopback(addr) {
+					t.Errorf("%s: --%s %s is not loopback and the container sets no TLS flags: %s refuses to start without --insecure", where, f, addr, bin)
+				}
+			}
+			if tls && insecure {
+				t.Errorf("%s: --insecure beside TLS flags: %s refuses to start", where, bin)
 			}
 
 			// Probes: gRPC health where the binary serves gRPC, else HTTP.

@@ -20,6 +20,7 @@ import (
 	"github.com/batonrun/baton/services/observer/internal/server"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
+	"github.com/batonrun/baton/services/runtime/trust"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -51,6 +52,10 @@ type Config struct {
 	RecordInterval time.Duration
 	// EnablePprof serves /debug/pprof/ on the HTTP address.
 	EnablePprof bool
+	// TLS is the observer's certificate: served, and presented to the
+	// queue, whose certificate it verifies against the CA; or --insecure
+	// (docs/security.md).
+	TLS trust.Config
 	// Rules, if set, are used instead of RulesFile and the built-in rules
 	// (for embedding; there is no flag).
 	Rules []rules.Rule
@@ -77,6 +82,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Resync, "resync", c.Resync, "re-announce every object at low priority this often (0 = off)")
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
+	c.TLS.RegisterFlags(fs)
 }
 
 // Validate names the first bad field.
@@ -99,7 +105,7 @@ func (c Config) Validate() error {
 	case c.RecordInterval <= 0:
 		return fmt.Errorf("RecordInterval must be positive, not %v", c.RecordInterval)
 	}
-	return nil
+	return c.TLS.ValidateServe()
 }
 
 // LoadRules returns the configured rules Run would use: cfg.Rules, else
@@ -160,6 +166,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	for _, w := range warnings {
 		log.Warn("rules", "warning", w)
 	}
+	tlsSrc, err := cfg.TLS.Load(log)
+	if err != nil {
+		return err
+	}
+	policy, err := cfg.TLS.Policy()
+	if err != nil {
+		return err
+	}
 
 	etcd, err := clientv3.New(clientv3.Config{
 		Endpoints:            cfg.EtcdEndpoints,
@@ -176,7 +190,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	defer etcd.Close()
-	queue, err := queueclient.Dial(cfg.QueueAddr, queueclient.WithBackoff(queueclient.Backoff{Attempts: 1}))
+	queueOpts := []queueclient.Option{queueclient.WithBackoff(queueclient.Backoff{Attempts: 1})}
+	if tlsSrc != nil {
+		queueOpts = append(queueOpts, queueclient.WithTLS(tlsSrc))
+	}
+	queue, err := queueclient.Dial(cfg.QueueAddr, queueOpts...)
 	if err != nil {
 		return err
 	}
@@ -213,6 +231,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Pprof:       cfg.EnablePprof,
 		Logger:      log,
 		OnListen:    cfg.OnListen,
+		TLS:         tlsSrc,
+		AuthzPolicy: policy,
+		Insecure:    cfg.TLS.Insecure,
 	})
 	// Watches stop only after the gRPC server has drained, so reads in
 	// flight (waiting on min_revision) can still be answered; then the

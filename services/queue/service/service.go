@@ -22,6 +22,7 @@ import (
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 	"github.com/batonrun/baton/services/runtime/serve"
+	"github.com/batonrun/baton/services/runtime/trust"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 )
@@ -46,6 +47,9 @@ type Config struct {
 	GracePeriod time.Duration
 	// EnablePprof serves /debug/pprof/ on the HTTP address.
 	EnablePprof bool
+	// TLS is the certificate the queue serves (and authorizes calls by,
+	// with a CA), or --insecure (docs/security.md).
+	TLS trust.Config
 	// OnListen, if set, learns the bound addresses (tests listen on :0).
 	OnListen func(grpcAddr, httpAddr net.Addr)
 }
@@ -75,6 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.EmptyQueueRetention, "empty-queue-retention", c.EmptyQueueRetention, "how long an empty queue no worker waits on keeps its counters before it is forgotten")
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
+	c.TLS.RegisterFlags(fs)
 }
 
 // The range of --max-request-bytes: room for one Ack of a long error at the
@@ -110,7 +115,7 @@ func (c Config) Validate() error {
 	case c.EmptyQueueRetention < time.Second:
 		return fmt.Errorf("--empty-queue-retention must be at least 1s, not %v", c.EmptyQueueRetention)
 	}
-	return nil
+	return c.TLS.ValidateServe()
 }
 
 // Run recovers the store and serves until ctx is cancelled. It returns an
@@ -121,6 +126,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	tlsSrc, err := cfg.TLS.Load(log)
+	if err != nil {
+		return err
+	}
+	policy, err := cfg.TLS.Policy()
+	if err != nil {
 		return err
 	}
 	wq := workqueue.DefaultConfig()
@@ -181,6 +194,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		OnListen:     cfg.OnListen,
 		Handle:       dash.Handle,
 		Pprof:        cfg.EnablePprof,
+		TLS:          tlsSrc,
+		AuthzPolicy:  policy,
+		Insecure:     cfg.TLS.Insecure,
 	})
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause

@@ -23,6 +23,7 @@ import (
 	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
+	"github.com/batonrun/baton/services/runtime/trust"
 	"github.com/batonrun/baton/services/worker/controllers"
 	"github.com/batonrun/baton/services/worker/manager"
 	"github.com/batonrun/baton/services/worker/objects"
@@ -61,6 +62,10 @@ type Config struct {
 	Worker string
 	// EnablePprof serves /debug/pprof/ on the HTTP address.
 	EnablePprof bool
+	// TLS is the worker's certificate: presented to the queue and the
+	// observer, whose certificates it verifies against the CA, and served
+	// on its HTTP address; or --insecure (docs/security.md).
+	TLS trust.Config
 	// OnListen, if set, learns the bound HTTP address (tests listen on :0).
 	OnListen func(httpAddr net.Addr)
 	// Wrap, if set, wraps every controller's reconciler (tests use it to
@@ -92,6 +97,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "longest one etcd or observer call may take before the reconcile fails and is retried")
 	fs.StringVar(&c.Worker, "worker", c.Worker, "name shown as the lease holder (default hostname-pid)")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
+	c.TLS.RegisterFlags(fs)
 }
 
 // ControllerNames resolves Controllers.
@@ -138,8 +144,10 @@ func (c Config) Validate() error {
 	case c.GracePeriod < 0:
 		return fmt.Errorf("--grace-period must not be negative, not %v", c.GracePeriod)
 	}
-	_, err := c.ControllerNames()
-	return err
+	if _, err := c.ControllerNames(); err != nil {
+		return err
+	}
+	return c.TLS.ValidateServe()
 }
 
 // Run connects to etcd, the queue and the observer and runs the controllers
@@ -153,6 +161,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	names, _ := cfg.ControllerNames()
+	tlsSrc, err := cfg.TLS.Load(log)
+	if err != nil {
+		return err
+	}
+	policy, err := cfg.TLS.Policy()
+	if err != nil {
+		return err
+	}
+	var queueOpts []queueclient.Option
+	var observerOpts []observerclient.Option
+	if tlsSrc != nil {
+		queueOpts = append(queueOpts, queueclient.WithTLS(tlsSrc))
+		observerOpts = append(observerOpts, observerclient.WithTLS(tlsSrc))
+	}
 
 	etcd, err := clientv3.New(clientv3.Config{
 		Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second,
@@ -169,7 +191,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer etcd.Close()
 
-	queue, err := queueclient.Dial(cfg.QueueAddr)
+	queue, err := queueclient.Dial(cfg.QueueAddr, queueOpts...)
 	if err != nil {
 		return err
 	}
@@ -177,7 +199,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	var observer *observerclient.Client
 	if cfg.ObserverAddr != "" {
-		if observer, err = observerclient.Dial(cfg.ObserverAddr); err != nil {
+		if observer, err = observerclient.Dial(cfg.ObserverAddr, observerOpts...); err != nil {
 			return err
 		}
 		defer observer.Close()
@@ -227,6 +249,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		serveErr = serve.Run(sctx, serve.Options{
 			Name: "baton-worker", HTTPAddr: cfg.HTTPAddr, Ready: ready, Registry: reg,
 			GracePeriod: cfg.GracePeriod, Pprof: cfg.EnablePprof, Logger: log,
+			TLS: tlsSrc, AuthzPolicy: policy, Insecure: cfg.TLS.Insecure,
 			OnListen: func(_, h net.Addr) {
 				if cfg.OnListen != nil {
 					cfg.OnListen(h)

@@ -35,6 +35,7 @@ func run(args []string) int {
 		EnvPrefix: "BATON_QUEUE",
 		Flags:     cfg.RegisterFlags,
 		Probe:     func() (string, string) { return cfg.GRPCAddr, cfg.HTTPAddr },
+		Trust:     &cfg.TLS,
 		Run:       func(ctx context.Context, log *slog.Logger) error { return service.Run(ctx, cfg, log) },
 		Usage:     []string{repairUsage},
 	}, args)

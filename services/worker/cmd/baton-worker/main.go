@@ -30,6 +30,7 @@ func run(args []string) int {
 		EnvPrefix: "BATON_WORKER",
 		Flags:     cfg.RegisterFlags,
 		Probe:     func() (string, string) { return "", cfg.HTTPAddr },
+		Trust:     &cfg.TLS,
 		Run:       func(ctx context.Context, log *slog.Logger) error { return service.Run(ctx, cfg, log) },
 	}, args)
 }

@@ -1,0 +1,233 @@
+package queue_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonrun/baton/client/certs"
+	"github.com/batonrun/baton/client/tlsfiles"
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// tlsDir is a deployment's certificates (client/certs, as batonctl certs
+// init writes them) for 127.0.0.1, plus a worker of another CA and an
+// expired worker of this one.
+type tlsDir struct {
+	dir, other string
+}
+
+func newTLSDir(t *testing.T) tlsDir {
+	t.Helper()
+	d := tlsDir{dir: t.TempDir(), other: t.TempDir()}
+	now := time.Now()
+	hosts := []string{"127.0.0.1"}
+	for _, dir := range []string{d.dir, d.other} {
+		ca, err := certs.NewCA(30, now.AddDate(0, 0, -10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := certs.Init(dir, ca, certs.Defaults(hosts, 1), false, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Issued three days ago for one day.
+	if _, err := certs.Issue(d.dir, certs.Leaf{Name: "expired", Roles: []string{tlsfiles.RoleWorker}, Hosts: hosts, Days: 1}, false, now.AddDate(0, 0, -3)); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// source loads dir's NAME pair (none for "") with dir's CA.
+func (d tlsDir) source(t *testing.T, dir, name string) *tlsfiles.Source {
+	t.Helper()
+	c := tlsfiles.Config{CAFile: filepath.Join(dir, "ca.crt")}
+	if name != "" {
+		c.CertFile, c.KeyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	}
+	src, err := tlsfiles.Load(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+func (d tlsDir) serverArgs(name string) []string {
+	return []string{"--tls-cert-file", filepath.Join(d.dir, name+".crt"), "--tls-key-file", filepath.Join(d.dir, name+".key"),
+		"--tls-ca-file", filepath.Join(d.dir, "ca.crt")}
+}
+
+// healthOver calls grpc.health.v1 on a new connection with creds and
+// returns the server's certificate.
+func healthOver(t *testing.T, addr string, creds credentials.TransportCredentials) (*x509.Certificate, error) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var p peer.Peer
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p)); err != nil {
+		return nil, err
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		return nil, errors.New("no server certificate")
+	}
+	return info.State.PeerCertificates[0], nil
+}
+
+// startTLS starts baton-queue with the queue's certificate and waits until
+// a worker's health check answers.
+func startTLS(t *testing.T, d tlsDir) *proc {
+	t.Helper()
+	p := newProc(t, d.serverArgs("queue")...)
+	p.start()
+	creds := d.source(t, d.dir, "worker").ClientCredentials("")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := healthOver(t, p.grpcAddr, creds)
+		if err == nil {
+			return p
+		}
+		if !p.running() || time.Now().After(deadline) {
+			t.Fatalf("baton-queue with TLS not serving: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestTLSRefusals: a queue serving mutual TLS refuses at the handshake a
+// plaintext client, a client without a certificate, one of another CA and
+// an expired one (UNAVAILABLE, no handler runs), and serves a worker.
+func TestTLSRefusals(t *testing.T) {
+	d := newTLSDir(t)
+	p := startTLS(t, d)
+	stats := func(creds credentials.TransportCredentials) error {
+		conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+		_, err = queuev1.NewQueueServiceClient(conn).Stats(ctx, &queuev1.StatsRequest{})
+		return err
+	}
+	for _, tc := range []struct {
+		name  string
+		creds credentials.TransportCredentials
+		want  codes.Code
+	}{
+		{"plaintext", insecure.NewCredentials(), codes.Unavailable},
+		{"no client certificate", d.source(t, d.dir, "").ClientCredentials(""), codes.Unavailable},
+		{"a certificate of another CA", d.source(t, d.other, "worker").ClientCredentials(""), codes.Unavailable},
+		{"an expired certificate", d.source(t, d.dir, "expired").ClientCredentials(""), codes.Unavailable},
+		{"a worker", d.source(t, d.dir, "worker").ClientCredentials(""), codes.OK},
+		{"a viewer", d.source(t, d.dir, "viewer").ClientCredentials(""), codes.OK},
+	} {
+		if err := stats(tc.creds); status.Code(err) != tc.want {
+			t.Errorf("%s: Stats = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestTLSRotation: the queue's certificate replaced on disk (batonctl
+// certs issue --force) is what a new connection sees, without a restart.
+func TestTLSRotation(t *testing.T) {
+	d := newTLSDir(t)
+	p := startTLS(t, d)
+	creds := d.source(t, d.dir, "worker").ClientCredentials("")
+	before, err := healthOver(t, p.grpcAddr, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := certs.Issue(d.dir, certs.Leaf{Name: "queue", Roles: []string{tlsfiles.RoleQueuePeer}, Hosts: []string{"127.0.0.1"}, Days: 2}, true, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := healthOver(t, p.grpcAddr, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.SerialNumber.Cmp(w.Cert.SerialNumber) != 0 || after.SerialNumber.Cmp(before.SerialNumber) == 0 {
+		t.Errorf("after rotation a new connection sees serial %x, want the new %x (was %x)", after.SerialNumber, w.Cert.SerialNumber, before.SerialNumber)
+	}
+	if !p.running() {
+		t.Fatal("baton-queue exited")
+	}
+}
+
+// TestPlaintextBeyondLoopbackIsRefused: without TLS flags baton-queue
+// refuses a listen address that is not loopback, in one line naming the
+// flags, with exit 2 and nothing created; --insecure (or its variable)
+// lets it serve.
+func TestPlaintextBeyondLoopbackIsRefused(t *testing.T) {
+	for _, args := range [][]string{{}, {"--grpc-addr", "0.0.0.0:0"}, {"--grpc-addr", "127.0.0.1:0", "--http-addr", ":0"}} {
+		cmd := exec.Command(binary, args...)
+		cmd.Dir = t.TempDir()
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || len(lines) != 1 ||
+			!strings.Contains(lines[0], "refusing to serve plaintext on") || !strings.Contains(lines[0], "--tls-cert-file") || !strings.Contains(lines[0], "--insecure") {
+			t.Errorf("baton-queue %v: %v, output %q; want exit 2 and one line naming the flags", args, err, out)
+		}
+		if entries, _ := os.ReadDir(cmd.Dir); len(entries) != 0 {
+			t.Errorf("baton-queue %v created %v in its directory", args, entries)
+		}
+	}
+	for _, insecure := range []func(*exec.Cmd){
+		func(c *exec.Cmd) { c.Args = append(c.Args, "--insecure") },
+		func(c *exec.Cmd) { c.Env = append(os.Environ(), "BATON_QUEUE_INSECURE=true") },
+	} {
+		cmd := exec.Command(binary, "--grpc-addr", ":0", "--http-addr", ":0", "--data-dir", t.TempDir())
+		insecure(cmd)
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		serving := make(chan bool, 1)
+		go func() {
+			sc := bufio.NewScanner(stderr)
+			for sc.Scan() {
+				if strings.Contains(sc.Text(), `"msg":"serving"`) {
+					serving <- true
+					io.Copy(io.Discard, stderr)
+					return
+				}
+			}
+			serving <- false
+		}()
+		select {
+		case ok := <-serving:
+			if !ok {
+				t.Errorf("baton-queue %v exited without serving: %v", cmd.Args[1:], cmd.Wait())
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("baton-queue %v: no serving line in 30 s", cmd.Args[1:])
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
