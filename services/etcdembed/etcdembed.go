@@ -13,6 +13,11 @@
 // A server can be stopped and started again on the same data directory and
 // the same ports (Stop, then Restart), which is how tests simulate an etcd
 // restart under a running client.
+//
+// It serves its clients TLS with Config.ClientTLS (an https:// ClientURL),
+// requiring client certificates of a CA when one is given, and turns on
+// etcd's authentication with Config.AuthUser and AuthPassword, as an
+// operator would with etcdctl user add and auth enable.
 package etcdembed
 
 import (
@@ -26,6 +31,8 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -74,6 +81,26 @@ type Config struct {
 	// Logger receives etcd's warnings and errors (etcd's own info logs are
 	// dropped: they are many and rarely useful here); nil discards.
 	Logger *slog.Logger
+	// ClientTLS, if set, makes etcd serve clients TLS; ClientURL must be
+	// https://.
+	ClientTLS *TLS
+	// AuthUser and AuthPassword, if set, turn on etcd's authentication
+	// when it is off (the first start): the user root, and AuthUser if it
+	// is another, get the root role, each with AuthPassword. Clients must
+	// then authenticate (clientv3.Config's Username and Password).
+	AuthUser, AuthPassword string
+	// BcryptCost is the cost of the users' password hashes (0: etcd's
+	// default, 10). Every login pays it, so tests lower it.
+	BcryptCost int
+}
+
+// TLS is the certificate etcd serves clients with, as etcd's --cert-file,
+// --key-file and --trusted-ca-file with --client-cert-auth.
+type TLS struct {
+	CertFile, KeyFile string
+	// ClientCAFile, if set, is the CA bundle every client's certificate
+	// must verify against; a client without one is refused.
+	ClientCAFile string
 }
 
 // Server is a running (or stopped) embedded etcd.
@@ -104,9 +131,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 30 * time.Second
 	}
+	if (cfg.AuthUser == "") != (cfg.AuthPassword == "") {
+		return nil, errors.New("etcdembed: AuthUser and AuthPassword go together")
+	}
 	cu, err := concreteURL(cfg.ClientURL)
 	if err != nil {
 		return nil, fmt.Errorf("etcdembed: ClientURL: %w", err)
+	}
+	if (cfg.ClientTLS != nil) != (cu.Scheme == "https") {
+		return nil, fmt.Errorf("etcdembed: ClientURL %s: https:// goes with ClientTLS, and only with it", cfg.ClientURL)
 	}
 	pu, err := concreteURL(cfg.PeerURL)
 	if err != nil {
@@ -201,8 +234,14 @@ func (s *Server) Restart(ctx context.Context) error {
 		ec.ElectionMs = uint(s.cfg.ElectionTimeout / time.Millisecond)
 	}
 	ec.UnsafeNoFsync = s.cfg.UnsafeNoFsync
+	if s.cfg.BcryptCost > 0 {
+		ec.BcryptCost = uint(s.cfg.BcryptCost)
+	}
 	if s.cfg.ProgressNotifyInterval > 0 {
 		ec.WatchProgressNotifyInterval = s.cfg.ProgressNotifyInterval
+	}
+	if t := s.cfg.ClientTLS; t != nil {
+		ec.ClientTLSInfo = transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.ClientCAFile, ClientCertAuth: t.ClientCAFile != ""}
 	}
 	ec.LogLevel = "warn"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapToSlog(s.cfg.Logger))
@@ -227,7 +266,34 @@ func (s *Server) Restart(ctx context.Context) error {
 		e.Close()
 		return fmt.Errorf("etcdembed: start: %w", ctx.Err())
 	}
+	if err := s.enableAuth(ctx, e); err != nil {
+		e.Close()
+		return err
+	}
 	s.e = e
+	return nil
+}
+
+// enableAuth turns on authentication as Config asks, if it is off.
+func (s *Server) enableAuth(ctx context.Context, e *embed.Etcd) error {
+	if s.cfg.AuthUser == "" || e.Server.AuthStore().IsAuthEnabled() {
+		return nil
+	}
+	users := []string{"root"}
+	if s.cfg.AuthUser != "root" {
+		users = append(users, s.cfg.AuthUser)
+	}
+	for _, u := range users {
+		if _, err := e.Server.UserAdd(ctx, &pb.AuthUserAddRequest{Name: u, Password: s.cfg.AuthPassword}); err != nil {
+			return fmt.Errorf("etcdembed: add user %s: %w", u, err)
+		}
+		if _, err := e.Server.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: u, Role: "root"}); err != nil {
+			return fmt.Errorf("etcdembed: grant %s the root role: %w", u, err)
+		}
+	}
+	if _, err := e.Server.AuthEnable(ctx, &pb.AuthEnableRequest{}); err != nil {
+		return fmt.Errorf("etcdembed: enable authentication: %w", err)
+	}
 	return nil
 }
 

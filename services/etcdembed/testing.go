@@ -6,7 +6,8 @@ import (
 )
 
 // StartForTest starts a server on free loopback ports in t.TempDir(),
-// without fsync and with progress notifications every 100 ms, and stops it
+// without fsync, with progress notifications every 100 ms and the cheapest
+// password hashes (bcrypt's cost 4, for Config.AuthUser), and stops it
 // when the test ends. It fails the test if etcd does not start.
 func StartForTest(t testing.TB) *Server {
 	t.Helper()
@@ -27,6 +28,9 @@ func StartForTestConfig(t testing.TB, cfg Config) *Server {
 		cfg.ProgressNotifyInterval = 100 * time.Millisecond
 	}
 	cfg.UnsafeNoFsync = true
+	if cfg.BcryptCost == 0 {
+		cfg.BcryptCost = 4 // bcrypt.MinCost
+	}
 	var (
 		s   *Server
 		err error
