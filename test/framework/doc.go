@@ -40,6 +40,19 @@
 //		q.Start() // again, on the same ports and data directory
 //	}
 //
+// With TLS (NewCerts: a deployment's certificates for loopback, as
+// batonctl certs init writes them) in their options, the services serve
+// mutual TLS, dial one another with their own certificates, and Client
+// dials as admin; StartEtcdWith starts an etcd that serves TLS, requires
+// client certificates and has a user with a password, and ClientFlags are
+// the flags that reach it:
+//
+//	certs := framework.NewCerts(t)
+//	etcd := framework.StartEtcdWith(t, framework.EtcdOptions{TLS: certs, User: "baton", Password: "pw"})
+//	q := framework.StartQueue(t, framework.QueueOptions{TLS: certs})
+//	o := framework.StartObserver(t, framework.ObserverOptions{
+//		EtcdEndpoints: etcd.Endpoints(), QueueAddr: q.Addr, TLS: certs, Args: etcd.ClientFlags()})
+//
 // Every Start* fails the test (t.Fatal) when the binary does not build, does
 // not start, or is not ready in time, with the process's output in the
 // message; call them from the test's goroutine. Processes are stopped with

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonrun/baton/client/tlsfiles"
 	"github.com/batonrun/baton/services/etcdembed"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // Etcd is the etcd of a test: embedded in the test process (StartEtcd) or
@@ -24,17 +26,56 @@ type Etcd struct {
 	embedded *etcdembed.Server // or
 	proc     *Process
 	url      string
+	// flags are ClientFlags': how a Baton binary reaches this etcd.
+	flags []string
+}
+
+// EtcdOptions configures StartEtcdWith. The zero value is StartEtcd's
+// etcd: plaintext, no authentication.
+type EtcdOptions struct {
+	// TLS, if set, makes etcd serve clients TLS with the etcd-server
+	// certificate and require a client certificate of the CA.
+	TLS *Certs
+	// User and Password, if set, turn on etcd's authentication, with
+	// that user (and root) having the root role.
+	User, Password string
 }
 
 // StartEtcd starts etcd embedded in the test process (etcdembed), stopped
 // when the test ends. It fails the test if etcd does not start.
 func StartEtcd(t testing.TB) *Etcd {
 	t.Helper()
-	srv := etcdembed.StartForTest(t)
-	e := &Etcd{embedded: srv, url: srv.Endpoints()[0]}
-	e.Client = newEtcdClient(t, e.Endpoints())
+	return StartEtcdWith(t, EtcdOptions{})
+}
+
+// StartEtcdWith starts an embedded etcd as o says: with TLS and client
+// certificates, with a user and password, or both. Its Client, and the
+// binaries given ClientFlags, present the etcd-client certificate and log
+// in as the user.
+func StartEtcdWith(t testing.TB, o EtcdOptions) *Etcd {
+	t.Helper()
+	cfg := etcdembed.Config{AuthUser: o.User, AuthPassword: o.Password}
+	var src *tlsfiles.Source
+	e := &Etcd{}
+	if o.TLS != nil {
+		cfg.ClientURL = "https://127.0.0.1:0"
+		cfg.ClientTLS = &etcdembed.TLS{CertFile: o.TLS.CertFile("etcd-server"), KeyFile: o.TLS.KeyFile("etcd-server"), ClientCAFile: o.TLS.CAFile()}
+		src = o.TLS.Source(t, "etcd-client")
+		e.flags = append(e.flags, "--etcd-cacert", o.TLS.CAFile(), "--etcd-cert", o.TLS.CertFile("etcd-client"), "--etcd-key", o.TLS.KeyFile("etcd-client"))
+	}
+	if o.User != "" {
+		e.flags = append(e.flags, "--etcd-username", o.User, "--etcd-password-file", writeSecret(t, "etcd-password", o.Password+"\n"))
+	}
+	srv := etcdembed.StartForTestConfig(t, cfg)
+	e.embedded, e.url = srv, srv.Endpoints()[0]
+	e.Client = newEtcdClientWith(t, e.Endpoints(), src, o.User, o.Password)
 	return e
 }
+
+// ClientFlags returns the flags a Baton binary (the observer, a worker,
+// batonctl) needs to reach this etcd besides --etcd-endpoints: its TLS
+// and authentication flags, none for a plaintext etcd without users.
+func (e *Etcd) ClientFlags() []string { return append([]string(nil), e.flags...) }
 
 // etcdVersion finds the minor version in `etcd --version`.
 var etcdVersion = regexp.MustCompile(`etcd Version: 3\.(\d+)\.`)
@@ -112,7 +153,19 @@ func (e *Etcd) Process() *Process { return e.proc }
 
 func newEtcdClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return newEtcdClientWith(t, endpoints, nil, "", "")
+}
+
+// newEtcdClientWith is a client presenting src's certificate (as
+// services/runtime/etcdconn configures the binaries') and logged in as
+// user, if set.
+func newEtcdClientWith(t testing.TB, endpoints []string, src *tlsfiles.Source, user, password string) *clientv3.Client {
+	t.Helper()
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Username: user, Password: password}
+	if src != nil {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(src.ClientCredentials(""))}
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatalf("framework: etcd client: %v", err)
 	}

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 
 	queueclient "github.com/batonrun/baton/client/queue"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 func TestMain(m *testing.M) { os.Exit(RunTests(m)) }
@@ -181,5 +184,44 @@ func TestUnexpectedExitIsReported(t *testing.T) {
 	r.cleanup()
 	if len(r.errs) != 0 {
 		t.Errorf("errors at cleanup = %q, want none", r.errs)
+	}
+}
+
+// TestSecureEtcd: an etcd with TLS, client certificates and a user serves
+// its Client, and refuses a client without the certificate or without the
+// password.
+func TestSecureEtcd(t *testing.T) {
+	certs := NewCerts(t)
+	e := StartEtcdWith(t, EtcdOptions{TLS: certs, User: "baton", Password: "s3cret"})
+	if !strings.HasPrefix(e.Endpoints()[0], "https://") {
+		t.Fatalf("endpoints %v, want https://", e.Endpoints())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := e.Client.Put(ctx, "/registry/x/default/a", "{}"); err != nil {
+		t.Fatalf("the framework's client: %v", err)
+	}
+	for name, cfg := range map[string]clientv3.Config{
+		"no client certificate": {Username: "baton", Password: "s3cret",
+			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(certs.Source(t, "").ClientCredentials(""))}},
+		"no password": {DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(certs.Source(t, "etcd-client").ClientCredentials(""))}},
+	} {
+		cfg.Endpoints, cfg.DialTimeout, cfg.Logger = e.Endpoints(), 2*time.Second, zap.NewNop()
+		c, err := clientv3.New(cfg) // a client with a user logs in here
+		if err == nil {
+			cctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			_, err = c.Get(cctx, "/registry/x/default/a")
+			cancel()
+			c.Close()
+		}
+		if err == nil {
+			t.Errorf("%s: Get succeeded", name)
+		}
+	}
+	flags := strings.Join(e.ClientFlags(), " ")
+	for _, f := range []string{"--etcd-cacert", "--etcd-cert", "--etcd-key", "--etcd-username baton", "--etcd-password-file"} {
+		if !strings.Contains(flags, f) {
+			t.Errorf("ClientFlags %q lack %s", flags, f)
+		}
 	}
 }

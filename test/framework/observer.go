@@ -27,7 +27,10 @@ type ObserverOptions struct {
 	// NoWaitReady returns once it listens, before /readyz answers 200
 	// (etcd answers and every prefix is listed), e.g. with etcd down.
 	NoWaitReady bool
-	// Args are further flags.
+	// TLS, if set, serves mutual TLS with its observer certificate (which
+	// it also dials the queue with), and Client dials as admin.
+	TLS *Certs
+	// Args are further flags, e.g. Etcd.ClientFlags().
 	Args []string
 }
 
@@ -66,15 +69,22 @@ func StartObserver(t testing.TB, o ObserverOptions) *Observer {
 	}
 	args = durationFlag(args, "grace-period", o.GracePeriod)
 	args = durationFlag(args, "resync", o.Resync)
-	s := startService(t, serviceSpec{
+	spec := serviceSpec{
 		name:        "baton-observer",
 		flags:       func(g, h string) []string { return []string{"--grpc-addr", g, "--http-addr", h} },
-		args:        append(args, o.Args...),
 		noWaitReady: o.NoWaitReady,
-	})
+	}
+	var dial []observerclient.Option
+	if o.TLS != nil {
+		args = append(args, o.TLS.Flags("observer")...)
+		spec.tls = o.TLS.Source(t, "observer")
+		dial = append(dial, observerclient.WithTLS(o.TLS.Source(t, "admin")))
+	}
+	spec.args = append(args, o.Args...)
+	s := startService(t, spec)
 	ob := &Observer{Process: s.Process, RulesFile: rulesFile}
 	ob.Addr, ob.HTTPAddr = s.addrs()
-	c, err := observerclient.Dial(ob.Addr)
+	c, err := observerclient.Dial(ob.Addr, dial...)
 	if err != nil {
 		t.Fatalf("framework: dial baton-observer: %v", err)
 	}

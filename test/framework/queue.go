@@ -20,6 +20,9 @@ type QueueOptions struct {
 	BackoffBase, BackoffMax time.Duration
 	// MaxAttempts is --max-attempts; 0 keeps the binary's (never park).
 	MaxAttempts int
+	// TLS, if set, serves mutual TLS with its queue certificate, and
+	// Client dials as admin.
+	TLS *Certs
 	// Args are further flags, e.g. "--max-queues", "3".
 	Args []string
 }
@@ -55,14 +58,21 @@ func StartQueue(t testing.TB, o QueueOptions) *Queue {
 	if o.MaxAttempts != 0 {
 		args = append(args, "--max-attempts", strconv.Itoa(o.MaxAttempts))
 	}
-	s := startService(t, serviceSpec{
+	spec := serviceSpec{
 		name:  "baton-queue",
 		flags: func(g, h string) []string { return []string{"--grpc-addr", g, "--http-addr", h} },
-		args:  append(args, o.Args...),
-	})
+	}
+	var dial []queueclient.Option
+	if o.TLS != nil {
+		args = append(args, o.TLS.Flags("queue")...)
+		spec.tls = o.TLS.Source(t, "queue")
+		dial = append(dial, queueclient.WithTLS(o.TLS.Source(t, "admin")))
+	}
+	spec.args = append(args, o.Args...)
+	s := startService(t, spec)
 	q := &Queue{Process: s.Process, DataDir: dir}
 	q.Addr, q.HTTPAddr = s.addrs()
-	c, err := queueclient.Dial(q.Addr)
+	c, err := queueclient.Dial(q.Addr, dial...)
 	if err != nil {
 		t.Fatalf("framework: dial baton-queue: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/batonrun/baton/client/tlsfiles"
 )
 
 // A Baton binary logs, at info level, one line once its listeners are
@@ -47,6 +49,9 @@ type serviceSpec struct {
 	// noWaitReady returns once the listeners are bound, before /readyz
 	// answers 200.
 	noWaitReady bool
+	// tls, if set, is what /readyz is probed with, over HTTPS: the
+	// service's own certificate.
+	tls *tlsfiles.Source
 }
 
 // httpClient probes /readyz; each probe is bounded by its context.
@@ -89,7 +94,7 @@ func newService(t testing.TB, spec serviceSpec) *service {
 		if spec.noWaitReady {
 			return nil
 		}
-		return probeReady(ctx, httpAddr)
+		return probeReady(ctx, httpAddr, spec.tls)
 	}
 	return s
 }
@@ -119,13 +124,19 @@ func (s *service) addrs() (grpcAddr, httpAddr string) {
 	return s.grpcAddr, s.httpAddr
 }
 
-// probeReady returns nil when GET /readyz answers 200.
-func probeReady(ctx context.Context, httpAddr string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/readyz", nil)
+// probeReady returns nil when GET /readyz answers 200; over HTTPS with
+// src, verifying the service's certificate for 127.0.0.1.
+func probeReady(ctx context.Context, httpAddr string, src *tlsfiles.Source) error {
+	scheme, client := "http", httpClient
+	if src != nil {
+		scheme = "https"
+		client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: src.ClientConfig("127.0.0.1")}}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+httpAddr+"/readyz", nil)
 	if err != nil {
 		return err
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,10 @@ type WorkerOptions struct {
 	// NoWaitReady returns once it listens, before /readyz answers 200 (the
 	// queue and etcd answer), e.g. with the queue down.
 	NoWaitReady bool
-	// Args are further flags.
+	// TLS, if set, makes it dial the queue and the observer, and serve
+	// its HTTP address, with its worker certificate.
+	TLS *Certs
+	// Args are further flags, e.g. Etcd.ClientFlags().
 	Args []string
 }
 
@@ -61,12 +64,17 @@ func StartWorker(t testing.TB, o WorkerOptions) *Worker {
 	}
 	args = durationFlag(args, "lease-duration", o.LeaseDuration)
 	args = durationFlag(args, "grace-period", o.GracePeriod)
-	s := startService(t, serviceSpec{
+	spec := serviceSpec{
 		name:        "baton-worker",
 		flags:       func(_, h string) []string { return []string{"--http-addr", h} },
-		args:        append(args, o.Args...),
 		noWaitReady: o.NoWaitReady,
-	})
+	}
+	if o.TLS != nil {
+		args = append(args, o.TLS.Flags("worker")...)
+		spec.tls = o.TLS.Source(t, "worker")
+	}
+	spec.args = append(args, o.Args...)
+	s := startService(t, spec)
 	w := &Worker{Process: s.Process}
 	_, w.HTTPAddr = s.addrs()
 	return w

@@ -18,6 +18,7 @@ import (
 	"github.com/batonrun/baton/services/observer/internal/checkpoint"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"github.com/batonrun/baton/services/observer/internal/server"
+	"github.com/batonrun/baton/services/runtime/etcdconn"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/runtime/trust"
@@ -33,7 +34,9 @@ type Config struct {
 	GRPCAddr      string
 	HTTPAddr      string
 	EtcdEndpoints []string
-	QueueAddr     string
+	// Etcd is etcd's TLS and authentication (--etcd-cacert …).
+	Etcd      etcdconn.Config
+	QueueAddr string
 	// RulesFile is a YAML rules file; empty means the built-in rules.
 	// Either way the controllers' declarations in etcd add to them.
 	RulesFile string
@@ -77,6 +80,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (ObserverService)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz, /readyz")
 	flagenv.ListVar(fs, &c.EtcdEndpoints, "etcd-endpoints", "comma-separated etcd client URLs")
+	c.Etcd.RegisterFlags(fs)
 	fs.StringVar(&c.QueueAddr, "queue-addr", c.QueueAddr, "baton-queue gRPC address")
 	fs.StringVar(&c.RulesFile, "rules", c.RulesFile, "YAML rules file (default: the built-in rules of the reference controllers)")
 	fs.DurationVar(&c.Resync, "resync", c.Resync, "re-announce every object at low priority this often (0 = off)")
@@ -104,6 +108,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ProgressInterval must be positive, not %v", c.ProgressInterval)
 	case c.RecordInterval <= 0:
 		return fmt.Errorf("RecordInterval must be positive, not %v", c.RecordInterval)
+	}
+	if err := c.Etcd.Validate(c.EtcdEndpoints); err != nil {
+		return err
 	}
 	return c.TLS.ValidateServe()
 }
@@ -175,7 +182,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 
-	etcd, err := clientv3.New(clientv3.Config{
+	etcdCfg := clientv3.Config{
 		Endpoints:            cfg.EtcdEndpoints,
 		DialTimeout:          5 * time.Second,
 		DialKeepAliveTime:    10 * time.Second,
@@ -185,7 +192,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// clientv3 logs every reconnect at length; the informers log what
 		// matters (watch breaks, relists) themselves.
 		Logger: zap.NewNop(),
-	})
+	}
+	if err := cfg.Etcd.Apply(&etcdCfg, log); err != nil {
+		return err
+	}
+	etcd, err := clientv3.New(etcdCfg)
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}

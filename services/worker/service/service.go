@@ -21,6 +21,7 @@ import (
 	"time"
 
 	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/services/runtime/etcdconn"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/runtime/trust"
@@ -46,6 +47,8 @@ type Config struct {
 	// EtcdEndpoints are etcd's client URLs (the flag takes them
 	// comma-separated).
 	EtcdEndpoints []string
+	// Etcd is etcd's TLS and authentication (--etcd-cacert …).
+	Etcd etcdconn.Config
 	// Controllers is "all" or a comma-separated list of controller names.
 	Controllers string
 	// Concurrency is the number of keys each controller reconciles at once.
@@ -89,6 +92,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.QueueAddr, "queue-addr", c.QueueAddr, "queue gRPC address")
 	fs.StringVar(&c.ObserverAddr, "observer-addr", c.ObserverAddr, "observer gRPC address (empty: read etcd directly)")
 	flagenv.ListVar(fs, &c.EtcdEndpoints, "etcd-endpoints", "comma-separated etcd client URLs")
+	c.Etcd.RegisterFlags(fs)
 	fs.StringVar(&c.Controllers, "controllers", c.Controllers, "all, or a comma-separated list of "+strings.Join(controllers.Names, ","))
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "keys reconciled at once, per controller")
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", c.LeaseDuration, "lease asked for each key, extended while it is reconciled")
@@ -147,6 +151,9 @@ func (c Config) Validate() error {
 	if _, err := c.ControllerNames(); err != nil {
 		return err
 	}
+	if err := c.Etcd.Validate(c.EtcdEndpoints); err != nil {
+		return err
+	}
 	return c.TLS.ValidateServe()
 }
 
@@ -176,7 +183,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		observerOpts = append(observerOpts, observerclient.WithTLS(tlsSrc))
 	}
 
-	etcd, err := clientv3.New(clientv3.Config{
+	etcdCfg := clientv3.Config{
 		Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second,
 		Logger: zap.NewNop(),
 		// gRPC's default reconnect backoff grows to 2 minutes; a worker
@@ -185,7 +192,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 2 * time.Second,
 		})},
-	})
+	}
+	if err := cfg.Etcd.Apply(&etcdCfg, log); err != nil {
+		return err
+	}
+	etcd, err := clientv3.New(etcdCfg)
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
