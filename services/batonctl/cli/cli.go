@@ -35,7 +35,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/tlsfiles"
 	"github.com/batonrun/baton/services/batonctl/internal/resource"
+	"github.com/batonrun/baton/services/runtime/etcdconn"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -43,6 +45,15 @@ import (
 // EnvPrefix prefixes the environment variables that mirror the global flags:
 // BATON_BATONCTL_ETCD_ENDPOINTS, BATON_BATONCTL_QUEUE_ADDR, …
 const EnvPrefix = "BATON_BATONCTL"
+
+// envAliases are the other names of some variables: the certificate flags
+// are also BATONCTL_CACERT, BATONCTL_CERT and BATONCTL_KEY (as etcdctl's
+// are ETCDCTL_CACERT …), used when the BATON_BATONCTL_ one is not set.
+var envAliases = map[string]string{
+	EnvPrefix + "_CACERT": "BATONCTL_CACERT",
+	EnvPrefix + "_CERT":   "BATONCTL_CERT",
+	EnvPrefix + "_KEY":    "BATONCTL_KEY",
+}
 
 // Defaults of the global flags (docs/design.md, "Binaries and flags").
 const (
@@ -73,11 +84,28 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 	fs.StringVar(&a.queueAddr, "queue-addr", DefaultQueueAddr, "the queue's gRPC address (host:port)")
 	fs.StringVar(&a.observerAddr, "observer-addr", DefaultObserverAddr, "the observer's gRPC address (host:port)")
 	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "how long to wait for a server before giving up")
+	fs.StringVar(&a.tlsFiles.CAFile, "cacert", "", "CA bundle (PEM) that verifies the queue's and the observer's certificates: TLS to them (also BATONCTL_CACERT)")
+	fs.StringVar(&a.tlsFiles.CertFile, "cert", "", "your certificate (PEM), presented to the queue and the observer (also BATONCTL_CERT)")
+	fs.StringVar(&a.tlsFiles.KeyFile, "key", "", "the key of --cert (PEM) (also BATONCTL_KEY)")
+	a.etcdConn.RegisterFlags(fs)
 	// The flag package would print its own line and the usage beside
 	// batonctl's one error line; -h prints the usage below.
 	fs.Usage = func() {}
 	fs.SetOutput(io.Discard)
-	if err := flagenv.Parse(fs, EnvPrefix, hoistGlobals(fs, args), stdio.Lookup); err != nil {
+	lookup := stdio.Lookup
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	withAliases := func(k string) (string, bool) {
+		if v, ok := lookup(k); ok {
+			return v, ok
+		}
+		if alias, ok := envAliases[k]; ok {
+			return lookup(alias)
+		}
+		return "", false
+	}
+	if err := flagenv.Parse(fs, EnvPrefix, hoistGlobals(fs, args), withAliases); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(stdio.Stdout, fs)
 			return 0
@@ -86,6 +114,10 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 		return 2
 	}
 	defer a.close()
+	if err := a.checkTLS(); err != nil {
+		fmt.Fprintf(stdio.Stderr, "error: %v\n", err)
+		return 2
+	}
 	if fs.NArg() == 0 {
 		usage(stdio.Stderr, fs)
 		return 2
@@ -207,6 +239,11 @@ type app struct {
 	observerAddr  string
 	timeout       time.Duration
 	now           func() time.Time
+	// tlsFiles are --cacert, --cert and --key; tlsSrc is what they load.
+	tlsFiles tlsfiles.Config
+	tlsSrc   *tlsfiles.Source
+	// etcdConn is etcd's TLS and authentication (--etcd-cacert …).
+	etcdConn etcdconn.Config
 
 	etcdClient  *clientv3.Client
 	queueClient *queueclient.Client
@@ -228,6 +265,32 @@ func (a *app) close() {
 }
 
 func (a *app) endpoints() []string { return flagenv.SplitList(a.etcdEndpoints) }
+
+// checkTLS refuses a certificate without its key and the reverse (a
+// usage error).
+func (a *app) checkTLS() error {
+	switch c := a.tlsFiles; {
+	case c.CertFile != "" && c.KeyFile == "":
+		return usagef("--cert is set without --key")
+	case c.CertFile == "" && c.KeyFile != "":
+		return usagef("--key is set without --cert")
+	}
+	return nil
+}
+
+// tls returns the Source of --cacert, --cert and --key, loaded once; nil
+// without them (plaintext to the services).
+func (a *app) tls() (*tlsfiles.Source, error) {
+	if a.tlsSrc != nil || (a.tlsFiles.CAFile == "" && a.tlsFiles.CertFile == "") {
+		return a.tlsSrc, nil
+	}
+	src, err := tlsfiles.Load(a.tlsFiles)
+	if err != nil {
+		return nil, err
+	}
+	a.tlsSrc = src
+	return src, nil
+}
 
 // etcd returns a client, after checking that etcd answers: a command that
 // cannot reach etcd should say so at once and name the endpoint, not fail
@@ -251,10 +314,14 @@ func (a *app) etcd(ctx context.Context) (*clientv3.Client, error) {
 	if err := refused("etcd", a.etcdEndpoints, "--etcd-endpoints", hosts...); err != nil {
 		return nil, err
 	}
-	c, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints: eps, DialTimeout: a.timeout, Logger: zap.NewNop(),
 		DialKeepAliveTime: 30 * time.Second,
-	})
+	}
+	if err := a.etcdConn.Apply(&cfg, nil); err != nil {
+		return nil, err
+	}
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)
 	}
@@ -274,9 +341,17 @@ func (a *app) queue() (*queueclient.Client, error) {
 	if a.queueClient != nil {
 		return a.queueClient, nil
 	}
+	src, err := a.tls()
+	if err != nil {
+		return nil, err
+	}
 	// One attempt: a command line answers now, it does not wait out a
 	// restart (the client's default retries Unavailable until the deadline).
-	c, err := queueclient.Dial(a.queueAddr, queueclient.WithBackoff(queueclient.Backoff{Attempts: 1}))
+	opts := []queueclient.Option{queueclient.WithBackoff(queueclient.Backoff{Attempts: 1})}
+	if src != nil {
+		opts = append(opts, queueclient.WithTLS(src))
+	}
+	c, err := queueclient.Dial(a.queueAddr, opts...)
 	if err != nil {
 		return nil, a.unreachable("the queue", a.queueAddr, "--queue-addr", err)
 	}
@@ -286,7 +361,15 @@ func (a *app) queue() (*queueclient.Client, error) {
 
 func (a *app) observer() (*observerclient.Client, error) {
 	if a.obsClient == nil {
-		c, err := observerclient.Dial(a.observerAddr)
+		src, err := a.tls()
+		if err != nil {
+			return nil, err
+		}
+		var opts []observerclient.Option
+		if src != nil {
+			opts = append(opts, observerclient.WithTLS(src))
+		}
+		c, err := observerclient.Dial(a.observerAddr, opts...)
 		if err != nil {
 			return nil, a.unreachable("the observer", a.observerAddr, "--observer-addr", err)
 		}
@@ -326,7 +409,14 @@ func (a *app) unreachable(what, addr, flagName string, err error) error {
 		if strings.Contains(err.Error(), "connection refused") {
 			return &unreachableError{msg: fmt.Sprintf("connection refused: is %s running at %s? (set %s)", what, addr, flagName), err: err}
 		}
-		return &unreachableError{msg: fmt.Sprintf("cannot reach %s at %s (set %s): %s", what, addr, flagName, flatten(err)), err: err}
+		msg := fmt.Sprintf("cannot reach %s at %s (set %s): %s", what, addr, flagName, flatten(err))
+		if what != "etcd" && a.tlsFiles.CertFile == "" {
+			// Something answers but the call fails: a service serving
+			// mutual TLS breaks off a plaintext or certificate-less
+			// handshake, which the client sees as a dropped connection.
+			msg += " (if it serves mutual TLS, give --cacert, --cert and --key)"
+		}
+		return &unreachableError{msg: msg, err: err}
 	}
 	return err
 }

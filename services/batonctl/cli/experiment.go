@@ -29,12 +29,24 @@ func cmdExperiment(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	argv := append([]string{
+	argv := []string{
 		"--etcd-endpoints=" + a.etcdEndpoints,
 		"--queue-addr=" + a.queueAddr,
 		"--observer-addr=" + a.observerAddr,
 		"--timeout=" + a.timeout.String(),
-	}, args...)
+	}
+	// The certificate flags, under the experiment's names (a Baton
+	// binary's: --tls-cert-file …; etcd's are the same in both).
+	for _, f := range []struct{ flag, value string }{
+		{"tls-ca-file", a.tlsFiles.CAFile}, {"tls-cert-file", a.tlsFiles.CertFile}, {"tls-key-file", a.tlsFiles.KeyFile},
+		{"etcd-cacert", a.etcdConn.CACert}, {"etcd-cert", a.etcdConn.Cert}, {"etcd-key", a.etcdConn.Key},
+		{"etcd-username", a.etcdConn.Username}, {"etcd-password-file", a.etcdConn.PasswordFile},
+	} {
+		if f.value != "" {
+			argv = append(argv, "--"+f.flag+"="+f.value)
+		}
+	}
+	argv = append(argv, args...)
 	cmd := exec.CommandContext(ctx, path, argv...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.Stdin, a.Stdout, a.Stderr
 	// Ctrl-C (or SIGTERM) reaches batonctl: pass it on as an interrupt, so

@@ -75,6 +75,16 @@ func TestExperimentCommand(t *testing.T) {
 		t.Errorf("stderr %q, want the experiment's own", r.stderr)
 	}
 
+	// The certificate flags under baton-experiment's names, etcd's as
+	// they are.
+	r = runWithPath(t, path, "", "--cacert", "ca.crt", "--cert", "admin.crt", "--key", "admin.key", "--etcd-cacert", "eca.crt",
+		"--etcd-username", "root", "--etcd-password-file", "pw", "experiment", "clean")
+	want = "arg --etcd-endpoints=" + DefaultEtcdEndpoints + "\narg --queue-addr=" + DefaultQueueAddr + "\narg --observer-addr=" + DefaultObserverAddr + "\narg --timeout=5s\n" +
+		"arg --tls-ca-file=ca.crt\narg --tls-cert-file=admin.crt\narg --tls-key-file=admin.key\narg --etcd-cacert=eca.crt\narg --etcd-username=root\narg --etcd-password-file=pw\narg clean\nstdin \n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("with certificates, baton-experiment was given (exit %d)\n%s\nwant\n%s", r.code, r.stdout, want)
+	}
+
 	// Its exit status is batonctl's, with nothing added to its errors.
 	for _, code := range []string{"1", "2"} {
 		r := runWithPath(t, path, "", "experiment", "burst", "exit="+code)

@@ -75,16 +75,26 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 		}
 	}
 
+	// With --cacert (or --cert) the services are probed over TLS, HTTPS
+	// for /readyz, each checked against the host it is reached at.
+	src, err := a.tls()
+	if err != nil {
+		return err
+	}
+	scheme := "http://"
+	if src != nil {
+		scheme = "https://"
+	}
 	probe := func(service, grpcAddr, httpAddr string) error {
 		octx, cancel := a.opCtx(ctx)
 		defer cancel()
-		return serve.Probe(octx, grpcAddr, httpAddr, serve.ProbeOptions{})
+		return serve.Probe(octx, grpcAddr, httpAddr, serve.ProbeOptions{TLS: src})
 	}
 	endpoint := func(grpcAddr, httpAddr string) string {
 		if grpcAddr == "" {
-			return "http://" + httpAddr
+			return scheme + httpAddr
 		}
-		return grpcAddr + ", http://" + httpAddr
+		return grpcAddr + ", " + scheme + httpAddr
 	}
 
 	queueErr := probe("queue", a.queueAddr, *queueHTTP)

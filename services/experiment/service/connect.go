@@ -50,7 +50,11 @@ func connect(ctx context.Context, cfg Config) (experiment.Env, func(), error) {
 	if err := refused("etcd", cfg.EtcdEndpoints, "--etcd-endpoints", hosts...); err != nil {
 		return fail(err)
 	}
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: cfg.Timeout, Logger: zap.NewNop(), DialKeepAliveTime: 30 * time.Second})
+	etcdCfg := clientv3.Config{Endpoints: eps, DialTimeout: cfg.Timeout, Logger: zap.NewNop(), DialKeepAliveTime: 30 * time.Second}
+	if err := cfg.Etcd.Apply(&etcdCfg, nil); err != nil {
+		return fail(err)
+	}
+	etcd, err := clientv3.New(etcdCfg)
 	if err != nil {
 		return fail(unreachable("etcd", cfg.EtcdEndpoints, "--etcd-endpoints", err))
 	}
@@ -63,7 +67,17 @@ func connect(ctx context.Context, cfg Config) (experiment.Env, func(), error) {
 	}
 	env.Etcd = etcd
 
-	q, err := queueclient.Dial(cfg.QueueAddr)
+	src, err := cfg.TLS.Load(nil)
+	if err != nil {
+		return fail(err)
+	}
+	var queueOpts []queueclient.Option
+	var observerOpts []observerclient.Option
+	if src != nil {
+		queueOpts = append(queueOpts, queueclient.WithTLS(src))
+		observerOpts = append(observerOpts, observerclient.WithTLS(src))
+	}
+	q, err := queueclient.Dial(cfg.QueueAddr, queueOpts...)
 	if err != nil {
 		return fail(unreachable("the queue", cfg.QueueAddr, "--queue-addr", err))
 	}
@@ -78,7 +92,7 @@ func connect(ctx context.Context, cfg Config) (experiment.Env, func(), error) {
 	}
 	env.Queue = q
 
-	obs, err := observerclient.Dial(cfg.ObserverAddr)
+	obs, err := observerclient.Dial(cfg.ObserverAddr, observerOpts...)
 	if err != nil {
 		return fail(unreachable("the observer", cfg.ObserverAddr, "--observer-addr", err))
 	}

@@ -25,7 +25,9 @@ import (
 	"time"
 
 	"github.com/batonrun/baton/services/experiment/internal/experiment"
+	"github.com/batonrun/baton/services/runtime/etcdconn"
 	"github.com/batonrun/baton/services/runtime/flagenv"
+	"github.com/batonrun/baton/services/runtime/trust"
 )
 
 // EnvPrefix prefixes the environment variables that mirror the global flags:
@@ -39,6 +41,11 @@ type Config struct {
 	// QueueAddr and ObserverAddr are the gRPC addresses (host:port).
 	QueueAddr    string
 	ObserverAddr string
+	// TLS is the certificate the queue and the observer are dialed with,
+	// and the CA that verifies theirs (--tls-cert-file …).
+	TLS trust.Config
+	// Etcd is etcd's TLS and authentication (--etcd-cacert …).
+	Etcd etcdconn.Config
 	// Timeout bounds the wait for each server to answer at the start.
 	Timeout time.Duration
 	// LogLevel is the least level logged to stderr (cleanup failures are
@@ -73,6 +80,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ObserverAddr, "observer-addr", c.ObserverAddr, "the observer's gRPC address (host:port)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "how long to wait for a server before giving up")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (on stderr)")
+	c.TLS.RegisterClientFlags(fs)
+	c.Etcd.RegisterFlags(fs)
 }
 
 // Validate names the first bad field.
@@ -88,6 +97,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--timeout must be positive, not %v", c.Timeout)
 	case c.Output != "" && c.Output != "json":
 		return fmt.Errorf("unknown output format %q (json)", c.Output)
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
+	if err := c.Etcd.Validate(splitList(c.EtcdEndpoints)); err != nil {
+		return err
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
