@@ -37,8 +37,8 @@ bench: build ## Runs the benchmarks and writes docs/benchmarks.md.
 	@scripts/bench.sh
 
 .PHONY: run
-run: ## Builds bin/baton-dev, bin/batonctl and bin/baton-experiment, then starts the embedded stack (etcd in-process + every service, the experiments' rules loaded); ARGS go to baton-dev.
-	@scripts/build.sh baton-dev batonctl baton-experiment && scripts/run.sh $(ARGS)
+run: ## Builds bin/baton-dev, bin/batonctl and bin/baton-experiment, then starts the embedded stack (etcd in-process + every service, the experiments' rules loaded); TLS=1 for mutual TLS everywhere; ARGS go to baton-dev.
+	@scripts/build.sh baton-dev batonctl baton-experiment && TLS="$(TLS)" scripts/run.sh $(ARGS)
 
 .PHONY: etcdctl
 etcdctl: ## Builds bin/etcdctl from the etcd module deploy/etcd pins (for objects of your own kinds).

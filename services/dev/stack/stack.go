@@ -14,6 +14,13 @@
 // answers, and the queue flushes before etcd goes. State lives under
 // DataDir (etcd in DataDir/etcd, the queue in DataDir/queue), so a restart
 // picks up where the last run stopped.
+//
+// With Config.TLS every link is mutual TLS: the first start writes a
+// deployment's certificates under DataDir/certs (client/certs, as batonctl
+// certs init does), each part serves and dials with its own (the queue's,
+// the observer's, the worker's), etcd serves https:// and requires client
+// certificates, and Endpoints.BatonctlFlags are what batonctl needs to
+// reach it as admin.
 package stack
 
 import (
@@ -31,6 +38,7 @@ import (
 	"github.com/batonrun/baton/services/etcdembed"
 	observerservice "github.com/batonrun/baton/services/observer/service"
 	queueservice "github.com/batonrun/baton/services/queue/service"
+	"github.com/batonrun/baton/services/runtime/etcdconn"
 	"github.com/batonrun/baton/services/runtime/serve"
 	workerservice "github.com/batonrun/baton/services/worker/service"
 )
@@ -46,9 +54,19 @@ type Config struct {
 	EtcdClientURL string
 	// UnsafeNoFsync turns off etcd's fsync, for tests.
 	UnsafeNoFsync bool
-	Queue         queueservice.Config
-	Observer      observerservice.Config
-	Worker        workerservice.Config
+	// TLS runs every part with mutual TLS (see the package doc); the
+	// parts' own TLS settings are filled in.
+	TLS bool
+	// EtcdUsername and EtcdPasswordFile, if set, turn on the embedded
+	// etcd's authentication with that user and the file's password
+	// (etcdembed), and the parts log in as it.
+	EtcdUsername, EtcdPasswordFile string
+	// AuthzPolicy is the policy file the parts of a TLS stack enforce
+	// instead of the default role table (--authz-policy).
+	AuthzPolicy string
+	Queue       queueservice.Config
+	Observer    observerservice.Config
+	Worker      workerservice.Config
 	// OnReady, if set, is called once every part listens.
 	OnReady func(Endpoints)
 }
@@ -85,6 +103,12 @@ func (c Config) Validate() error {
 		return errors.New("--data-dir is empty")
 	case c.EtcdClientURL == "":
 		return errors.New("--etcd-client-url is empty")
+	case !c.TLS && strings.HasPrefix(c.EtcdClientURL, "https://"):
+		return fmt.Errorf("--etcd-client-url %s is https://, which needs --tls", c.EtcdClientURL)
+	case (c.EtcdUsername == "") != (c.EtcdPasswordFile == ""):
+		return errors.New("--etcd-username and --etcd-password-file go together")
+	case c.AuthzPolicy != "" && !c.TLS:
+		return errors.New("--authz-policy needs --tls: calls are authorized by the roles of client certificates")
 	}
 	return nil
 }
@@ -98,17 +122,27 @@ type Endpoints struct {
 	ObserverHTTP string
 	WorkerHTTP   string
 	DataDir      string
+	// Certs is the directory of a TLS stack's certificates; "" when the
+	// stack is plaintext.
+	Certs string
 }
 
 // String lists the endpoints for people, one part a line.
 func (e Endpoints) String() string {
 	var b strings.Builder
+	web := "http"
+	if e.Certs != "" {
+		web = "https"
+	}
 	fmt.Fprintf(&b, "  etcd       %s\n", e.Etcd)
-	fmt.Fprintf(&b, "  queue      grpc %s   http://%s/metrics\n", e.QueueGRPC, e.QueueHTTP)
-	fmt.Fprintf(&b, "  observer   grpc %s   http://%s/metrics\n", e.ObserverGRPC, e.ObserverHTTP)
-	fmt.Fprintf(&b, "  worker     http://%s/metrics\n", e.WorkerHTTP)
-	fmt.Fprintf(&b, "  dashboard  http://%s/\n", e.QueueHTTP)
+	fmt.Fprintf(&b, "  queue      grpc %s   %s://%s/metrics\n", e.QueueGRPC, web, e.QueueHTTP)
+	fmt.Fprintf(&b, "  observer   grpc %s   %s://%s/metrics\n", e.ObserverGRPC, web, e.ObserverHTTP)
+	fmt.Fprintf(&b, "  worker     %s://%s/metrics\n", web, e.WorkerHTTP)
+	fmt.Fprintf(&b, "  dashboard  %s://%s/\n", web, e.QueueHTTP)
 	fmt.Fprintf(&b, "  data       %s\n", e.DataDir)
+	if e.Certs != "" {
+		fmt.Fprintf(&b, "  certs      %s (mutual TLS on every link; admin.crt is yours)\n", e.Certs)
+	}
 	return b.String()
 }
 
@@ -183,12 +217,42 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 
+	// Certificates, and the parts' trust settings.
+	ec := etcdembed.Config{
+		Dir: filepath.Join(cfg.DataDir, "etcd"), ClientURL: cfg.EtcdClientURL,
+		UnsafeNoFsync: cfg.UnsafeNoFsync,
+	}
+	qc, oc, wc := cfg.Queue, cfg.Observer, cfg.Worker
+	var certsDir string
+	if cfg.TLS {
+		sc, err := ensureCerts(cfg.DataDir, []string{qc.GRPCAddr, qc.HTTPAddr, oc.GRPCAddr, oc.HTTPAddr, wc.HTTPAddr}, time.Now())
+		if err != nil {
+			return err
+		}
+		certsDir = sc.dir
+		if ec.ClientURL, err = httpsURL(ec.ClientURL); err != nil {
+			return err
+		}
+		ec.ClientTLS = sc.etcdServer()
+		qc.TLS, oc.TLS, wc.TLS = sc.service("queue"), sc.service("observer"), sc.service("worker")
+		qc.TLS.AuthzPolicy, oc.TLS.AuthzPolicy, wc.TLS.AuthzPolicy = cfg.AuthzPolicy, cfg.AuthzPolicy, cfg.AuthzPolicy
+		oc.Etcd, wc.Etcd = sc.etcdClient(), sc.etcdClient()
+		log.Info("mutual TLS", "certs", certsDir)
+	}
+	if cfg.EtcdUsername != "" {
+		pw, err := etcdconn.ReadPassword(cfg.EtcdPasswordFile)
+		if err != nil {
+			return err
+		}
+		ec.AuthUser, ec.AuthPassword = cfg.EtcdUsername, pw
+		oc.Etcd.Username, oc.Etcd.PasswordFile = cfg.EtcdUsername, cfg.EtcdPasswordFile
+		wc.Etcd.Username, wc.Etcd.PasswordFile = cfg.EtcdUsername, cfg.EtcdPasswordFile
+	}
+
 	// etcd.
 	var etcdStopping atomic.Bool
-	etcd, err := etcdembed.Start(ctx, etcdembed.Config{
-		Dir: filepath.Join(cfg.DataDir, "etcd"), ClientURL: cfg.EtcdClientURL,
-		UnsafeNoFsync: cfg.UnsafeNoFsync, Logger: newEtcdLog(log, &etcdStopping),
-	})
+	ec.Logger = newEtcdLog(log, &etcdStopping)
+	etcd, err := etcdembed.Start(ctx, ec)
 	if err != nil {
 		return err
 	}
@@ -197,11 +261,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		etcd.Close()
 		log.Info("stopped", "part", "etcd")
 	}()
-	ep := Endpoints{Etcd: etcd.Endpoints()[0], DataDir: cfg.DataDir}
+	ep := Endpoints{Etcd: etcd.Endpoints()[0], DataDir: cfg.DataDir, Certs: certsDir}
 	log.Info("started", "part", "etcd", "client", ep.Etcd, "dir", etcd.Dir())
 
 	// The queue.
-	qc := cfg.Queue
 	qc.DataDir = filepath.Join(cfg.DataDir, "queue")
 	qListening := make(chan struct{})
 	qc.OnListen = func(g, h net.Addr) {
@@ -213,7 +276,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 
 	// The observer, announcing to the queue.
-	oc := cfg.Observer
 	oc.EtcdEndpoints, oc.QueueAddr = etcd.Endpoints(), ep.QueueGRPC
 	oListening := make(chan struct{})
 	oc.OnListen = func(g, h net.Addr) {
@@ -225,7 +287,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 
 	// A worker with every reference controller.
-	wc := cfg.Worker
 	wc.EtcdEndpoints, wc.QueueAddr, wc.ObserverAddr = etcd.Endpoints(), ep.QueueGRPC, ep.ObserverGRPC
 	wListening := make(chan struct{})
 	wc.OnListen = func(h net.Addr) {

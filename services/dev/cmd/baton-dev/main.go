@@ -3,6 +3,10 @@
 // controller, on the default ports, with state under --data-dir. It prints
 // the endpoints when ready; Ctrl-C stops it cleanly, and starting it again
 // keeps the state. `make run` builds and starts it.
+//
+// With --tls (`make run TLS=1`) every link is mutual TLS, with
+// certificates it makes under --data-dir/certs on its first start, and it
+// prints the batonctl flags that reach it as admin.
 package main
 
 import (
@@ -10,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/batonrun/baton/services/dev/stack"
 	"github.com/batonrun/baton/services/runtime/flagenv"
@@ -33,6 +38,10 @@ func run(args []string) int {
 	fs.IntVar(&cfg.Queue.MaxAttempts, "max-attempts", cfg.Queue.MaxAttempts, "park a key after this many failures (0 = never)")
 	fs.DurationVar(&cfg.Observer.Resync, "resync", cfg.Observer.Resync, "re-announce every object this often (0 = off)")
 	fs.StringVar(&cfg.Observer.RulesFile, "rules", cfg.Observer.RulesFile, "the observer's YAML rules file (default: the built-in rules of the reference controllers; `builtin: true` in the file keeps them)")
+	fs.BoolVar(&cfg.TLS, "tls", cfg.TLS, "mutual TLS on every link, etcd's included, with certificates made under --data-dir/certs on the first start")
+	fs.StringVar(&cfg.AuthzPolicy, "authz-policy", cfg.AuthzPolicy, "with --tls, a YAML policy file replacing the default role table")
+	fs.StringVar(&cfg.EtcdUsername, "etcd-username", cfg.EtcdUsername, "turn on the embedded etcd's authentication with this user (the root role), as whom the parts log in")
+	fs.StringVar(&cfg.EtcdPasswordFile, "etcd-password-file", cfg.EtcdPasswordFile, "the file holding --etcd-username's password")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := flagenv.Parse(fs, "BATON_DEV", args, nil); err != nil {
 		if err == flag.ErrHelp {
@@ -52,10 +61,7 @@ func run(args []string) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-	cfg.OnReady = func(e stack.Endpoints) {
-		fmt.Printf("Baton is running: etcd, queue, observer and a worker in one process.\n\n%s\n", e)
-		fmt.Printf("Try:  bin/batonctl apply -f examples/\n      bin/batonctl get all\n      bin/batonctl watch\n\nCtrl-C stops; starting again keeps the state in %s.\n", e.DataDir)
-	}
+	cfg.OnReady = func(e stack.Endpoints) { fmt.Print(banner(e, cfg)) }
 	ctx := serve.SignalContext()
 	if err := stack.Run(ctx, cfg, log); err != nil {
 		log.Error("baton-dev stopped", "err", err)
@@ -63,4 +69,28 @@ func run(args []string) int {
 	}
 	log.Info("baton-dev stopped cleanly")
 	return 0
+}
+
+// banner is what baton-dev prints once every part listens: the endpoints,
+// and batonctl command lines to try, with the flags that reach the stack
+// when they are not batonctl's defaults (a TLS stack's certificates, other
+// ports) as an alias line.
+func banner(e stack.Endpoints, cfg stack.Config) string {
+	var b strings.Builder
+	how := ""
+	if e.Certs != "" {
+		how = " with mutual TLS"
+	}
+	fmt.Fprintf(&b, "Baton is running%s: etcd, queue, observer and a worker in one process.\n\n%s\n", how, e)
+	ctl := "bin/batonctl"
+	flags := append(e.BatonctlAddrs(), e.BatonctlFlags()...)
+	if cfg.EtcdUsername != "" {
+		flags = append(flags, "--etcd-username", cfg.EtcdUsername, "--etcd-password-file", cfg.EtcdPasswordFile)
+	}
+	if len(flags) > 0 {
+		fmt.Fprintf(&b, "batonctl reaches it (as admin) with these flags:\n\n  alias batonctl='%s %s'\n\n", ctl, strings.Join(flags, " "))
+		ctl = "batonctl"
+	}
+	fmt.Fprintf(&b, "Try:  %s apply -f examples/\n      %s get all\n      %s watch\n\nCtrl-C stops; starting again keeps the state in %s.\n", ctl, ctl, ctl, e.DataDir)
+	return b.String()
 }
