@@ -94,7 +94,11 @@ func Main(c Command, args []string) int {
 		return 0
 	}
 	if c.Trust != nil {
-		if err := c.Trust.CheckServe(c.Probe()); err != nil {
+		err := c.Trust.CheckServe(c.Probe())
+		if err == nil && c.Trust.AuthzPolicy != "" {
+			_, err = c.Trust.Policy() // a policy file that does not parse is a bad flag too
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", c.Name, err)
 			return 2
 		}
