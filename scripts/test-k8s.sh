@@ -26,7 +26,12 @@ builtAt() {
   [ -x "$k8s_bin/kube-apiserver" ] && [ -x "$k8s_bin/kube-controller-manager" ] && [ -x "$k8s_bin/kubectl" ] || return 1
   [ "$("$k8s_bin/kube-apiserver" --version 2>/dev/null)" = "Kubernetes $k8s_ver" ] || return 1
   [ "$("$k8s_bin/kube-controller-manager" --version 2>/dev/null)" = "Kubernetes $k8s_ver" ] || return 1
-  "$k8s_bin/kubectl" version --client 2>/dev/null | grep -qx "Client Version: $k8s_ver"
+  # Read kubectl's whole answer before matching: under pipefail, grep -q
+  # exiting at the first line can kill kubectl with SIGPIPE and fail a
+  # build that is right.
+  local out
+  out=$("$k8s_bin/kubectl" version --client 2>/dev/null) || return 1
+  grep -qx "Client Version: $k8s_ver" <<<"$out"
 }
 
 if ! builtAt; then
