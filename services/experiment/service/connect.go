@@ -20,6 +20,7 @@ import (
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/experiment/internal/experiment"
+	"github.com/batonrun/baton/services/runtime/flagenv"
 )
 
 // connect reaches etcd, the queue and the observer, each within
@@ -38,7 +39,7 @@ func connect(ctx context.Context, cfg Config) (experiment.Env, func(), error) {
 		return experiment.Env{}, func() {}, err
 	}
 
-	eps := splitList(cfg.EtcdEndpoints)
+	eps := flagenv.SplitList(cfg.EtcdEndpoints)
 	var hosts []string
 	for _, e := range eps {
 		if u, err := url.Parse(e); err == nil && u.Host != "" {

@@ -87,7 +87,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate names the first bad field.
 func (c Config) Validate() error {
 	switch {
-	case len(splitList(c.EtcdEndpoints)) == 0:
+	case len(flagenv.SplitList(c.EtcdEndpoints)) == 0:
 		return errors.New("--etcd-endpoints is empty")
 	case c.QueueAddr == "":
 		return errors.New("--queue-addr is empty")
@@ -101,7 +101,7 @@ func (c Config) Validate() error {
 	if err := c.TLS.Validate(); err != nil {
 		return err
 	}
-	if err := c.Etcd.Validate(splitList(c.EtcdEndpoints)); err != nil {
+	if err := c.Etcd.Validate(flagenv.SplitList(c.EtcdEndpoints)); err != nil {
 		return err
 	}
 	var lvl slog.Level
@@ -344,14 +344,4 @@ func (r *rateFlag) Set(s string) error {
 	}
 	*r = rateFlag(v)
 	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
