@@ -36,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -488,6 +489,113 @@ func finish(f *os.File, path string, o output) error {
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// ServiceNames are the certificates of Defaults that services (rather
+// than people) use: the ones a deployment may share with the services'
+// user, where the CA's key and the users' (viewer, admin) stay the
+// writer's alone.
+func ServiceNames() []string {
+	return []string{"queue", "observer", "worker", "etcd-server", "etcd-client"}
+}
+
+// Complete brings dir to hold the CA and every certificate of leaves
+// without replacing a file: it uses the CA of dir, making one valid for
+// caDays if there is none, and issues each leaf whose two files are both
+// missing. It returns what it wrote, nothing when dir was complete. A pair
+// with one file of two, or a CA with its key missing, is an error that
+// names it: half a pair is a mistake a person should look at, not one to
+// paper over. It is what a one-shot that runs at every start of a
+// deployment calls (compose's certs service).
+func Complete(dir string, caDays int, leaves []Leaf, now time.Time) ([]Written, error) {
+	state := func(name string) (bool, error) {
+		crt, err := exists(filepath.Join(dir, name+".crt"))
+		if err != nil {
+			return false, err
+		}
+		key, err := exists(filepath.Join(dir, name+".key"))
+		if err != nil {
+			return false, err
+		}
+		if crt != key {
+			missing := name + ".key"
+			if key {
+				missing = name + ".crt"
+			}
+			return false, fmt.Errorf("%s is missing beside its pair: remove the other file to issue both again, or init --force to replace every file", filepath.Join(dir, missing))
+		}
+		return crt, nil
+	}
+	haveCA, err := state(CAName)
+	if err != nil {
+		return nil, err
+	}
+	if !haveCA {
+		ca, err := NewCA(caDays, now)
+		if err != nil {
+			return nil, err
+		}
+		var todo []Leaf
+		for _, l := range leaves {
+			have, err := state(l.Name)
+			if err != nil {
+				return nil, err
+			}
+			if have {
+				return nil, fmt.Errorf("%s exists but %s does not: a certificate of another CA would not verify; remove it, or init --force", filepath.Join(dir, l.Name+".crt"), filepath.Join(dir, CAName+".crt"))
+			}
+			todo = append(todo, l)
+		}
+		return Init(dir, ca, todo, false, now)
+	}
+	var written []Written
+	for _, l := range leaves {
+		have, err := state(l.Name)
+		if err != nil {
+			return written, err
+		}
+		if have {
+			continue
+		}
+		w, err := Issue(dir, l, false, now)
+		if err != nil {
+			return written, err
+		}
+		written = append(written, w)
+	}
+	return written, nil
+}
+
+func exists(path string) (bool, error) {
+	_, err := os.Lstat(path)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, err
+}
+
+// Share gives the files of written to uid:gid (-1 keeps either), and makes
+// the keys of the certificates named in groupKeys readable by their group
+// (0640), for a directory that processes of another user read: compose's
+// ./certs is written by a one-shot as root, belongs to the user whose
+// checkout it is, and is read by services that run as 65532.
+func Share(written []Written, uid, gid int, groupKeys []string) error {
+	for _, w := range written {
+		if slices.Contains(groupKeys, strings.TrimSuffix(filepath.Base(w.KeyFile), ".key")) {
+			if err := os.Chmod(w.KeyFile, 0o640); err != nil {
+				return fmt.Errorf("share %s: %w", w.KeyFile, err)
+			}
+		}
+		for _, p := range []string{w.KeyFile, w.CertFile} {
+			if err := os.Lchown(p, uid, gid); err != nil {
+				return fmt.Errorf("share %s: %w", p, err)
+			}
+		}
 	}
 	return nil
 }

@@ -296,3 +296,107 @@ func TestMutualTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestComplete: a one-shot that runs at every start makes everything the
+// first time, nothing the second, reissues a pair removed from the same
+// CA, and refuses half a pair or leaves without their CA.
+func TestComplete(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	now := time.Now()
+	leaves := Defaults(DefaultHosts(), DefaultDays)
+	first, err := Complete(dir, DefaultCADays, leaves, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 1+len(leaves) {
+		t.Fatalf("the first Complete wrote %d files pairs, want the CA and %d", len(first), len(leaves))
+	}
+	caBefore, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Complete(dir, DefaultCADays, leaves, now)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("a second Complete wrote %d pairs (err %v), want none", len(again), err)
+	}
+
+	for _, f := range []string{"worker.crt", "worker.key"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	re, err := Complete(dir, DefaultCADays, leaves, now)
+	if err != nil || len(re) != 1 || re[0].Cert.Subject.CommonName != "worker" {
+		t.Fatalf("after removing worker's pair Complete wrote %v (err %v), want worker alone", re, err)
+	}
+	caAfter, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if !bytes.Equal(caBefore, caAfter) {
+		t.Fatal("Complete replaced the CA")
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caAfter)
+	if _, err := readCert(t, filepath.Join(dir, "worker.crt")).Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Fatalf("the reissued worker certificate does not verify against the kept CA: %v", err)
+	}
+
+	if err := os.Remove(filepath.Join(dir, "admin.key")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Complete(dir, DefaultCADays, leaves, now); err == nil || !strings.Contains(err.Error(), "admin.key is missing") {
+		t.Fatalf("half a pair: err %v, want one naming admin.key", err)
+	}
+
+	orphan := filepath.Join(t.TempDir(), "certs")
+	if _, err := Complete(orphan, DefaultCADays, leaves[:1], now); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"ca.crt", "ca.key"} {
+		os.Remove(filepath.Join(orphan, f))
+	}
+	if _, err := Complete(orphan, DefaultCADays, leaves[:1], now); err == nil || !strings.Contains(err.Error(), "another CA") {
+		t.Fatalf("leaves without their CA: err %v, want a refusal", err)
+	}
+}
+
+// TestShare: the services' keys become group-readable, the CA's and the
+// users' stay the owner's alone; as root, the files change owner.
+func TestShare(t *testing.T) {
+	_, written := initDir(t, DefaultHosts())
+	uid, gid := -1, os.Getgid()
+	if os.Geteuid() == 0 {
+		uid, gid = 65532, 65533
+	}
+	if err := Share(written, uid, gid, ServiceNames()); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range written {
+		name := strings.TrimSuffix(filepath.Base(w.KeyFile), ".key")
+		fi, err := os.Stat(w.KeyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fs.FileMode(0o600)
+		if slices.Contains(ServiceNames(), name) {
+			want = 0o640
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", w.KeyFile, fi.Mode().Perm(), want)
+		}
+		if os.Geteuid() == 0 {
+			for _, p := range []string{w.KeyFile, w.CertFile} {
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st := statOwner(fi); st != [2]int{65532, 65533} {
+					t.Errorf("%s: owner %v, want 65532:65533", p, st)
+				}
+			}
+		}
+	}
+	for _, n := range ServiceNames() {
+		if !slices.ContainsFunc(Defaults(nil, 1), func(l Leaf) bool { return l.Name == n }) {
+			t.Errorf("service %s is not one of Defaults", n)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -14,7 +16,7 @@ import (
 	"github.com/batonrun/baton/services/runtime/flagenv"
 )
 
-const certsUsage = "usage: batonctl certs init DIR [--hosts H,…] [--days N] [--ca-days N] [--force] | " +
+const certsUsage = "usage: batonctl certs init DIR [--hosts H,…] [--days N] [--ca-days N] [--force|--keep] [--key-group GID] | " +
 	"batonctl certs issue --dir DIR --name NAME [--roles R,…] [--hosts H,…] [--days N] [--force]"
 
 // cmdCerts makes a deployment's certificates (package certs): init a CA
@@ -38,12 +40,20 @@ func certsInit(a *app, args []string) error {
 	days := fs.Int("days", certs.DefaultDays, "how many days each service's certificate is valid")
 	caDays := fs.Int("ca-days", certs.DefaultCADays, "how many days the CA is valid")
 	force := fs.Bool("force", false, "replace files that exist")
+	keep := fs.Bool("keep", false, "keep the CA and every certificate in DIR, and issue only those missing (for a one-shot that runs at every start)")
+	keyGroup := fs.Int("key-group", -1, "make the services' keys ("+strings.Join(certs.ServiceNames(), ", ")+") readable by this group (0640), for services that run as another user of it; the CA's and the users' keys stay 0600")
 	pos, err := parse(fs, args, a.Stderr)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("usage: batonctl certs init DIR [--hosts H,…] [--days N] [--ca-days N] [--force]")
+		return usagef("usage: batonctl certs init DIR [--hosts H,…] [--days N] [--ca-days N] [--force|--keep] [--key-group GID]")
+	}
+	if *force && *keep {
+		return usagef("--force replaces every file and --keep none: give one")
+	}
+	if *keyGroup < -1 {
+		return usagef("--key-group %d: a group id is 0 or more", *keyGroup)
 	}
 	dir := pos[0]
 	hostList, err := hostsFlag(*hosts)
@@ -63,13 +73,25 @@ func certsInit(a *app, args []string) error {
 		return usagef("--days %d is longer than the CA's --ca-days %d", *days, *caDays)
 	}
 	now := a.now()
-	ca, err := certs.NewCA(*caDays, now)
+	leaves := certs.Defaults(hostList, *days)
+	var written []certs.Written
+	if *keep {
+		written, err = certs.Complete(dir, *caDays, leaves, now)
+	} else {
+		var ca *certs.CA
+		if ca, err = certs.NewCA(*caDays, now); err == nil {
+			written, err = certs.Init(dir, ca, leaves, *force, now)
+		}
+	}
+	if err == nil {
+		err = share(dir, written, *keyGroup)
+	}
 	if err != nil {
 		return err
 	}
-	written, err := certs.Init(dir, ca, certs.Defaults(hostList, *days), *force, now)
-	if err != nil {
-		return err
+	if len(written) == 0 {
+		fmt.Fprintf(a.Stdout, "%s holds the CA and every certificate already: nothing written\n", dir)
+		return nil
 	}
 	tbl := printer.NewTable(a.Stdout, "CERTIFICATE", "KEY", "NAME", "ROLES", "NOT-AFTER")
 	for _, w := range written {
@@ -79,8 +101,29 @@ func certsInit(a *app, args []string) error {
 		return err
 	}
 	fmt.Fprintf(a.Stdout, "\nEach certificate is valid for %s. Give a process its NAME.crt, NAME.key and %s (docs/security.md).\n",
-		strings.Join(hostList, ", "), written[0].CertFile)
+		strings.Join(hostList, ", "), filepath.Join(dir, certs.CAName+".crt"))
 	return nil
+}
+
+// share gives the files written to the owner of dir when batonctl runs as
+// root, so that a directory a user made (compose's bind-mounted ./certs,
+// written by a one-shot container as root) stays that user's, and makes
+// the services' keys readable by keyGroup when it is set (>= 0).
+func share(dir string, written []certs.Written, keyGroup int) error {
+	uid, gid := -1, -1
+	if os.Geteuid() == 0 {
+		if u, g, ok := ownerOf(dir); ok && u != 0 {
+			uid, gid = u, g
+		}
+	}
+	var groupKeys []string
+	if keyGroup >= 0 {
+		gid, groupKeys = keyGroup, certs.ServiceNames()
+	}
+	if uid == -1 && gid == -1 {
+		return nil
+	}
+	return certs.Share(written, uid, gid, groupKeys)
 }
 
 func certsIssue(a *app, args []string) error {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +162,68 @@ func handshake(t *testing.T, server, client *tls.Config) tlsfiles.Identity {
 		t.Fatal(r.err)
 	}
 	return r.id
+}
+
+// TestCertsInitKeep: init --keep, as compose's one-shot runs it at every
+// start, writes everything once and then nothing, keeps the CA, issues a
+// pair that was removed, and with --key-group makes the services' keys
+// (only) readable by that group; as root, the files take the directory's
+// owner, so a bind-mounted checkout directory stays its user's.
+func TestCertsInitKeep(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	owner := -1
+	if os.Geteuid() == 0 {
+		owner = 4242
+		if err := os.Chown(dir, owner, owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gid := os.Getgid()
+	keep := []string{"certs", "init", dir, "--keep", "--key-group", strconv.Itoa(gid)}
+	r := runCtx(t, t.Context(), "", keep...).mustSucceed(t)
+	if !hasRow(r.stdout, filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"), "Baton", "CA", "-") {
+		t.Fatalf("the first init --keep did not write the CA:\n%s", r.stdout)
+	}
+	ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	services := map[string]bool{"queue": true, "observer": true, "worker": true, "etcd-server": true, "etcd-client": true}
+	for _, name := range []string{"ca", "queue", "observer", "worker", "viewer", "admin", "etcd-server", "etcd-client"} {
+		fi, err := os.Stat(filepath.Join(dir, name+".key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := os.FileMode(0o600)
+		if services[name] {
+			want = 0o640
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s.key: mode %v, want %v", name, fi.Mode().Perm(), want)
+		}
+		if uid, g, _ := ownerOf(filepath.Join(dir, name+".key")); owner != -1 && (uid != owner || g != gid) {
+			t.Errorf("%s.key: owner %d:%d, want %d:%d (the directory's user, the key group)", name, uid, g, owner, gid)
+		}
+	}
+
+	r = runCtx(t, t.Context(), "", keep...).mustSucceed(t)
+	if !strings.Contains(r.stdout, "nothing written") {
+		t.Errorf("a second init --keep:\n%s", r.stdout)
+	}
+	os.Remove(filepath.Join(dir, "worker.crt"))
+	os.Remove(filepath.Join(dir, "worker.key"))
+	r = runCtx(t, t.Context(), "", keep...).mustSucceed(t)
+	if !hasRow(r.stdout, filepath.Join(dir, "worker.crt"), filepath.Join(dir, "worker.key"), "worker", "worker") || strings.Contains(r.stdout, "ca.crt  ") {
+		t.Errorf("init --keep after removing worker's pair:\n%s", r.stdout)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "ca.crt")); string(after) != string(ca) {
+		t.Error("init --keep replaced the CA")
+	}
+
+	if r := runCtx(t, t.Context(), "", "certs", "init", dir, "--keep", "--force"); r.code != 2 || !strings.Contains(r.stderr, "give one") {
+		t.Errorf("--keep with --force: %+v", r)
+	}
 }
