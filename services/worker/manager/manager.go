@@ -28,6 +28,23 @@
 // kind. A Controller without For declares nothing: its queue is fed some
 // other way, such as an observer rules file.
 //
+// # Mutual TLS
+//
+// A Manager dials nothing, so Options has no TLS: it uses the queue
+// client it is given, and the reconcilers the observer and etcd clients
+// they are given. Dial them with the worker's certificate, which needs the
+// worker role to Lease, Ack and Extend and to read through the observer
+// (docs/security.md):
+//
+//	src, err := tlsfiles.Load(tlsfiles.Config{CertFile: crt, KeyFile: key, CAFile: ca})
+//	q, err := queueclient.Dial(addr, queueclient.WithTLS(src))
+//	o, err := observerclient.Dial(oaddr, observerclient.WithTLS(src))
+//
+// and etcd's client with etcdconn.Config.Apply. A binary takes the files
+// from the flags of services/runtime/trust (--tls-cert-file,
+// --tls-key-file, --tls-ca-file), as baton-worker and the greeter example
+// do. The Source re-reads the files when they change.
+//
 // # Leases and fencing
 //
 // A key is reconciled only while this worker holds its lease. When an Extend

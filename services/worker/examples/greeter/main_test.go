@@ -28,7 +28,12 @@ func TestGreeter(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := run(ctx, q.Addr, o.Addr, etcd.Endpoints()[0], nil); err != nil && ctx.Err() == nil {
+		cfg, err := parseFlags([]string{"--queue-addr", q.Addr, "--observer-addr", o.Addr, "--etcd-endpoints", etcd.Endpoints()[0]}, noEnv)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := run(ctx, cfg, nil); err != nil && ctx.Err() == nil {
 			t.Error(err)
 		}
 	}()
