@@ -19,6 +19,13 @@ It speaks baton.queue.v1 and baton.observer.v1 through stubs generated from
 proto/ by generate.sh (see README.md). Only the Python standard library,
 grpcio and protobuf are used. SIGTERM or SIGINT: stop leasing, finish and ack
 what is in flight, exit 0.
+
+Against a stack serving mutual TLS (make run TLS=1), --cacert verifies the
+queue and the observer, and --cert/--key is the worker's certificate, which
+needs the worker role; --etcd-cacert, --etcd-cert and --etcd-key do the same
+for etcd's https:// endpoints. Each is also an environment variable
+(BATON_CACERT, BATON_CERT, BATON_KEY, BATON_SERVER_NAME, BATON_ETCD_CACERT,
+BATON_ETCD_CERT, BATON_ETCD_KEY); a flag given wins.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -96,8 +104,11 @@ class Held:
 class Etcd:
     """The two calls this worker needs, through etcd's gRPC-JSON gateway."""
 
-    def __init__(self, endpoints: list[str]) -> None:
+    def __init__(self, endpoints: list[str], tls: ssl.SSLContext | None = None) -> None:
         self.endpoints = endpoints
+        # For https:// endpoints: verifies etcd and presents the client
+        # certificate (None: plain HTTP, or https with the system's roots).
+        self.tls = tls
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         data = json.dumps(body).encode()
@@ -106,7 +117,7 @@ class Etcd:
             req = urllib.request.Request(ep.rstrip("/") + path, data=data,
                                          headers={"Content-Type": "application/json"})
             try:
-                with urllib.request.urlopen(req, timeout=CALL_TIMEOUT_SECONDS) as resp:
+                with urllib.request.urlopen(req, timeout=CALL_TIMEOUT_SECONDS, context=self.tls) as resp:
                     return json.load(resp)
             except (urllib.error.URLError, OSError) as e:
                 errors.append(f"{ep}: {e}")
@@ -245,7 +256,7 @@ class Worker:
                     backoff = 0.05
                 except grpc.RpcError as e:
                     leases = []
-                    log.warning("lease failed: %s; retrying in %.2fs", e.code(), backoff)
+                    log.warning("lease failed: %s; retrying in %.2fs", describe(e), backoff)
                     self.stopping.wait(backoff)
                     backoff = min(2 * backoff, 5.0)
                 for _ in range(n - len(leases)):
@@ -344,6 +355,73 @@ class Worker:
                     h.lost.set()
 
 
+# The environment variables that set the TLS arguments not given.
+TLS_ENV = {"cacert": "BATON_CACERT", "cert": "BATON_CERT", "key": "BATON_KEY",
+           "server_name": "BATON_SERVER_NAME", "etcd_cacert": "BATON_ETCD_CACERT",
+           "etcd_cert": "BATON_ETCD_CERT", "etcd_key": "BATON_ETCD_KEY"}
+
+
+def read_pem(flag: str, path: str) -> bytes:
+    """The file's bytes; an error naming the flag and the file otherwise."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: {e.strerror}") from None
+
+
+def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
+    """TLS for the queue and the observer, or None for plaintext.
+
+    The files are read once: grpcio's channel credentials cannot re-read
+    them, so restart the worker after its certificate is renewed.
+    """
+    if not (args.cacert or args.cert or args.key):
+        return None
+    if bool(args.cert) != bool(args.key):
+        raise ValueError("--cert and --key go together")
+    root = read_pem("--cacert", args.cacert) if args.cacert else None  # None: the system's roots
+    key = read_pem("--key", args.key) if args.key else None
+    chain = read_pem("--cert", args.cert) if args.cert else None
+    return grpc.ssl_channel_credentials(root_certificates=root, private_key=key, certificate_chain=chain)
+
+
+def etcd_tls(args: argparse.Namespace, endpoints: list[str]) -> ssl.SSLContext | None:
+    """TLS for etcd's https:// endpoints, or None when no etcd TLS flag is set."""
+    if not (args.etcd_cacert or args.etcd_cert or args.etcd_key):
+        return None
+    if bool(args.etcd_cert) != bool(args.etcd_key):
+        raise ValueError("--etcd-cert and --etcd-key go together")
+    for ep in endpoints:
+        # A plaintext endpoint would ignore the certificates: say so instead.
+        if not ep.startswith("https://"):
+            raise ValueError(f"--etcd-endpoints {ep} is not https://, but an etcd TLS flag is set")
+    for flag, path in (("--etcd-cacert", args.etcd_cacert), ("--etcd-cert", args.etcd_cert),
+                       ("--etcd-key", args.etcd_key)):
+        if path:
+            read_pem(flag, path)  # a missing file is named by its flag
+    # Verifies etcd's certificate against the CA (the system's roots
+    # without one) and its host, IP addresses included.
+    ctx = ssl.create_default_context(cafile=args.etcd_cacert or None)
+    if args.etcd_cert:
+        ctx.load_cert_chain(args.etcd_cert, args.etcd_key)
+    return ctx
+
+
+def dial(addr: str, creds: grpc.ChannelCredentials | None, server_name: str) -> grpc.Channel:
+    """A channel to addr: plaintext without creds, else TLS.
+
+    server_name, if set, is the name the server's certificate must carry,
+    for a certificate whose hosts do not include the host dialed (an
+    address behind a tunnel or a load balancer).
+    """
+    if creds is None:
+        return grpc.insecure_channel(addr)
+    options = []
+    if server_name:
+        options = [("grpc.ssl_target_name_override", server_name), ("grpc.default_authority", server_name)]
+    return grpc.secure_channel(addr, creds, options=options)
+
+
 def main() -> int:
     here = Path(__file__).resolve().parent
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -361,10 +439,32 @@ def main() -> int:
                    help="seconds a lease lasts; extended every third of it")
     p.add_argument("--stubs", default=str(here / "gen"),
                    help="where generate.sh wrote the Python stubs")
+    tls = p.add_argument_group("mutual TLS", "the queue and the observer are dialed plaintext unless "
+                               "--cacert, --cert or --key is set; the etcd flags need https:// endpoints. "
+                               "Each defaults to its environment variable (BATON_CACERT ...)")
+    tls.add_argument("--cacert", help="CA bundle (PEM) that verifies the queue and the observer "
+                                      "(default: the system's roots)")
+    tls.add_argument("--cert", help="this worker's certificate (PEM), with the worker role")
+    tls.add_argument("--key", help="the key of --cert (PEM)")
+    tls.add_argument("--server-name",
+                     help="the name the queue's and the observer's certificates must carry, "
+                          "when their hosts do not include the host dialed")
+    tls.add_argument("--etcd-cacert", help="CA bundle (PEM) that verifies etcd (https:// endpoints)")
+    tls.add_argument("--etcd-cert", help="client certificate (PEM) presented to etcd")
+    tls.add_argument("--etcd-key", help="the key of --etcd-cert (PEM)")
     args = p.parse_args()
+    for name, env in TLS_ENV.items():
+        if getattr(args, name) is None:
+            setattr(args, name, os.environ.get(env, ""))
     args.worker = cut_utf8(args.worker, MAX_NAME_BYTES)
     if args.concurrency < 1 or not 0.3 <= args.lease_duration <= 600:
         p.error("--concurrency must be at least 1, --lease-duration 0.3 to 600 seconds")
+    endpoints = [e.strip() for e in args.etcd_endpoints.split(",") if e.strip()]
+    try:
+        creds = channel_credentials(args)
+        etcd_ctx = etcd_tls(args, endpoints)
+    except (ValueError, ssl.SSLError) as e:
+        p.error(str(e))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(message)s")
 
@@ -376,10 +476,10 @@ def main() -> int:
         log.error("no stubs in %s (%s): run examples/python-worker/generate.sh", args.stubs, e)
         return 2
 
-    qconn = grpc.insecure_channel(args.queue_addr)
-    oconn = grpc.insecure_channel(args.observer_addr) if args.observer_addr else None
+    qconn = dial(args.queue_addr, creds, args.server_name)
+    oconn = dial(args.observer_addr, creds, args.server_name) if args.observer_addr else None
     greeter = Greeter(observer_pb2_grpc.ObserverServiceStub(oconn) if oconn else None,
-                      Etcd(args.etcd_endpoints.split(",")), observer_pb2)
+                      Etcd(endpoints, etcd_ctx), observer_pb2)
     worker = Worker(args, queue_pb2_grpc.QueueServiceStub(qconn), greeter, queue_pb2)
 
     def stop(signum: int, _frame: Any) -> None:
@@ -388,7 +488,8 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("leasing from queue=%s at %s as worker=%s", args.queue, args.queue_addr, args.worker)
+    log.info("leasing from queue=%s at %s as worker=%s (%s)", args.queue, args.queue_addr, args.worker,
+             "mutual TLS" if args.cert else "TLS" if creds else "plaintext")
     worker.run()
     qconn.close()
     if oconn:
