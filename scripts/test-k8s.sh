@@ -6,6 +6,14 @@
 # should, scales the workers through the scale subresource as the HPA would,
 # re-applies, and deletes everything; any error or warning fails it.
 #
+# What is applied is the stack as README.md has a user apply it: the
+# manifests (their NetworkPolicies among them) and the Secrets they mount,
+# made by deploy/kubernetes/secrets.sh from certificates that batonctl,
+# built from this checkout, writes with `certs init` for the cluster's
+# names. The Secrets are not in the repository, so both are staged in a
+# temporary tree, deleted at the end, whose deploy/kubernetes/ the test
+# reads in place of the checkout's (see stage below).
+#
 # kube-apiserver, kube-controller-manager and kubectl are built from
 # k8s.io/kubernetes at the version test/k8s/go.mod pins (cold, 6-10 minutes
 # on two cores and about 2 GB of memory at link; from a warm Go build cache,
@@ -58,9 +66,33 @@ if [ ! -x "$etcd_bin" ]; then
   (cd deploy/etcd && CGO_ENABLED=0 go build -trimpath -o "$etcd_bin" go.etcd.io/etcd/server/v3)
 fi
 
-log "applying deploy/kubernetes/ to kube-apiserver $k8s_ver"
+# The staged tree: deploy/kubernetes/ holds the checkout's manifests and
+# 01-secrets.yaml (after the namespace, before the pods that mount them: the
+# directory applies in name order), and test/k8s/ is where the test binary
+# runs, so that its ../../deploy/kubernetes is this copy. It holds private
+# keys: removed on every exit.
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/certs" "$stage/tree/deploy/kubernetes" "$stage/tree/test/k8s"
+log "making the Secrets: batonctl certs init for the cluster's names, then deploy/kubernetes/secrets.sh"
+(cd services/batonctl && CGO_ENABLED=0 go build -trimpath -o "$stage/bin/batonctl" ./cmd/batonctl)
+"$stage/bin/batonctl" certs init "$stage/certs" --hosts "$(deploy/kubernetes/secrets.sh hosts)" >/dev/null
+if [ -e deploy/kubernetes/01-secrets.yaml ]; then
+  echo "test-k8s: deploy/kubernetes/01-secrets.yaml exists: the staged Secrets would replace it" >&2
+  exit 1
+fi
+cp deploy/kubernetes/*.yaml "$stage/tree/deploy/kubernetes/"
+deploy/kubernetes/secrets.sh yaml "$stage/certs" >"$stage/tree/deploy/kubernetes/01-secrets.yaml"
+# go test runs the test binary through this, which moves it into the staged
+# tree; go test itself builds the package from the checkout.
+printf '#!/bin/sh\ncd "%s/tree/test/k8s" && exec "$@"\n' "$stage" >"$stage/exec"
+chmod +x "$stage/exec"
+
+secrets=$(grep -c '^kind: Secret$' "$stage/tree/deploy/kubernetes/01-secrets.yaml")
+policies=$(cat deploy/kubernetes/*.yaml | grep -c '^kind: NetworkPolicy$')
+log "applying deploy/kubernetes/ with $secrets Secrets and $policies NetworkPolicies to kube-apiserver $k8s_ver"
 out="$ROOT/test-output/test/k8s"
 rm -rf "$out" && mkdir -p "$out" # the last run's logs only
 cd test/k8s
 BATON_TEST_K8S_BIN_DIR="$k8s_bin" BATON_TEST_K8S_ETCD="$etcd_bin" \
-  go test -count=1 -timeout 5m -v -artifacts -outputdir "$out" "$@" ./...
+  go test -count=1 -timeout 5m -v -artifacts -outputdir "$out" -exec "$stage/exec" "$@" ./...

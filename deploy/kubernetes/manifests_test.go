@@ -3,6 +3,7 @@ package kubernetes_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,11 +24,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -44,6 +47,10 @@ type binary struct {
 var trustFlags = map[string]string{
 	"tls-cert-file": "", "tls-key-file": "", "tls-ca-file": "", "insecure": "false", "authz-policy": "",
 }
+
+// etcdFlags are the etcd client's TLS flags of the binaries that dial etcd
+// (docs/design.md, "Trust").
+var etcdFlags = map[string]string{"etcd-cacert": "", "etcd-cert": "", "etcd-key": ""}
 
 // binaries is keyed by binary name; the image baton/<svc> ships baton-<svc>.
 // Each also has trustFlags.
@@ -67,6 +74,11 @@ func init() {
 	for _, b := range binaries {
 		for f, def := range trustFlags {
 			b.flags[f] = def
+		}
+		if _, ok := b.flags["etcd-endpoints"]; ok {
+			for f, def := range etcdFlags {
+				b.flags[f] = def
+			}
 		}
 	}
 }
@@ -92,6 +104,7 @@ var kinds = map[string]func() any{
 	"apps/v1/Deployment":                     func() any { return &appsv1.Deployment{} },
 	"autoscaling/v2/HorizontalPodAutoscaler": func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
 	"policy/v1/PodDisruptionBudget":          func() any { return &policyv1.PodDisruptionBudget{} },
+	"networking.k8s.io/v1/NetworkPolicy":     func() any { return &networkingv1.NetworkPolicy{} },
 }
 
 // object is one decoded document and where it came from.
@@ -134,6 +147,25 @@ func decode(name string, r io.Reader) ([]object, error) {
 		}
 		out = append(out, object{where: where + " " + tm.Kind, obj: obj})
 	}
+}
+
+// strictYAML decodes one YAML document into v as the API server decodes a
+// strict request: duplicate keys, unknown fields, and fields spelled in
+// another case (which encoding/json, and so yaml.UnmarshalStrict, would
+// accept: "renewbefore" for "renewBefore") are errors. It converts the YAML
+// to JSON without knowing the target type, so YAML 1.1's bare y and n are
+// booleans there: the documents it reads quote such strings. decode keeps
+// yaml.UnmarshalStrict, which converts by the target type.
+func strictYAML(doc []byte, v any) error {
+	j, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return err
+	}
+	strict, err := kjson.UnmarshalStrict(j, v, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
 }
 
 func stripComments(doc []byte) []byte {
@@ -183,16 +215,19 @@ type cluster struct {
 	workloads []workload
 	hpas      []*autoscalingv2.HorizontalPodAutoscaler
 	pdbs      []*policyv1.PodDisruptionBudget
+	netpols   []*networkingv1.NetworkPolicy
 	ns        map[string]bool
+	nsLabels  map[string]map[string]string // by namespace name
 }
 
 func index(t *testing.T, objs []object) cluster {
 	t.Helper()
-	c := cluster{services: map[string]*corev1.Service{}, ns: map[string]bool{}}
+	c := cluster{services: map[string]*corev1.Service{}, ns: map[string]bool{}, nsLabels: map[string]map[string]string{}}
 	for _, o := range objs {
 		switch v := o.obj.(type) {
 		case *corev1.Namespace:
 			c.ns[v.Name] = true
+			c.nsLabels[v.Name] = v.Labels
 		case *corev1.Service:
 			c.services[v.Namespace+"/"+v.Name] = v
 		case *appsv1.StatefulSet:
@@ -205,6 +240,8 @@ func index(t *testing.T, objs []object) cluster {
 			c.hpas = append(c.hpas, v)
 		case *policyv1.PodDisruptionBudget:
 			c.pdbs = append(c.pdbs, v)
+		case *networkingv1.NetworkPolicy:
+			c.netpols = append(c.netpols, v)
 		}
 	}
 	return c
@@ -467,19 +504,21 @@ func TestBatonContainersMatchFlags(t *testing.T) {
 				t.Errorf("%s: --insecure beside TLS flags: %s refuses to start", where, bin)
 			}
 
-			// Probes: gRPC health where the binary serves gRPC, else HTTP.
-			if gp, ok := listen["grpc-addr"]; ok {
-				for kind, p := range map[string]*corev1.Probe{"liveness": ctr.LivenessProbe, "readiness": ctr.ReadinessProbe, "startup": ctr.StartupProbe} {
-					if p == nil && kind == "startup" {
-						continue
-					}
-					if p == nil || p.GRPC == nil || p.GRPC.Port != gp {
-						t.Errorf("%s: %s probe must be a grpc probe on --grpc-addr's port %d", where, kind, gp)
-					}
-				}
-			} else {
-				checkHTTPProbe(t, where+" liveness", ctr, ctr.LivenessProbe, "/healthz", listen["http-addr"])
-				checkHTTPProbe(t, where+" readiness", ctr, ctr.ReadinessProbe, "/readyz", listen["http-addr"])
+			// Probes: HTTP(S) on --http-addr, for every binary. A kubelet's
+			// grpc probe presents no client certificate, which a gRPC
+			// listener with a CA refuses at the handshake; /healthz and
+			// /readyz are open without one (docs/security.md). A startup
+			// probe, where there is one, waits for the listener to be up
+			// (the queue recovers its store before it listens), so it asks
+			// /healthz, not readiness.
+			scheme := corev1.URISchemeHTTP
+			if tls {
+				scheme = corev1.URISchemeHTTPS
+			}
+			checkHTTPProbe(t, where+" liveness", ctr, ctr.LivenessProbe, scheme, "/healthz", listen["http-addr"])
+			checkHTTPProbe(t, where+" readiness", ctr, ctr.ReadinessProbe, scheme, "/readyz", listen["http-addr"])
+			if ctr.StartupProbe != nil {
+				checkHTTPProbe(t, where+" startup", ctr, ctr.StartupProbe, scheme, "/healthz", listen["http-addr"])
 			}
 
 			// The data directory must be a persistent volume claim.
@@ -529,7 +568,7 @@ func TestBatonContainersMatchFlags(t *testing.T) {
 	}
 }
 
-func checkHTTPProbe(t *testing.T, where string, ctr corev1.Container, p *corev1.Probe, path string, port int32) {
+func checkHTTPProbe(t *testing.T, where string, ctr corev1.Container, p *corev1.Probe, scheme corev1.URIScheme, path string, port int32) {
 	t.Helper()
 	if p == nil || p.HTTPGet == nil {
 		t.Errorf("%s: want an httpGet probe of %s", where, path)
@@ -538,6 +577,10 @@ func checkHTTPProbe(t *testing.T, where string, ctr corev1.Container, p *corev1.
 	cp, ok := containerPort(ctr, p.HTTPGet.Port)
 	if p.HTTPGet.Path != path || !ok || cp.ContainerPort != port {
 		t.Errorf("%s: probe GET %s on port %s, want %s on --http-addr's port %d", where, p.HTTPGet.Path, p.HTTPGet.Port.String(), path, port)
+	}
+	// An unset scheme is HTTP: a TLS listener would answer it with 400.
+	if got := cmp.Or(p.HTTPGet.Scheme, corev1.URISchemeHTTP); got != scheme {
+		t.Errorf("%s: probe scheme %s, want %s: the listener serves %s", where, got, scheme, scheme)
 	}
 }
 
@@ -653,15 +696,15 @@ func TestEtcdCluster(t *testing.T) {
 	}
 	var want []string
 	for n := range w.replicas {
-		want = append(want, fmt.Sprintf("%[1]s-%[2]d=http://%[1]s-%[2]d.%[3]s:2380", w.name, n, w.serviceName))
+		want = append(want, fmt.Sprintf("%[1]s-%[2]d=https://%[1]s-%[2]d.%[3]s:2380", w.name, n, w.serviceName))
 	}
 	if got := env["ETCD_INITIAL_CLUSTER"]; got != strings.Join(want, ",") {
 		t.Errorf("ETCD_INITIAL_CLUSTER = %q, want %q", got, strings.Join(want, ","))
 	}
 	for k, v := range map[string]string{
 		"ETCD_NAME":                        "$(POD_NAME)",
-		"ETCD_INITIAL_ADVERTISE_PEER_URLS": "http://$(POD_NAME)." + w.serviceName + ":2380",
-		"ETCD_ADVERTISE_CLIENT_URLS":       "http://$(POD_NAME)." + w.serviceName + ":2379",
+		"ETCD_INITIAL_ADVERTISE_PEER_URLS": "https://$(POD_NAME)." + w.serviceName + ":2380",
+		"ETCD_ADVERTISE_CLIENT_URLS":       "https://$(POD_NAME)." + w.serviceName + ":2379",
 	} {
 		if env[k] != v {
 			t.Errorf("%s = %q, want %q", k, env[k], v)
@@ -725,7 +768,7 @@ func controllerFields(objs []object) []string {
 	for _, o := range objs {
 		meta, status := objectMeta(o.obj)
 		checkServerMeta(o.where, meta, fail)
-		if !status.IsZero() {
+		if status.IsValid() && !status.IsZero() {
 			fail(o.where, "status is set: it is the controllers' to write, and the API server drops it on apply")
 		}
 		var tmpl *corev1.PodTemplateSpec
@@ -784,7 +827,8 @@ func controllerFields(objs []object) []string {
 }
 
 // objectMeta returns an object's metadata and its status, as a value whose
-// IsZero says whether the manifest sets any of it.
+// IsZero says whether the manifest sets any of it (not valid for a kind
+// without status, as NetworkPolicy has none).
 func objectMeta(obj any) (*metav1.ObjectMeta, reflect.Value) {
 	v := reflect.ValueOf(obj).Elem()
 	return v.FieldByName("ObjectMeta").Addr().Interface().(*metav1.ObjectMeta), v.FieldByName("Status")
