@@ -70,7 +70,8 @@
 //
 // # The policy file
 //
-// A policy file is YAML with one key, allow: a list of rules. A rule has
+// A policy file is YAML with the key allow, a list of rules, and optionally
+// limits (see Limits below). A rule has
 // roles (of observer, worker, viewer, admin, queue-peer) and methods, paths
 // or both; methods may be restricted to queues:
 //
@@ -118,4 +119,27 @@
 // with a method that names no queue or with paths, a path that is not
 // clean, and the health, reflection and probe methods and paths, which are
 // always open.
+//
+// # Limits
+//
+// With identities in place, the limits of services/runtime/limits can be
+// set per role. The optional key limits is a list of limits, each with
+// roles and the bound:
+//
+//	limits:
+//	  - roles: [worker]
+//	    waiting_leases: 16
+//	  - roles: [admin]
+//	    waiting_leases: 4096
+//
+// waiting_leases bounds the Lease calls waiting for work that one identity
+// with the role has in flight at once, over all its connections (1 to
+// MaxWaitingLeases), in place of the server's per-identity default, lower
+// or higher. An identity with several roles that limits name gets the most
+// generous; one whose roles no limit names gets the default. The
+// per-connection bound is the server's alone. Parse refuses, naming the
+// line, an unknown key, role or a role named by two limits, a limit
+// without roles or waiting_leases, and a waiting_leases that is not a
+// decimal whole number in range. Without limits, a file means what it
+// meant before the key existed.
 package authz

@@ -38,6 +38,7 @@ type Policy struct {
 	rules   []Rule
 	methods map[string][]grant // full method name → the rules that allow it
 	paths   []pathGrant        // longest pattern first
+	limits  []Limit            // the file's limits section, checked
 }
 
 // grant is one rule's allowance of a method.

@@ -145,7 +145,7 @@ func TestParseErrors(t *testing.T) {
 		{"comments only", "# nothing\n", "authz: policy: the file is empty"},
 		{"yaml syntax", "allow:\n  - roles: [admin]\n    paths: [/]\n\tx: y\n", "authz: policy: yaml: line 4: found character that cannot start any token"},
 		{"not a mapping", "- admin\n", "authz: policy: line 1: a policy is a mapping with the key allow, not a list"},
-		{"unknown top key", "allow:\n  - roles: [admin]\n    paths: [/]\nrules: []\n", `authz: policy: line 4: unknown key "rules" (a policy has one key, allow)`},
+		{"unknown top key", "allow:\n  - roles: [admin]\n    paths: [/]\nrules: []\n", `authz: policy: line 4: unknown key "rules" (a policy has the keys allow and limits)`},
 		{"no allow", "{}\n", "authz: policy: line 1: the policy has no key allow"},
 		{"allow twice", "allow: []\nallow: []\n", "line 2: allow is given twice (first at line 1)"},
 		{"allow not a list", "allow: admin\n", `authz: policy: line 1: allow is a list of rules, not the value "admin"`},
@@ -301,6 +301,11 @@ func FuzzParsePolicy(f *testing.F) {
 	f.Add([]byte("allow: [{roles: [admin], methods: [/baton.queue.v1.ClusterService/*]}]\n"))
 	f.Add([]byte("allow:\n  - roles: &a [admin]\n"))
 	f.Add([]byte("\xff\xfe"))
+	f.Add([]byte(limitsPolicy))
+	f.Add([]byte("allow: [{roles: [admin], paths: [/]}]\nlimits: [{roles: [worker, admin], waiting_leases: 1048576}]\n"))
+	f.Add([]byte("allow: [{roles: [admin], paths: [/]}]\nlimits:\n  - roles: [worker]\n    waiting_leases: 0x10\n"))
+	f.Add([]byte("allow: [{roles: [admin], paths: [/]}]\nlimits:\n  - {roles: [worker], waiting_leases: 2}\n  - {roles: [worker], waiting_leases: 3}\n"))
+	f.Add([]byte("limits: [{roles: [viewer], waiting_leases: 007}]\nallow: [{roles: [viewer], paths: [/]}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := Parse(data)
 		if err != nil {
@@ -320,6 +325,14 @@ func FuzzParsePolicy(f *testing.F) {
 		}
 		if !reflect.DeepEqual(p2.Rules(), rules) {
 			t.Fatalf("round trip changed the rules:\n got %#v\nwant %#v\nfile:\n%s", p2.Rules(), rules, out)
+		}
+		if !reflect.DeepEqual(p2.Limits(), p.Limits()) {
+			t.Fatalf("round trip changed the limits:\n got %#v\nwant %#v\nfile:\n%s", p2.Limits(), p.Limits(), out)
+		}
+		for _, l := range p.Limits() {
+			if l.WaitingLeases < 1 || l.WaitingLeases > MaxWaitingLeases || len(l.Roles) == 0 {
+				t.Fatalf("accepted limit %+v", l)
+			}
 		}
 		if out2 := p2.Marshal(); string(out2) != string(out) {
 			t.Fatalf("marshal is not stable:\n%s\n---\n%s", out, out2)
