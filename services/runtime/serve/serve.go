@@ -1,6 +1,7 @@
 // Package serve runs a Baton service's network side the same way in every
 // binary: a gRPC server with panic recovery, slog logging and Prometheus
-// metrics interceptors, explicit message-size and keepalive limits,
+// metrics interceptors, explicit message-size, stream and keepalive limits,
+// per-client bounds on waiting Leases (services/runtime/limits),
 // grpc.health.v1 that follows the service's readiness, server reflection; and
 // an HTTP server with /metrics, /healthz and /readyz. On cancellation it flips
 // health to NOT_SERVING, drains with GracefulStop and falls back to Stop after
@@ -33,6 +34,7 @@ import (
 
 	"github.com/batonrun/baton/client/tlsfiles"
 	"github.com/batonrun/baton/services/runtime/authz"
+	"github.com/batonrun/baton/services/runtime/limits"
 	"github.com/batonrun/baton/services/runtime/trust"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -57,6 +59,25 @@ const MaxMessageBytes = 16 << 20
 // Options say otherwise: etcd's default for its own requests (1.5 MiB).
 // Larger ones get RESOURCE_EXHAUSTED from gRPC before any handler runs.
 const DefaultMaxRecvBytes = 1536 << 10
+
+// MaxConcurrentStreams bounds the calls one client connection has open at
+// once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; grpc-go's default is no
+// bound). Each open call holds a goroutine and its buffers, so without a
+// bound one connection can hold as many as it likes. A grpc-go client
+// queues calls beyond it rather than failing them, so the bound costs a
+// well-behaved client nothing: the busiest (a queue benchmark's 64 callers,
+// a worker's Lease per controller and its Acks, the observer's Adds) use
+// tens. It is four times limits.DefaultWaitingLeasesPerConnection, so a
+// connection whose waiting Leases are at their bound still has streams for
+// the Acks and Extends that end them.
+const MaxConcurrentStreams = 1024
+
+// KeepaliveMinTime is the shortest interval between a client's keepalive
+// pings the server tolerates; a client that pings faster is sent GOAWAY
+// (ENHANCE_YOUR_CALM, "too_many_pings") and disconnected. grpc-go clients
+// never ping more often than every 10 s, so every Baton client is within
+// it, while a client that floods pings is cut off.
+const KeepaliveMinTime = 5 * time.Second
 
 // Options configures Run.
 type Options struct {
@@ -103,6 +124,13 @@ type Options struct {
 	// Insecure allows plaintext on an address that is not loopback
 	// (--insecure); without it and without TLS, Run refuses one.
 	Insecure bool
+	// Limits bounds the Lease calls waiting for work that one connection
+	// and one identity have in flight (services/runtime/limits); the zero
+	// value is the package's defaults. When TLS has a CA bundle and
+	// RoleWaitingLeases is nil, it is the limits section of AuthzPolicy
+	// (or of the default table, which has none). Without identities (no
+	// CA), only the per-connection bound applies.
+	Limits limits.Config
 }
 
 // Run serves until ctx is cancelled, then drains and returns nil; it returns
@@ -130,7 +158,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	g, err := listenGRPC(o, log, reg, sec)
+	lim, err := newLimiter(o, sec, reg)
+	if err != nil {
+		return err
+	}
+	g, err := listenGRPC(o, log, reg, sec, lim)
 	if err != nil {
 		return err
 	}
@@ -231,9 +263,23 @@ func newSecurity(o Options, log *slog.Logger, reg *prometheus.Registry) (securit
 	return sec, nil
 }
 
+// newLimiter returns the limiter of o.Limits, with the role bounds of the
+// enforced policy when calls are authorized.
+func newLimiter(o Options, sec security, reg *prometheus.Registry) (*limits.Limiter, error) {
+	cfg := o.Limits
+	if sec.authz != nil && cfg.RoleWaitingLeases == nil {
+		cfg.RoleWaitingLeases = sec.authz.Policy().RoleWaitingLeases()
+	}
+	l, err := limits.New(cfg, reg)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	return l, nil
+}
+
 // listenGRPC builds the gRPC server with every Baton interceptor, registers
 // the service, health and reflection, and opens its listener.
-func listenGRPC(o Options, log *slog.Logger, reg *prometheus.Registry, sec security) (*grpcSide, error) {
+func listenGRPC(o Options, log *slog.Logger, reg *prometheus.Registry, sec security, lim *limits.Limiter) (*grpcSide, error) {
 	g := &grpcSide{health: health.NewServer()}
 	if o.GRPCAddr == "" {
 		return g, nil
@@ -244,7 +290,7 @@ func listenGRPC(o Options, log *slog.Logger, reg *prometheus.Registry, sec secur
 	if maxRecv <= 0 {
 		maxRecv = DefaultMaxRecvBytes
 	}
-	g.srv = grpc.NewServer(append(serverOptions(log, metrics, maxRecv, sec.authz), sec.grpcOpts...)...)
+	g.srv = grpc.NewServer(append(serverOptions(log, metrics, maxRecv, sec.authz, lim), sec.grpcOpts...)...)
 	if o.Register != nil {
 		g.svcs = o.Register(g.srv)
 	}
@@ -345,10 +391,13 @@ func httpMux(o Options, reg *prometheus.Registry) *http.ServeMux {
 
 // serverOptions returns the options every Baton gRPC server uses: recovery
 // (a panic becomes codes.Internal, never a crash), request logging, metrics,
-// authorization when az is set, message-size limits and keepalive
-// enforcement. A call authorization refuses is counted in the metrics and
-// logged once, by the authorizer, not again as a failed call.
-func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv int, az *authz.Authorizer) []grpc.ServerOption {
+// authorization when az is set, the limiter, message-size and stream
+// limits and keepalive enforcement. A call authorization refuses is counted
+// in the metrics and logged once, by the authorizer, not again as a failed
+// call. The limiter runs after authorization (a refused call takes no
+// place) and inside the request log, whose line for a call it refuses
+// (RESOURCE_EXHAUSTED, at WARN) is that refusal's one log line.
+func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv int, az *authz.Authorizer, lim *limits.Limiter) []grpc.ServerOption {
 	recover := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Errorf(codes.Internal, "internal error: %v", p)
@@ -368,6 +417,7 @@ func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv in
 	}
 	unary = append(unary,
 		logWritten(log, logging.UnaryServerInterceptor(logger, logOpts...)),
+		lim.UnaryServerInterceptor(),
 		recovery.UnaryServerInterceptor(recover))
 	stream = append(stream,
 		logging.StreamServerInterceptor(logger, logOpts...),
@@ -380,8 +430,9 @@ func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv in
 		grpc.NumStreamWorkers(StreamWorkers),
 		grpc.MaxRecvMsgSize(maxRecv),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-			MinTime:             5 * time.Second,
+			MinTime:             KeepaliveMinTime,
 			PermitWithoutStream: true,
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
