@@ -21,6 +21,8 @@ import (
 	"github.com/batonrun/baton/services/queue/internal/server"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
+	"github.com/batonrun/baton/services/runtime/authz"
+	serverlimits "github.com/batonrun/baton/services/runtime/limits"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/runtime/trust"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +45,14 @@ type Config struct {
 	// EmptyQueueRetention is how long an empty queue with no waiting worker
 	// is kept before it is forgotten (--empty-queue-retention).
 	EmptyQueueRetention time.Duration
+	// MaxWaitingLeases bounds the waiting Leases (long polls) of one client
+	// identity, over all its connections, unless the --authz-policy's
+	// limits give its roles another bound (--max-waiting-leases).
+	MaxWaitingLeases int
+	// MaxWaitingLeasesPerConn bounds the waiting Leases of one connection
+	// (--max-waiting-leases-per-conn); without mutual TLS it is the only
+	// bound, as there are no identities.
+	MaxWaitingLeasesPerConn int
 	// GracePeriod bounds the drain on SIGTERM.
 	GracePeriod time.Duration
 	// EnablePprof serves /debug/pprof/ on the HTTP address.
@@ -61,7 +71,9 @@ func DefaultConfig() Config {
 		BackoffBase: 5 * time.Millisecond, BackoffMax: 1000 * time.Second,
 		DefaultLease: limits.DefaultLease, MaxRequestBytes: limits.DefaultMaxRequestBytes,
 		MaxQueues: broker.DefaultMaxQueues, EmptyQueueRetention: broker.DefaultEmptyRetention,
-		GracePeriod: 10 * time.Second,
+		MaxWaitingLeases:        serverlimits.DefaultWaitingLeasesPerIdentity,
+		MaxWaitingLeasesPerConn: serverlimits.DefaultWaitingLeasesPerConnection,
+		GracePeriod:             10 * time.Second,
 	}
 }
 
@@ -77,6 +89,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request accepted, in bytes (larger ones get RESOURCE_EXHAUSTED)")
 	fs.IntVar(&c.MaxQueues, "max-queues", c.MaxQueues, "most queues that may exist at once (an Add that would make one more gets RESOURCE_EXHAUSTED)")
 	fs.DurationVar(&c.EmptyQueueRetention, "empty-queue-retention", c.EmptyQueueRetention, "how long an empty queue no worker waits on keeps its counters before it is forgotten")
+	fs.IntVar(&c.MaxWaitingLeases, "max-waiting-leases", c.MaxWaitingLeases, "most Leases waiting for work one client identity (certificate CN) may have in flight over all its connections; the --authz-policy's limits may set it per role (more get RESOURCE_EXHAUSTED)")
+	fs.IntVar(&c.MaxWaitingLeasesPerConn, "max-waiting-leases-per-conn", c.MaxWaitingLeasesPerConn, "most Leases waiting for work one connection may have in flight (more get RESOURCE_EXHAUSTED)")
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
 	c.TLS.RegisterFlags(fs)
@@ -114,6 +128,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--max-queues must be at least 1, not %d", c.MaxQueues)
 	case c.EmptyQueueRetention < time.Second:
 		return fmt.Errorf("--empty-queue-retention must be at least 1s, not %v", c.EmptyQueueRetention)
+	case c.MaxWaitingLeases < 1 || c.MaxWaitingLeases > authz.MaxWaitingLeases:
+		return fmt.Errorf("--max-waiting-leases must be in [1, %d], not %d", authz.MaxWaitingLeases, c.MaxWaitingLeases)
+	case c.MaxWaitingLeasesPerConn < 1 || c.MaxWaitingLeasesPerConn >= serve.MaxConcurrentStreams:
+		// At the bound of streams, a connection's waiting Leases would hold
+		// every stream, and its Acks and Extends would queue behind them.
+		return fmt.Errorf("--max-waiting-leases-per-conn must be in [1, %d], below the %d calls a connection may have open, not %d",
+			serve.MaxConcurrentStreams-1, serve.MaxConcurrentStreams, c.MaxWaitingLeasesPerConn)
 	}
 	return c.TLS.ValidateServe()
 }
@@ -197,6 +218,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		TLS:          tlsSrc,
 		AuthzPolicy:  policy,
 		Insecure:     cfg.TLS.Insecure,
+		Limits: serverlimits.Config{
+			WaitingLeasesPerConnection: cfg.MaxWaitingLeasesPerConn,
+			WaitingLeasesPerIdentity:   cfg.MaxWaitingLeases,
+		},
 	})
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause

@@ -17,6 +17,7 @@ import (
 	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/service"
+	"github.com/batonrun/baton/services/runtime/serve"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -850,6 +851,9 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{"max below base", func(c *service.Config) { c.BackoffMax = time.Millisecond }, "--backoff-max"},
 		{"negative attempts", func(c *service.Config) { c.MaxAttempts = -1 }, "--max-attempts"},
 		{"lease over 10 min", func(c *service.Config) { c.DefaultLease = time.Hour }, "--default-lease"},
+		{"no waiting leases", func(c *service.Config) { c.MaxWaitingLeases = 0 }, "--max-waiting-leases must be in [1, 1048576], not 0"},
+		{"waiting leases per connection at the stream bound", func(c *service.Config) { c.MaxWaitingLeasesPerConn = serve.MaxConcurrentStreams },
+			"--max-waiting-leases-per-conn must be in [1, 1023], below the 1024 calls a connection may have open, not 1024"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := service.DefaultConfig()
