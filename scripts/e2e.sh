@@ -2,7 +2,11 @@
 # End-to-end test of the compose stack (make test-e2e), as a new user meets
 # it: a fresh clone of this repository's HEAD, then `make up` in it (which
 # builds every image from the clone, starts docker-compose.yml as project
-# baton-e2e on free ports, and waits until it is healthy); then it applies
+# baton-e2e on free ports, and waits until it is healthy, with mutual TLS
+# everywhere and the certificates its certs service wrote into the clone's
+# ./certs); checks that a client without a certificate is refused by the
+# queue, the observer and etcd, and that the services' HTTP needs one but for
+# the probes; then it applies
 # examples/ with batonctl and waits for convergence; under load, SIGKILLs the
 # queue, restarts it and checks that nothing was lost; scales to 3 workers;
 # cuts the observer off the network for 10 s and checks that it catches up;
@@ -50,6 +54,7 @@ if [ "${1:-}" != --steps ]; then
     exit 1
   fi
   command -v jq >/dev/null || { echo "e2e: FAIL: jq is needed (apt-get install jq)" >&2; exit 1; }
+  command -v curl >/dev/null || { echo "e2e: FAIL: curl is needed (apt-get install curl)" >&2; exit 1; }
   if [ -z "$CLONE" ]; then
     CLONE=$(mktemp -d)/baton
     git clone -q "$ROOT" "$CLONE"
@@ -121,8 +126,13 @@ stack_healthy() {
 }
 
 batonctl() { "$CLONE/bin/batonctl" "$@"; }
-# etcdctl runs in the etcd container: the host needs none.
-etcdctl() { compose exec -T etcd /usr/local/bin/etcdctl --endpoints http://127.0.0.1:2379 --dial-timeout 3s --command-timeout 10s "$@"; }
+# etcdctl runs in the etcd container (the host needs none), with the
+# certificate etcd's clients use.
+etcdctl() {
+  compose exec -T etcd /usr/local/bin/etcdctl --endpoints https://127.0.0.1:2379 \
+    --cacert /etc/baton/certs/ca.crt --cert /etc/baton/certs/etcd-client.crt --key /etc/baton/certs/etcd-client.key \
+    --dial-timeout 3s --command-timeout 10s "$@"
+}
 
 # problems prints one line per object that has not converged (see the top).
 problems() {
@@ -226,10 +236,16 @@ log "make up: healthy in $((SECONDS - up_start))s"
 [ -x bin/batonctl ] || fail "make up did not build bin/batonctl"
 stack_healthy 1 >/dev/null || fail "make up returned but the stack is not healthy"
 
+# batonctl reaches the stack as admin, with the certificates the certs
+# service wrote (the flags make up prints, as environment).
+CERTS=$CLONE/certs
+export BATONCTL_CACERT=$CERTS/ca.crt BATONCTL_CERT=$CERTS/admin.crt BATONCTL_KEY=$CERTS/admin.key
+export BATON_BATONCTL_ETCD_CACERT=$CERTS/ca.crt BATON_BATONCTL_ETCD_CERT=$CERTS/admin.crt BATON_BATONCTL_ETCD_KEY=$CERTS/admin.key
+
 # discover points batonctl and etcdctl at the published ports, which are
 # free ports picked by Docker and change when a container restarts.
 discover() {
-  ETCD=http://$(compose port etcd 2379)
+  ETCD=https://$(compose port etcd 2379)
   export BATON_BATONCTL_ETCD_ENDPOINTS=$ETCD
   export BATON_BATONCTL_QUEUE_ADDR=$(compose port queue 7070)
   export BATON_BATONCTL_OBSERVER_ADDR=$(compose port observer 7071)
@@ -244,6 +260,33 @@ status() {
 discover
 wait_for "batonctl status reports every service healthy" status
 status
+
+log "trust: the certs service's files, and what a client without a certificate gets"
+for f in ca.crt ca.key admin.crt admin.key queue.key etcd-client.key; do
+  [ -f "$CERTS/$f" ] || fail "the certs service did not write $CERTS/$f"
+done
+mode() { stat -c %a "$1"; }
+[ "$(mode "$CERTS/ca.key")" = 600 ] && [ "$(mode "$CERTS/admin.key")" = 600 ] || fail "ca.key and admin.key must be the user's alone: $(ls -l "$CERTS")"
+[ "$(mode "$CERTS/queue.key")" = 640 ] && [ "$(stat -c %g "$CERTS/queue.key")" = 65532 ] || fail "queue.key must be readable by the services' group 65532: $(ls -l "$CERTS")"
+[ "$(stat -c %u "$CERTS/admin.key")" = "$(stat -c %u "$CERTS")" ] || fail "the files must keep the owner of ./certs: $(ls -ln "$CERTS")"
+# refused <what> <command...>: the command must fail, saying why in its output.
+refused() {
+  local what=$1 out
+  shift
+  if out=$("$@" 2>&1); then fail "$what succeeded without a certificate: $out"; fi
+  log "refused as it should be: $what ($(tail -n 1 <<<"$out" | cut -c1-160))"
+}
+plain() { env -u BATONCTL_CACERT -u BATONCTL_CERT -u BATONCTL_KEY "$CLONE/bin/batonctl" --timeout 5s "$@"; }
+refused "batonctl queue stats in plaintext" plain queue stats
+refused "batonctl queue stats over TLS with no certificate" env -u BATONCTL_CERT -u BATONCTL_KEY "$CLONE/bin/batonctl" --timeout 5s queue stats
+refused "etcd without a client certificate" compose exec -T etcd /usr/local/bin/etcdctl --endpoints https://127.0.0.1:2379 \
+  --cacert /etc/baton/certs/ca.crt --dial-timeout 3s --command-timeout 5s get /registry --prefix --keys-only
+https_code() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 --cacert "$CERTS/ca.crt" "$@" || true; }
+[ "$(https_code "https://$QUEUE_HTTP/healthz")" = 200 ] || fail "the queue's /healthz must answer without a client certificate"
+[ "$(https_code --cert "$CERTS/admin.crt" --key "$CERTS/admin.key" "https://$QUEUE_HTTP/metrics")" = 200 ] || fail "the queue's /metrics must answer admin"
+code=$(https_code "https://$QUEUE_HTTP/metrics")
+[ "$code" != 200 ] || fail "the queue's /metrics answered a client without a certificate"
+log "the queue's HTTP: /healthz open, /metrics to admin, $code without a certificate"
 
 log "apply $EXAMPLES"
 batonctl apply -f "$EXAMPLES"

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Builds the container images baton/etcd, baton/queue, baton/observer and
-# baton/worker (tag $BATON_IMAGE_TAG, default dev) from deploy/docker/Dockerfile,
+# Builds the container images baton/etcd, baton/queue, baton/observer,
+# baton/worker and baton/batonctl (tag $BATON_IMAGE_TAG, default dev) from deploy/docker/Dockerfile,
 # the same targets docker-compose.yml builds, without starting anything: for
 # loading them into a cluster (deploy/kubernetes). Arguments choose images
-# (default: all four), e.g. `scripts/images.sh etcd queue`.
+# (default: all five), e.g. `scripts/images.sh etcd queue`.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 TAG=${BATON_IMAGE_TAG:-dev}
 images=("$@")
-[ ${#images[@]} -gt 0 ] || images=(etcd queue observer worker)
+[ ${#images[@]} -gt 0 ] || images=(etcd queue observer worker batonctl)
 for img in "${images[@]}"; do
   case "$img" in
-    etcd | queue | observer | worker) ;;
-    *) echo "images.sh: unknown image $img (want etcd, queue, observer or worker)" >&2; exit 2 ;;
+    etcd | queue | observer | worker | batonctl) ;;
+    *) echo "images.sh: unknown image $img (want etcd, queue, observer, worker or batonctl)" >&2; exit 2 ;;
   esac
 done
 "$ROOT/scripts/buildx.sh"
