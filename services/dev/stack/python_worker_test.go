@@ -60,15 +60,26 @@ func lastLine(b []byte) string {
 	return lines[len(lines)-1]
 }
 
-// etcdJSON posts one request to etcd's JSON gateway, the one the Python
-// worker writes through.
-func etcdJSON(t *testing.T, endpoint, path string, req, resp any) {
+// etcdGateway is etcd's JSON gateway, the one the Python worker writes
+// through, as a test reaches it: plaintext, or with the etcd-client
+// certificate (newEtcdTLS).
+type etcdGateway struct {
+	endpoint string
+	client   *http.Client
+}
+
+func plainEtcd(endpoint string) *etcdGateway {
+	return &etcdGateway{endpoint: endpoint, client: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// post sends one request to the gateway and decodes its answer into resp.
+func (e *etcdGateway) post(t *testing.T, path string, req, resp any) {
 	t.Helper()
 	body, err := json.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hr, err := http.Post(endpoint+path, "application/json", bytes.NewReader(body))
+	hr, err := e.client.Post(e.endpoint+path, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,23 +94,23 @@ func etcdJSON(t *testing.T, endpoint, path string, req, resp any) {
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
-func putGreeting(t *testing.T, endpoint, name, spec string, generation int) {
+func (e *etcdGateway) putGreeting(t *testing.T, name, spec string, generation int) {
 	t.Helper()
 	obj := fmt.Sprintf(`{"kind":"Greeting","metadata":{"name":%q,"namespace":"default","uid":"uid-%s","generation":%d},"spec":%s}`,
 		name, name, generation, spec)
 	var resp map[string]any
-	etcdJSON(t, endpoint, "/v3/kv/put", map[string]string{"key": b64("/registry/greetings/default/" + name), "value": b64(obj)}, &resp)
+	e.post(t, "/v3/kv/put", map[string]string{"key": b64("/registry/greetings/default/" + name), "value": b64(obj)}, &resp)
 }
 
-// greetingStatus returns the status of a Greeting as JSON ("" if it has none).
-func greetingStatus(t *testing.T, endpoint, name string) string {
+// status returns the status of a Greeting as JSON ("" if it has none).
+func (e *etcdGateway) status(t *testing.T, name string) string {
 	t.Helper()
 	var resp struct {
 		Kvs []struct {
 			Value []byte `json:"value"` // base64 in JSON
 		} `json:"kvs"`
 	}
-	etcdJSON(t, endpoint, "/v3/kv/range", map[string]string{"key": b64("/registry/greetings/default/" + name)}, &resp)
+	e.post(t, "/v3/kv/range", map[string]string{"key": b64("/registry/greetings/default/" + name)}, &resp)
 	if len(resp.Kvs) == 0 {
 		return ""
 	}
@@ -110,6 +121,25 @@ func greetingStatus(t *testing.T, endpoint, name string) string {
 		t.Fatal(err)
 	}
 	return string(obj.Status)
+}
+
+// pythonSetup generates the worker's stubs from proto/ into dir/gen with
+// its generate.sh, from scratch as a user would, and writes a rules file
+// that watches /registry/greetings/ for the queue greetings; it returns
+// both paths.
+func pythonSetup(t *testing.T, ctx context.Context, python, dir string) (stubs, rules string) {
+	t.Helper()
+	stubs = filepath.Join(dir, "gen")
+	gen := exec.CommandContext(ctx, "bash", filepath.Join(pythonWorker, "generate.sh"), stubs)
+	gen.Env = append(os.Environ(), "PYTHON="+python)
+	if out, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("generate.sh: %v\n%s", err, out)
+	}
+	rules = filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, []byte("rules:\n  - queue: greetings\n    prefix: /registry/greetings/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return stubs, rules
 }
 
 // TestPythonWorker runs examples/python-worker/worker.py, a worker in
@@ -128,25 +158,15 @@ func TestPythonWorker(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 
-	// The stubs, generated from scratch as a user would.
-	stubs := filepath.Join(dir, "gen")
-	gen := exec.CommandContext(ctx, "bash", filepath.Join(pythonWorker, "generate.sh"), stubs)
-	gen.Env = append(os.Environ(), "PYTHON="+python)
-	if out, err := gen.CombinedOutput(); err != nil {
-		t.Fatalf("generate.sh: %v\n%s", err, out)
-	}
-
-	rules := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(rules, []byte("rules:\n  - queue: greetings\n    prefix: /registry/greetings/\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	stubs, rules := pythonSetup(t, ctx, python, dir)
 	s := startStack(t, filepath.Join(dir, "stack"), func(c *Config) { c.Observer.RulesFile = rules })
 	etcd := s.ep.Etcd
+	gw := plainEtcd(etcd)
 
-	putGreeting(t, etcd, "hi", `{"name":"world"}`, 1)
-	putGreeting(t, etcd, "bad", `{}`, 1)
+	gw.putGreeting(t, "hi", `{"name":"world"}`, 1)
+	gw.putGreeting(t, "bad", `{}`, 1)
 	// Longer than the lease below: only heartbeats keep it.
-	putGreeting(t, etcd, "slow", `{"name":"tortoise","workSeconds":5}`, 1)
+	gw.putGreeting(t, "slow", `{"name":"tortoise","workSeconds":5}`, 1)
 
 	logPath := filepath.Join(dir, "worker.log")
 	logFile, err := os.Create(logPath)
@@ -196,7 +216,7 @@ func TestPythonWorker(t *testing.T) {
 			var saw []string
 			ok := true
 			for name, w := range want {
-				got := greetingStatus(t, etcd, name)
+				got := gw.status(t, name)
 				ok = ok && got == w
 				saw = append(saw, name+": "+got)
 			}
@@ -220,8 +240,8 @@ func TestPythonWorker(t *testing.T) {
 
 	// A change is announced again and reconciled from the current state; the
 	// parked key comes back once its object changes.
-	putGreeting(t, etcd, "hi", `{"name":"python"}`, 2)
-	putGreeting(t, etcd, "bad", `{"name":"fixed"}`, 2)
+	gw.putGreeting(t, "hi", `{"name":"python"}`, 2)
+	gw.putGreeting(t, "bad", `{"name":"fixed"}`, 2)
 	eventually(t, converge, "the changes reconciled", converged(map[string]string{
 		"hi":  `{"message":"hello, python","observedGeneration":2}`,
 		"bad": `{"message":"hello, fixed","observedGeneration":2}`,

@@ -1,11 +1,9 @@
 package stack
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -82,13 +80,9 @@ func (p *pyProcess) stop(t *testing.T) {
 	}
 }
 
-// etcdTLS is etcd's JSON gateway as the etcd-client certificate reaches it.
-type etcdTLS struct {
-	endpoint string
-	client   *http.Client
-}
-
-func newEtcdTLS(t *testing.T, endpoint, certs string) *etcdTLS {
+// newEtcdTLS is etcd's JSON gateway as the etcd-client certificate of
+// certs reaches it.
+func newEtcdTLS(t *testing.T, endpoint, certs string) *etcdGateway {
 	t.Helper()
 	pair, err := tls.LoadX509KeyPair(filepath.Join(certs, "etcd-client.crt"), filepath.Join(certs, "etcd-client.key"))
 	if err != nil {
@@ -104,55 +98,7 @@ func newEtcdTLS(t *testing.T, endpoint, certs string) *etcdTLS {
 	}
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &etcdTLS{endpoint: endpoint, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
-}
-
-func (e *etcdTLS) post(t *testing.T, path string, req, resp any) {
-	t.Helper()
-	body, err := json.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hr, err := e.client.Post(e.endpoint+path, "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hr.Body.Close()
-	if hr.StatusCode != http.StatusOK {
-		t.Fatalf("etcd %s: %s", path, hr.Status)
-	}
-	if err := json.NewDecoder(hr.Body).Decode(resp); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (e *etcdTLS) putGreeting(t *testing.T, name, spec string, generation int) {
-	t.Helper()
-	obj := fmt.Sprintf(`{"kind":"Greeting","metadata":{"name":%q,"namespace":"default","uid":"uid-%s","generation":%d},"spec":%s}`,
-		name, name, generation, spec)
-	var resp map[string]any
-	e.post(t, "/v3/kv/put", map[string]string{"key": b64("/registry/greetings/default/" + name), "value": b64(obj)}, &resp)
-}
-
-// status returns a Greeting's status as JSON ("" if it has none).
-func (e *etcdTLS) status(t *testing.T, name string) string {
-	t.Helper()
-	var resp struct {
-		Kvs []struct {
-			Value []byte `json:"value"`
-		} `json:"kvs"`
-	}
-	e.post(t, "/v3/kv/range", map[string]string{"key": b64("/registry/greetings/default/" + name)}, &resp)
-	if len(resp.Kvs) == 0 {
-		return ""
-	}
-	var obj struct {
-		Status json.RawMessage `json:"status"`
-	}
-	if err := json.Unmarshal(resp.Kvs[0].Value, &obj); err != nil {
-		t.Fatal(err)
-	}
-	return string(obj.Status)
+	return &etcdGateway{endpoint: endpoint, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
 }
 
 // TestPythonWorkerMutualTLS runs examples/python-worker/worker.py against
@@ -172,16 +118,7 @@ func TestPythonWorkerMutualTLS(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 
-	stubs := filepath.Join(dir, "gen")
-	gen := exec.CommandContext(ctx, "bash", filepath.Join(pythonWorker, "generate.sh"), stubs)
-	gen.Env = append(os.Environ(), "PYTHON="+python)
-	if out, err := gen.CombinedOutput(); err != nil {
-		t.Fatalf("generate.sh: %v\n%s", err, out)
-	}
-	rules := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(rules, []byte("rules:\n  - queue: greetings\n    prefix: /registry/greetings/\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	stubs, rules := pythonSetup(t, ctx, python, dir)
 	s := startStack(t, filepath.Join(dir, "stack"), func(c *Config) { c.Observer.RulesFile = rules; c.TLS = true })
 	certs := s.ep.Certs
 	if certs == "" || !strings.HasPrefix(s.ep.Etcd, "https://") {
