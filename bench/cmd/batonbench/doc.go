@@ -28,11 +28,14 @@ type docData struct {
 }
 
 func writeDoc(w io.Writer, d docData) error {
-	var figures, targets strings.Builder
+	var figures, targets, relative strings.Builder
 	if err := report.WriteTable(&figures, d.Records); err != nil {
 		return err
 	}
 	if err := report.WriteTargets(&targets, d.Targets); err != nil {
+		return err
+	}
+	if err := report.WriteRelative(&relative, d.Targets); err != nil {
 		return err
 	}
 	var missed []string
@@ -47,7 +50,7 @@ func writeDoc(w io.Writer, d docData) error {
 	}
 	return docTemplate.Execute(w, map[string]any{
 		"D": d, "Date": d.Started.UTC().Format("2006-01-02 15:04 MST"), "Took": d.Took.Round(time.Second),
-		"PlotFile": filepath.Base(d.Plot), "Figures": figures.String(), "TargetTable": targets.String(), "Missed": missed,
+		"PlotFile": filepath.Base(d.Plot), "Figures": figures.String(), "TargetTable": targets.String(), "Relative": relative.String(), "Missed": missed,
 	})
 }
 
@@ -96,15 +99,20 @@ The queue's data directory is under ` + "`bench/out/`" + `, on the repository's 
 ## Targets
 
 {{.TargetTable}}
-{{if .Missed}}Not met in this run: {{range $i, $m := .Missed}}{{if $i}}; {{end}}{{$m}}{{end}}.
+{{if .Relative}}Against a figure of the same run:
+
+{{.Relative}}
+{{end}}{{if .Missed}}Not met in this run: {{range $i, $m := .Missed}}{{if $i}}; {{end}}{{$m}}{{end}}.
 {{else}}Every target is met in this run.
 {{end}}
 ## Figures
 
 The reference/baton pairs ran in {{.D.Rounds}} round(s), each reference right
 before the workload it is compared with; every figure is the best of its
-rounds (highest rate, lowest latency). The cycle, restart and heap figures
-ran once.
+rounds (highest rate, lowest latency). The 2-adder, 4-worker cycle ran
+{{.D.Rounds}} time(s) over plaintext and as many over mTLS, alternating
+(plaintext first, then mTLS first, …), each figure the best of its runs. The
+restart and heap figures ran once.
 
 {{.Figures}}
 {{if .D.Side}}## Side by side
@@ -280,6 +288,16 @@ concurrent callers: group commit) before the call returns. Keys are 11 bytes
   and the side-by-side run's batch-1000 cycles (workload 1, where each of 1
   or 64 callers adds, leases and acks its own batches in turn): the targets fix
   the batches, not the number of callers.
+- **Add→Lease→Ack cycle … over mTLS**: the same cycle against a queue
+  serving mutual TLS: ` + "`--tls-cert-file`" + `, ` + "`--tls-key-file`" + ` and ` + "`--tls-ca-file`" + ` of
+  certificates the bench writes with ` + "`client/certs`" + ` (a fresh CA, the queue's
+  for 127.0.0.1, and one client certificate with the roles observer and
+  worker), so the queue requires a client certificate and authorizes every
+  call with the default role table (Add as the observer, Lease and Ack as
+  the worker). The client dials with ` + "`client/queue`" + `'s ` + "`Dial`" + ` and ` + "`WithTLS`" + `
+  (a ` + "`client/tlsfiles`" + ` Source), one connection as over plaintext. Its runs
+  alternate with the plaintext cycle's, so both see the same load; the
+  handshake happens once, before the clock starts.
 - **heap per pending key**: the server's live heap after 1,000,000 pending
   keys minus that of the empty server, per key. Without a profiler: the
   bench makes the server collect garbage twice after the state is in place
@@ -313,6 +331,8 @@ As ratios against figures of the same run:
 - collapsed Adds ≥ 25% of the rate at which gRPC merely carries 1000-key
   messages (both with 8 callers);
 - the Add→Lease→Ack cycle ≥ 300,000 keys/s in batches (of 1000);
+- the same cycle over mutual TLS with authorization ≥ 0.8 × the plaintext
+  cycle of the same shape, in alternating runs;
 - single Add p50 ≤ 2 × (one fdatasync p50 + one echo round trip p50, to
   another process);
 - restart with 1,000,000 unfinished keys serving in ≤ 2 s;

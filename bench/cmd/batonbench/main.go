@@ -1,6 +1,7 @@
 // Command batonbench is `make bench`: it starts the real baton-queue binary
 // on loopback with a temporary data directory and measures durable Adds,
-// collapsed Adds, the Add→Lease→Ack cycle, single-Add latency, restart time
+// collapsed Adds, the Add→Lease→Ack cycle (over plaintext and, alternating
+// with it, mutual TLS), single-Add latency, restart time
 // with a million unfinished keys and heap per pending key; in the same run it
 // measures the references the targets are ratios of (one fdatasync, an empty
 // gRPC call, gRPC carrying 1000-key messages, client-go's workqueue heap per
@@ -132,6 +133,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	_ = report.WriteTable(stdout, b.set.Records)
 	fmt.Fprintln(stdout)
 	_ = report.WriteTargets(stdout, targets)
+	_ = report.WriteRelative(stdout, targets)
 	fmt.Fprintf(stdout, "\n(%s run in %v)\n", map[bool]string{true: "quick", false: "full"}[c.quick], took.Round(time.Second))
 
 	js, err := report.JSON(b.set.Records, targets)

@@ -69,6 +69,42 @@ type Target struct {
 	AtLeast  bool   // Measured ≥ Limit passes; otherwise Measured ≤ Limit passes
 	Basis    string // how Limit was computed from the references
 	Missing  bool   // a figure it needs was not measured
+
+	// Reference and Factor, for a target made by AtLeastTimes: Limit is
+	// Factor × Reference, the figure RefName of the same run, and the
+	// target is also stated as Times() against it (Line).
+	Reference float64
+	RefName   string
+	Factor    float64
+}
+
+// AtLeastTimes is the target "measured ≥ factor × reference", where
+// reference is the figure refName measured in the same run (e.g. the
+// mTLS cycle at least 0.8 × the plaintext one). Besides the usual row it
+// has a Line saying how many times the reference was measured. A reference
+// of 0 (nothing went through) or NaN leaves nothing to be a multiple of: the
+// target is Missing, judged n/a rather than passed by any figure.
+func AtLeastTimes(name string, measured float64, refName string, reference, factor float64, unit, basis string) Target {
+	return Target{Name: name, Measured: measured, Limit: factor * reference, Unit: unit, AtLeast: true, Basis: basis,
+		Missing: !(reference > 0), Reference: reference, RefName: refName, Factor: factor}
+}
+
+// Relative reports whether the target was made by AtLeastTimes.
+func (t Target) Relative() bool { return t.RefName != "" }
+
+// Times is Measured over Reference, NaN without a reference figure.
+func (t Target) Times() float64 {
+	if t.Reference == 0 {
+		return math.NaN()
+	}
+	return t.Measured / t.Reference
+}
+
+// Line states a relative target in one line: "NAME: 380,000 keys/s,
+// 0.920× plaintext (target ≥0.8×): PASS".
+func (t Target) Line() string {
+	return fmt.Sprintf("%s: %s %s, %s× %s (target ≥%s×): %s", t.Name, Format(t.Measured, t.Unit), t.Unit,
+		Format(t.Times(), "x"), t.RefName, strconv.FormatFloat(t.Factor, 'f', -1, 64), t.Verdict())
 }
 
 // Pass reports whether the target holds.
@@ -178,9 +214,23 @@ func WriteTargets(w io.Writer, ts []Target) error {
 	return err
 }
 
+// WriteRelative writes the Line of each relative target (AtLeastTimes) as a
+// Markdown list, nothing when there is none.
+func WriteRelative(w io.Writer, ts []Target) error {
+	var b strings.Builder
+	for _, t := range ts {
+		if t.Relative() {
+			fmt.Fprintf(&b, "- %s\n", t.Line())
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
 // JSON returns the records followed by one record per target and figure
-// (contender "target": measured, bound and pass as 1 or 0), as the indented
-// JSON list BENCH_OUT receives.
+// (contender "target": measured, bound and pass as 1 or 0; for a relative
+// target also its reference figure and the times measured, "x"), as the
+// indented JSON list BENCH_OUT receives.
 func JSON(recs []Record, ts []Target) ([]byte, error) {
 	out := append([]Record(nil), recs...)
 	for _, t := range ts {
@@ -193,6 +243,12 @@ func JSON(recs []Record, ts []Target) ([]byte, error) {
 			Record{Contender: "target", Workload: t.Name, Metric: "bound", Value: finite(t.Limit), Unit: t.Unit},
 			Record{Contender: "target", Workload: t.Name, Metric: "pass", Value: pass, Unit: "bool"},
 		)
+		if t.Relative() {
+			out = append(out,
+				Record{Contender: "target", Workload: t.Name, Metric: "reference (" + t.RefName + ")", Value: t.Reference, Unit: t.Unit},
+				Record{Contender: "target", Workload: t.Name, Metric: "times the reference", Value: t.Times(), Unit: "x"},
+			)
+		}
 	}
 	for i := range out {
 		out[i].Value = finite(out[i].Value)

@@ -115,3 +115,90 @@ func TestSetAndJSON(t *testing.T) {
 		t.Errorf("targets:\n%s", tb.String())
 	}
 }
+
+// TestAtLeastTimes: a target stated as a multiple of another figure of the
+// run (the mTLS cycle against the plaintext one) is judged, printed and
+// written like any other, and also says how many times its reference was
+// measured.
+func TestAtLeastTimes(t *testing.T) {
+	for _, tc := range []struct {
+		measured, reference float64
+		missing             bool
+		verdict, line       string
+	}{
+		{400_000, 500_000, false, "PASS", "mtls: 400,000 keys/s, 0.800× plaintext (target ≥0.8×): PASS"},
+		{460_000, 500_000, false, "PASS", "mtls: 460,000 keys/s, 0.920× plaintext (target ≥0.8×): PASS"},
+		{399_000, 500_000, false, "MISS", "mtls: 399,000 keys/s, 0.798× plaintext (target ≥0.8×): MISS"},
+		{500_000, 450_000, false, "PASS", "mtls: 500,000 keys/s, 1.11× plaintext (target ≥0.8×): PASS"},
+		{400_000, 0, false, "n/a", "mtls: 400,000 keys/s, –× plaintext (target ≥0.8×): n/a"},
+		{400_000, math.NaN(), false, "n/a", "mtls: 400,000 keys/s, –× plaintext (target ≥0.8×): n/a"},
+		{400_000, 500_000, true, "n/a", "mtls: 400,000 keys/s, 0.800× plaintext (target ≥0.8×): n/a"},
+	} {
+		tg := AtLeastTimes("mtls", tc.measured, "plaintext", tc.reference, 0.8, "keys/s", "0.8 × plaintext")
+		tg.Missing = tg.Missing || tc.missing
+		if !tg.Relative() || !tg.AtLeast || (tc.reference > 0 && tg.Limit != 0.8*tc.reference) {
+			t.Fatalf("AtLeastTimes(%v, %v) = %+v", tc.measured, tc.reference, tg)
+		}
+		if got := tg.Verdict(); got != tc.verdict {
+			t.Errorf("%v of %v: %s, want %s", tc.measured, tc.reference, got, tc.verdict)
+		}
+		if got := tg.Line(); got != tc.line {
+			t.Errorf("Line() = %q, want %q", got, tc.line)
+		}
+	}
+
+	abs := Target{Name: "cycle", Measured: 1, Limit: 2, Unit: "keys/s", AtLeast: true}
+	rel := AtLeastTimes("mtls", 460_000, "plaintext", 500_000, 0.8, "keys/s", "0.8 × plaintext")
+	if abs.Relative() || !math.IsNaN(abs.Times()) {
+		t.Errorf("an absolute target is not relative: %v, %v", abs.Relative(), abs.Times())
+	}
+	var b strings.Builder
+	if err := WriteRelative(&b, []Target{abs, rel}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "- mtls: 460,000 keys/s, 0.920× plaintext (target ≥0.8×): PASS\n"; b.String() != want {
+		t.Errorf("WriteRelative = %q, want only the relative target's line %q", b.String(), want)
+	}
+	b.Reset()
+	if err := WriteRelative(&b, []Target{abs}); err != nil || b.Len() != 0 {
+		t.Errorf("WriteRelative without a relative target = %q, %v", b.String(), err)
+	}
+	b.Reset()
+	if err := WriteTargets(&b, []Target{rel}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "| mtls | 460,000 keys/s | ≥ 400,000 keys/s (0.8 × plaintext) | 1.15 | **PASS** |"; !strings.Contains(b.String(), want) {
+		t.Errorf("targets table:\n%s\nlacks %q", b.String(), want)
+	}
+
+	js, err := JSON(nil, []Target{abs, rel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back []Record
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Record{}
+	for _, r := range back {
+		got[r.Workload+"/"+r.Metric] = r
+	}
+	if len(back) != 3+5 {
+		t.Fatalf("%d records, want 3 for the absolute target and 5 for the relative one: %v", len(back), back)
+	}
+	for key, want := range map[string]Record{
+		"mtls/measured":              {Value: 460_000, Unit: "keys/s"},
+		"mtls/bound":                 {Value: 400_000, Unit: "keys/s"},
+		"mtls/pass":                  {Value: 1, Unit: "bool"},
+		"mtls/reference (plaintext)": {Value: 500_000, Unit: "keys/s"},
+		"mtls/times the reference":   {Value: 0.92, Unit: "x"},
+	} {
+		r, ok := got[key]
+		if !ok || r.Contender != "target" || math.Abs(r.Value-want.Value) > 1e-9 || r.Unit != want.Unit {
+			t.Errorf("%s: %+v (found %v), want %v %s", key, r, ok, want.Value, want.Unit)
+		}
+	}
+	if _, ok := got["cycle/times the reference"]; ok {
+		t.Error("an absolute target got a reference record")
+	}
+}
