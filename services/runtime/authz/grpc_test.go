@@ -32,7 +32,7 @@ import (
 )
 
 // server is a gRPC server on 127.0.0.1 whose every Baton method (the
-// generated ones, Work and ClusterService's, hand-registered) only counts
+// generated ones, and Work, hand-registered) only counts
 // that its handler ran, behind the Authorizer's interceptors.
 type server struct {
 	addr  string
@@ -117,9 +117,17 @@ func (s *server) register(srv *grpc.Server) {
 			s.unary(observerv1.ObserverService_ServiceDesc.ServiceName, "Status", &observerv1.StatusRequest{}),
 		},
 	}
-	cluster := grpc.ServiceDesc{ServiceName: "baton.queue.v1.ClusterService", HandlerType: (*any)(nil)}
-	for _, name := range []string{"MemberList", "MemberAdd", "MemberRemove", "Status"} {
-		cluster.Methods = append(cluster.Methods, s.unary(cluster.ServiceName, name, &emptypb.Empty{}))
+	cluster := grpc.ServiceDesc{ServiceName: queuev1.ClusterService_ServiceDesc.ServiceName, HandlerType: (*any)(nil)}
+	for _, m := range []struct {
+		name string
+		req  proto.Message
+	}{
+		{"MemberList", &queuev1.MemberListRequest{}},
+		{"MemberAdd", &queuev1.MemberAddRequest{}},
+		{"MemberRemove", &queuev1.MemberRemoveRequest{}},
+		{"Status", &queuev1.StatusRequest{}},
+	} {
+		cluster.Methods = append(cluster.Methods, s.unary(cluster.ServiceName, m.name, m.req))
 	}
 	for _, d := range []*grpc.ServiceDesc{&queue, &observer, &cluster} {
 		srv.RegisterService(d, struct{}{})
@@ -354,7 +362,7 @@ func TestDefaultTableOverGRPC(t *testing.T) {
 // generated services is in the role table: a method added to the protos
 // without a row would be refused to everyone.
 func TestDefaultTableCoversGenerated(t *testing.T) {
-	for _, d := range []*grpc.ServiceDesc{&queuev1.QueueService_ServiceDesc, &observerv1.ObserverService_ServiceDesc} {
+	for _, d := range []*grpc.ServiceDesc{&queuev1.QueueService_ServiceDesc, &observerv1.ObserverService_ServiceDesc, &queuev1.ClusterService_ServiceDesc} {
 		var names []string
 		for _, m := range d.Methods {
 			names = append(names, m.MethodName)

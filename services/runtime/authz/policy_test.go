@@ -86,7 +86,7 @@ func TestAuthorize(t *testing.T) {
 		{ident("o", "observer"), stats, "", `authz: "o" (roles observer) may not call /baton.queue.v1.QueueService/Stats on queue ""`},
 		{ident("v", "viewer"), lease, "x", `authz: "v" (roles viewer) may not call /baton.queue.v1.QueueService/Lease on queue "x": it needs one of the roles worker, observer, admin`},
 		{ident("a", "admin"), queueWork, "x", ""},
-		{ident("a", "admin"), clusterMemberAdd, "", ""},
+		{ident("a", "admin"), queuev1.ClusterService_MemberAdd_FullMethodName, "", ""},
 		{ident("a", "admin"), "/baton.observer.v1.ObserverService/Get", "", `authz: "a" (roles admin) may not call /baton.observer.v1.ObserverService/Get: the policy allows it to no role`},
 		{ident("a", "admin"), "/baton.queue.v1.QueueService/Purge", "x", `authz: "a" (roles admin) may not call /baton.queue.v1.QueueService/Purge on queue "x": it is not a method of the role table`},
 		{ident("a", "admin"), "/other.v1.Thing/Do", "", `authz: "a" (roles admin) may not call /other.v1.Thing/Do: it is not a method of the role table`},
