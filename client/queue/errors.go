@@ -25,6 +25,10 @@ const (
 	// error; a change in flight may or may not be stored, and the queue
 	// restarts to recover.
 	ReasonStopped = "STORE_STOPPED"
+	// ReasonNotReplicated (FAILED_PRECONDITION): a membership change asked
+	// of a queue of one member (baton-queue without --initial-cluster),
+	// which has no peers to replicate to; nothing changed.
+	ReasonNotReplicated = "NOT_REPLICATED"
 )
 
 // Errors the client's calls wrap, with the gRPC status error, so callers
@@ -39,12 +43,16 @@ var (
 	// ErrStopped is returned when the queue's store stopped: the outcome of
 	// the call is unknown.
 	ErrStopped = errors.New("queue: the queue's store stopped")
+	// ErrNotReplicated is returned by MemberAdd and MemberRemove on a queue
+	// of one member: nothing changed.
+	ErrNotReplicated = errors.New("queue: the queue is one member, not replicated")
 )
 
 var reasons = map[string]error{
 	ReasonNoSpace:       ErrNoSpace,
 	ReasonTooManyQueues: ErrTooManyQueues,
 	ReasonStopped:       ErrStopped,
+	ReasonNotReplicated: ErrNotReplicated,
 }
 
 // Refusal returns the gRPC status error for a refusal of reason, with its

@@ -24,6 +24,12 @@
 // of a lease already acknowledged answers LeaseLost and changes nothing, and a
 // Lease whose answer was lost simply lapses.
 //
+// Client.Cluster calls baton.queue.v1.ClusterService on the same
+// connection: MemberList, Status, and MemberAdd and MemberRemove, which a
+// queue of one member refuses with ErrNotReplicated.
+//
+//	members, err := c.Cluster().MemberList(ctx)
+//
 // # Limits
 //
 //	field                                   limit
@@ -40,6 +46,11 @@
 //	lease_duration (Lease, Extend)          0 to MaxLease (10 minutes); 0 means the default
 //	wait (Lease)                            0 to MaxWait (30 s)
 //	page_token (List)                       only what List issued
+//	member name (ClusterService, --name)    1 to MaxMemberNameBytes (253) bytes of letters,
+//	                                        digits, '.', '-' and '_' (a host name qualifies)
+//	peer_addr, client_addr (MemberAdd),     host:port: an IP address or host name that is
+//	--advertise-addr                        not a wildcard, a port from 1 to 65535; at most
+//	                                        MaxAddrBytes (261) bytes
 //	a whole request                         the server's --max-request-bytes
 //	                                        (DefaultMaxRequestBytes, 1.5 MiB, as etcd's)
 //
@@ -53,6 +64,9 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -95,6 +109,12 @@ const (
 	// clients refuse messages over 4 MiB by default, and a Lease whose answer
 	// a client cannot read would leave its keys leased to nobody.
 	MaxResponseBytes = 4<<20 - 64<<10
+	// MaxMemberNameBytes is the longest member name: a full host name's
+	// 253, since a member's name defaults to its host name.
+	MaxMemberNameBytes = 253
+	// MaxAddrBytes is the longest member address: a host of
+	// MaxMemberNameBytes, an IPv6 literal's brackets, a colon and a port.
+	MaxAddrBytes = MaxMemberNameBytes + len("[]:65535")
 )
 
 // ErrInvalid is wrapped by every error of this package's checks.
@@ -181,6 +201,67 @@ func CheckDuration(field string, d, max time.Duration) error {
 		return invalid("%s is negative (%v)", field, d)
 	case d > max:
 		return invalid("%s %v is over the limit of %v", field, d, max)
+	}
+	return nil
+}
+
+// nameByte reports whether c may be in a member name or a host name:
+// ASCII letters, digits, '.', '-' and '_'. Every host name qualifies; '='
+// and ',', which separate the entries of --initial-cluster, and spaces,
+// which would break a table, do not.
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_'
+}
+
+// CheckMemberName returns an error naming field unless name may name a
+// queue member (ClusterService, --name): 1 to MaxMemberNameBytes bytes of
+// letters, digits, '.', '-' and '_'.
+func CheckMemberName(field, name string) error {
+	switch {
+	case name == "":
+		return invalid("%s is empty: give a member name (letters, digits, '.', '-', '_')", field)
+	case len(name) > MaxMemberNameBytes:
+		return invalid("%s is %d bytes, over %d", field, len(name), MaxMemberNameBytes)
+	}
+	for i := 0; i < len(name); i++ {
+		if !nameByte(name[i]) {
+			return invalid("%s %q has %q at byte %d: a member name is letters, digits, '.', '-' and '_'", field, clip(name), name[i:i+1], i)
+		}
+	}
+	return nil
+}
+
+// CheckAddr returns an error naming field unless addr is an address another
+// process can dial: host:port, the host an IP address or a host name that is
+// not a wildcard (0.0.0.0 and :: are where a process listens, not where it
+// is reached), the port a number from 1 to 65535, at most MaxAddrBytes.
+func CheckAddr(field, addr string) error {
+	if addr == "" {
+		return invalid("%s is empty: give host:port", field)
+	}
+	if len(addr) > MaxAddrBytes {
+		return invalid("%s is %d bytes, over %d", field, len(addr), MaxAddrBytes)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return invalid("%s %q is not host:port", field, clip(addr))
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return invalid("%s %q: port %q is not a number from 1 to 65535", field, clip(addr), port)
+	}
+	if host == "" {
+		return invalid("%s %q has no host: give the host others dial", field, clip(addr))
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.IsUnspecified() {
+			return invalid("%s %q has the wildcard host %s, where a process listens: give the host others dial", field, clip(addr), host)
+		}
+		return nil
+	}
+	for i := 0; i < len(host); i++ {
+		if !nameByte(host[i]) {
+			return invalid("%s %q: host %q is neither an IP address nor a host name", field, clip(addr), clip(host))
+		}
 	}
 	return nil
 }
