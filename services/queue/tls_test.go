@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,11 +96,11 @@ func healthOver(t *testing.T, addr string, creds credentials.TransportCredential
 	return info.State.PeerCertificates[0], nil
 }
 
-// startTLS starts baton-queue with the queue's certificate and waits until
-// a worker's health check answers.
-func startTLS(t *testing.T, d tlsDir) *proc {
+// startTLS starts baton-queue with the queue's certificate and the flags
+// extra, and waits until a worker's health check answers.
+func startTLS(t *testing.T, d tlsDir, extra ...string) *proc {
 	t.Helper()
-	p := newProc(t, d.serverArgs("queue")...)
+	p := newProc(t, append(d.serverArgs("queue"), extra...)...)
 	p.start()
 	creds := d.source(t, d.dir, "worker").ClientCredentials("")
 	deadline := time.Now().Add(30 * time.Second)
@@ -283,5 +285,72 @@ func TestAuthzPolicyFile(t *testing.T) {
 	defer cancel()
 	if _, err := queuev1.NewQueueServiceClient(conn).Stats(ctx, &queuev1.StatsRequest{}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Stats under the policy = %v, want PERMISSION_DENIED", err)
+	}
+}
+
+// TestClusterServiceRolesOverMTLS calls the four ClusterService methods of
+// the real queue as each role of the default table, over mutual TLS:
+// MemberList and Status for viewer, admin and queue-peer (the queue's own
+// certificate, as a peer member presents it), MemberAdd and MemberRemove
+// for admin alone, who reaches the handler and its FAILED_PRECONDITION;
+// everyone else gets PERMISSION_DENIED naming the method.
+func TestClusterServiceRolesOverMTLS(t *testing.T) {
+	d := newTLSDir(t)
+	p := startTLS(t, d, "--name", "queue-tls")
+	calls := map[string]func(context.Context, queuev1.ClusterServiceClient) error{
+		"MemberList": func(ctx context.Context, c queuev1.ClusterServiceClient) error {
+			resp, err := c.MemberList(ctx, &queuev1.MemberListRequest{})
+			if err == nil && (len(resp.GetMembers()) != 1 || resp.GetMembers()[0].GetName() != "queue-tls" || resp.GetMembers()[0].GetClientAddr() != p.grpcAddr) {
+				return fmt.Errorf("MemberList = %v, want queue-tls at %s", resp, p.grpcAddr)
+			}
+			return err
+		},
+		"Status": func(ctx context.Context, c queuev1.ClusterServiceClient) error {
+			resp, err := c.Status(ctx, &queuev1.StatusRequest{})
+			if err == nil && resp.GetLeaderName() != "queue-tls" {
+				return fmt.Errorf("Status = %v, want the leader queue-tls", resp)
+			}
+			return err
+		},
+		"MemberAdd": func(ctx context.Context, c queuev1.ClusterServiceClient) error {
+			_, err := c.MemberAdd(ctx, &queuev1.MemberAddRequest{Name: "queue-b", PeerAddr: "127.0.0.1:7072"})
+			return err
+		},
+		"MemberRemove": func(ctx context.Context, c queuev1.ClusterServiceClient) error {
+			_, err := c.MemberRemove(ctx, &queuev1.MemberRemoveRequest{Name: "queue-b"})
+			return err
+		},
+	}
+	allowed := map[string][]string{
+		"MemberList":   {"viewer", "admin", "queue"},
+		"Status":       {"viewer", "admin", "queue"},
+		"MemberAdd":    {"admin"},
+		"MemberRemove": {"admin"},
+	}
+	for _, who := range []string{"viewer", "admin", "queue", "worker", "observer"} {
+		conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(d.source(t, d.dir, who).ClientCredentials("")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := queuev1.NewClusterServiceClient(conn)
+		for method, call := range calls {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			err := call(ctx, c)
+			cancel()
+			want := codes.PermissionDenied
+			if slices.Contains(allowed[method], who) {
+				want = codes.OK
+				if method == "MemberAdd" || method == "MemberRemove" {
+					want = codes.FailedPrecondition // past authorization, refused by the one member
+				}
+			}
+			switch {
+			case status.Code(err) != want:
+				t.Errorf("%s calling %s: %v, want %v", who, method, err, want)
+			case want == codes.PermissionDenied && !strings.Contains(err.Error(), "/baton.queue.v1.ClusterService/"+method):
+				t.Errorf("%s calling %s: %v does not name the method", who, method, err)
+			}
+		}
+		conn.Close()
 	}
 }

@@ -1,8 +1,9 @@
 // Package service runs baton-queue: it recovers the queues from the data
-// directory and serves baton.queue.v1.QueueService, grpc.health.v1 and
-// reflection over gRPC, and the dashboard (/), /metrics, /healthz and
-// /readyz over HTTP. The
-// baton-queue binary and the embedded dev stack both call Run.
+// directory and serves baton.queue.v1.QueueService, ClusterService (a queue
+// of one member: this process, named by --name and reached at
+// --advertise-addr), grpc.health.v1 and reflection over gRPC, and the
+// dashboard (/), /metrics, /healthz and /readyz over HTTP. The baton-queue
+// binary and the embedded dev stack both call Run.
 package service
 
 import (
@@ -12,6 +13,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	limits "github.com/batonrun/baton/client/queue"
@@ -57,6 +62,13 @@ type Config struct {
 	GracePeriod time.Duration
 	// EnablePprof serves /debug/pprof/ on the HTTP address.
 	EnablePprof bool
+	// Name is this member's name in the queue (--name; default the host
+	// name), as ClusterService reports it.
+	Name string
+	// AdvertiseAddr is the gRPC address clients reach this member at
+	// (--advertise-addr); empty means --grpc-addr with a wildcard host
+	// replaced by the host name, and the port the listener bound.
+	AdvertiseAddr string
 	// TLS is the certificate the queue serves (and authorizes calls by,
 	// with a CA), or --insecure (docs/security.md).
 	TLS trust.Config
@@ -74,7 +86,53 @@ func DefaultConfig() Config {
 		MaxWaitingLeases:        serverlimits.DefaultWaitingLeasesPerIdentity,
 		MaxWaitingLeasesPerConn: serverlimits.DefaultWaitingLeasesPerConnection,
 		GracePeriod:             10 * time.Second,
+		Name:                    hostnameOrEmpty(),
 	}
+}
+
+// hostname is os.Hostname, a variable so that tests can choose the answer.
+var hostname = osHostname
+
+var osHostname = os.Hostname
+
+// hostnameOrEmpty is the host name, or "" when it is unknown: Validate then
+// asks for --name.
+func hostnameOrEmpty() string {
+	h, err := hostname()
+	if err != nil {
+		return ""
+	}
+	return h
+}
+
+// defaultAdvertiseAddr is --advertise-addr's default: --grpc-addr with a
+// wildcard host (":7070", "0.0.0.0:7070", "[::]:7070"), which is where the
+// queue listens and not where anyone can reach it, replaced by the host
+// name, and with the port bound (it differs from --grpc-addr's only for
+// port 0). Before the listener is open, bound is nil and the port is
+// --grpc-addr's.
+func defaultAdvertiseAddr(grpcAddr string, bound net.Addr) (string, error) {
+	host, port, err := net.SplitHostPort(grpcAddr)
+	if err != nil {
+		return "", fmt.Errorf("--grpc-addr %q is not host:port", grpcAddr)
+	}
+	if tcp, ok := bound.(*net.TCPAddr); ok {
+		port = strconv.Itoa(tcp.Port)
+	}
+	if ip, err := netip.ParseAddr(host); host == "" || err == nil && ip.IsUnspecified() {
+		h, err := hostname()
+		if err != nil {
+			return "", fmt.Errorf("--advertise-addr: --grpc-addr %q has a wildcard host and the host name is unknown (%w): give --advertise-addr", grpcAddr, err)
+		}
+		host = h
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// flagError makes a failed check of package limits an error about a flag:
+// the check names the flag, and "invalid argument", the API's word, goes.
+func flagError(err error) error {
+	return errors.New(strings.TrimPrefix(err.Error(), limits.ErrInvalid.Error()+": "))
 }
 
 // RegisterFlags binds the configuration to fs, with c's values as defaults.
@@ -93,6 +151,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxWaitingLeasesPerConn, "max-waiting-leases-per-conn", c.MaxWaitingLeasesPerConn, "most Leases waiting for work one connection may have in flight (more get RESOURCE_EXHAUSTED)")
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
+	fs.StringVar(&c.Name, "name", c.Name, "this member's name in the queue, as ClusterService and batonctl queue members show it (default: the host name)")
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "the gRPC address clients reach this member at (default: --grpc-addr, a wildcard host such as :7070 replaced by the host name)")
 	c.TLS.RegisterFlags(fs)
 }
 
@@ -135,6 +195,16 @@ func (c Config) Validate() error {
 		// every stream, and its Acks and Extends would queue behind them.
 		return fmt.Errorf("--max-waiting-leases-per-conn must be in [1, %d], below the %d calls a connection may have open, not %d",
 			serve.MaxConcurrentStreams-1, serve.MaxConcurrentStreams, c.MaxWaitingLeasesPerConn)
+	}
+	if err := limits.CheckMemberName("--name", c.Name); err != nil {
+		return flagError(err)
+	}
+	if c.AdvertiseAddr != "" {
+		if err := limits.CheckAddr("--advertise-addr", c.AdvertiseAddr); err != nil {
+			return flagError(err)
+		}
+	} else if _, err := defaultAdvertiseAddr(c.GRPCAddr, nil); err != nil {
+		return err
 	}
 	return c.TLS.ValidateServe()
 }
@@ -201,18 +271,33 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		b.Drain()
 	}()
 
+	// The default advertised address needs the bound port: OnListen sets
+	// it, and serve.Run calls OnListen before it starts serving, so every
+	// call sees it set (the goroutines that serve calls start after).
+	advertise := cfg.AdvertiseAddr
+	onListen := func(g, h net.Addr) {
+		if cfg.AdvertiseAddr == "" {
+			advertise, _ = defaultAdvertiseAddr(cfg.GRPCAddr, g) // Validate has derived it once already
+		}
+		if cfg.OnListen != nil {
+			cfg.OnListen(g, h)
+		}
+	}
+	self := server.Self{Name: cfg.Name, ClientAddr: func() string { return advertise }}
+
 	err = serve.Run(ctx, serve.Options{
 		Name: "baton-queue", GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr,
 		Register: func(s *grpc.Server) []string {
 			queuev1.RegisterQueueServiceServer(s, server.New(b))
-			return []string{queuev1.QueueService_ServiceDesc.ServiceName}
+			queuev1.RegisterClusterServiceServer(s, server.NewCluster(b, self))
+			return []string{queuev1.QueueService_ServiceDesc.ServiceName, queuev1.ClusterService_ServiceDesc.ServiceName}
 		},
 		Ready:        func(context.Context) error { return b.Ready() },
 		Registry:     reg,
 		GracePeriod:  cfg.GracePeriod,
 		MaxRecvBytes: cfg.MaxRequestBytes,
 		Logger:       log,
-		OnListen:     cfg.OnListen,
+		OnListen:     onListen,
 		Handle:       dash.Handle,
 		Pprof:        cfg.EnablePprof,
 		TLS:          tlsSrc,

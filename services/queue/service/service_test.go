@@ -48,9 +48,18 @@ func start(t *testing.T) *harness {
 // startIn is start on the data directory dir.
 func startIn(t *testing.T, dir string) *harness {
 	t.Helper()
+	return startWith(t, dir, nil)
+}
+
+// startWith is startIn with the configuration changed by mod (nil: none).
+func startWith(t *testing.T, dir string, mod func(*service.Config)) *harness {
+	t.Helper()
 	cfg := service.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", dir
 	cfg.GracePeriod = 2 * time.Second
+	if mod != nil {
+		mod(&cfg)
+	}
 	addrs := make(chan [2]net.Addr, 1)
 	cfg.OnListen = func(g, h net.Addr) { addrs <- [2]net.Addr{g, h} }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -854,6 +863,15 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{"no waiting leases", func(c *service.Config) { c.MaxWaitingLeases = 0 }, "--max-waiting-leases must be in [1, 1048576], not 0"},
 		{"waiting leases per connection at the stream bound", func(c *service.Config) { c.MaxWaitingLeasesPerConn = serve.MaxConcurrentStreams },
 			"--max-waiting-leases-per-conn must be in [1, 1023], below the 1024 calls a connection may have open, not 1024"},
+		{"no name", func(c *service.Config) { c.Name = "" }, "--name is empty: give a member name"},
+		{"name with a space", func(c *service.Config) { c.Name = "queue 0" }, `--name "queue 0" has " " at byte 5: a member name is letters, digits, '.', '-' and '_'`},
+		{"name with --initial-cluster's separator", func(c *service.Config) { c.Name = "q=0" }, `--name "q=0" has "=" at byte 1`},
+		{"name too long", func(c *service.Config) { c.Name = strings.Repeat("q", 254) }, "--name is 254 bytes, over 253"},
+		{"advertise a wildcard", func(c *service.Config) { c.AdvertiseAddr = "0.0.0.0:7070" },
+			`--advertise-addr "0.0.0.0:7070" has the wildcard host 0.0.0.0, where a process listens: give the host others dial`},
+		{"advertise no host", func(c *service.Config) { c.AdvertiseAddr = ":7070" }, `--advertise-addr ":7070" has no host`},
+		{"advertise no port", func(c *service.Config) { c.AdvertiseAddr = "queue-0" }, `--advertise-addr "queue-0" is not host:port`},
+		{"advertise port 0", func(c *service.Config) { c.AdvertiseAddr = "queue-0:0" }, `--advertise-addr "queue-0:0": port "0" is not a number from 1 to 65535`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := service.DefaultConfig()

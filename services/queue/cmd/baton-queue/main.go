@@ -30,15 +30,29 @@ func run(args []string) int {
 		return repair(args[1:])
 	}
 	cfg := service.DefaultConfig()
-	return serve.Main(serve.Command{
+	// A bad flag value is a usage error, exit 2 with one line, as serve.Main
+	// treats flags it cannot parse; Run would report it as a failure (exit
+	// 1, in the JSON log). So the values are checked first, once parsed.
+	var invalid error
+	code := serve.Main(serve.Command{
 		Name:      "baton-queue",
 		EnvPrefix: "BATON_QUEUE",
 		Flags:     cfg.RegisterFlags,
 		Probe:     func() (string, string) { return cfg.GRPCAddr, cfg.HTTPAddr },
 		Trust:     &cfg.TLS,
-		Run:       func(ctx context.Context, log *slog.Logger) error { return service.Run(ctx, cfg, log) },
-		Usage:     []string{repairUsage},
+		Run: func(ctx context.Context, log *slog.Logger) error {
+			if invalid = cfg.Validate(); invalid != nil {
+				return nil
+			}
+			return service.Run(ctx, cfg, log)
+		},
+		Usage: []string{repairUsage},
 	}, args)
+	if invalid != nil {
+		fmt.Fprintf(os.Stderr, "baton-queue: %v\n", invalid)
+		return 2
+	}
+	return code
 }
 
 const repairUsage = "repair --data-dir DIR [--dry-run]"

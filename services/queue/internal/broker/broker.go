@@ -683,6 +683,15 @@ func (b *Broker) Stats(queue string) ([]QueueStats, error) {
 	return out, nil
 }
 
+// Epoch returns the epoch in the top bits of the tokens Lease hands out
+// now: the store's, raised at every start and when a run has used up its
+// token space. ClusterService reports it as the member's term.
+func (b *Broker) Epoch() uint64 { return b.tokens.epoch.Load() }
+
+// Durable returns the operations the store has made durable since the
+// broker opened it (store.Durable): the member's applied index.
+func (b *Broker) Durable() uint64 { return b.st.Durable() }
+
 // Err returns the error that stopped the store, or nil.
 func (b *Broker) Err() error { return b.st.Err() }
 

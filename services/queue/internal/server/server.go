@@ -1,6 +1,7 @@
-// Package server is the gRPC face of the queue: each handler validates the
-// whole request first (a refused request changes nothing), calls the broker,
-// and translates the broker's errors to status codes once, here.
+// Package server is the gRPC face of the queue, QueueService and
+// ClusterService: each handler validates the whole request first (a refused
+// request changes nothing), calls the broker, and translates the broker's
+// errors to status codes once, here.
 package server
 
 import (

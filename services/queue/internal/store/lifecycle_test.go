@@ -285,3 +285,49 @@ func TestEmptyAppendCoversEarlierAppends(t *testing.T) {
 	_ = s.Close()
 	crashAndReopen(t, disk, maps.Clone(state{"a": 1, "b": 1}))
 }
+
+// TestDurableCountsSyncedFrames: Durable counts a frame once its fsync is
+// done, before its caller is answered; not while it waits for the sync, not
+// for an empty Append, and from 0 again after a restart.
+func TestDurableCountsSyncedFrames(t *testing.T) {
+	disk := newFaultDisk(1)
+	s, _ := mustOpen(t, faultOpts(disk, 0))
+	if got := s.Durable(); got != 0 {
+		t.Fatalf("Durable after Open = %d, want 0", got)
+	}
+	mustCommit(t, s, putRec(nil, "a", 1))
+	mustCommit(t, s, nil)
+	if got := s.Durable(); got != 1 {
+		t.Fatalf("Durable after one frame and an empty append = %d, want 1", got)
+	}
+
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	disk.onSync(func(string) {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	})
+	held := mustAppend(t, s, putRec(nil, "b", 1))
+	<-entered
+	if got := s.Durable(); got != 1 {
+		t.Fatalf("Durable while a frame's fsync is in flight = %d, want 1", got)
+	}
+	close(release)
+	if err := held.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Durable(); got != 2 {
+		t.Fatalf("Durable once the held frame was answered = %d, want 2", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2, st := mustOpen(t, faultOpts(disk, 0))
+	if len(st) != 2 || s2.Durable() != 0 {
+		t.Fatalf("after a restart: %d keys and Durable %d, want 2 keys and 0", len(st), s2.Durable())
+	}
+}

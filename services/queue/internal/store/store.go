@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/batonrun/baton/services/queue/internal/record"
@@ -96,6 +97,9 @@ type Store struct {
 	epochMu   sync.Mutex
 	epoch     uint64
 	stopped   chan struct{}
+	// durable counts the frames fsynced since Open: the queue's applied
+	// index with one member (ClusterService).
+	durable atomic.Uint64
 }
 
 type rotation struct {
@@ -183,6 +187,12 @@ func (s *Store) NextEpoch() (uint64, error) {
 	}
 	return s.epoch, nil
 }
+
+// Durable returns how many frames (one per Append of records, so one per
+// operation that changed stored state) have been made durable since Open.
+// Frames recovered by Open are not counted: the count starts at 0 with each
+// run, whose epoch is higher than every earlier run's.
+func (s *Store) Durable() uint64 { return s.durable.Load() }
 
 func (s *Store) path(name string) string { return filepath.Join(s.opts.Dir, name) }
 
@@ -446,6 +456,10 @@ func (s *Store) sync(seg File, b *Batch) {
 	var err error
 	if serr := seg.Sync(); serr != nil {
 		err = s.stop(fmt.Errorf("fdatasync log: %w", serr))
+	} else {
+		// Counted before the callers are answered, so a caller that saw its
+		// change acknowledged also sees it counted.
+		s.durable.Add(uint64(b.frames))
 	}
 	s.mu.Lock()
 	s.inflight = nil

@@ -1,0 +1,101 @@
+package server
+
+// ClusterService on a queue of one member: baton-queue without
+// --initial-cluster, today's only kind. The answers mean what cluster.proto
+// says they will with three members, so that batonctl, dashboards and
+// scripts written now keep working when replication lands:
+//
+//   - the member is the leader of its own term, the store's epoch, which
+//     already does what a term will: it rises at every start and fences
+//     every token of an earlier one;
+//   - its applied index, and its commit index (a majority of one), is the
+//     number of operations its store has made durable in this term;
+//   - it has no peer address, because it has no peers;
+//   - membership cannot change: MemberAdd and MemberRemove check their
+//     arguments as they will, then refuse with FAILED_PRECONDITION and
+//     change nothing.
+
+import (
+	"context"
+	"fmt"
+
+	limits "github.com/batonrun/baton/client/queue"
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/queue/internal/broker"
+	"google.golang.org/grpc/codes"
+)
+
+// Self is this process as a member of the queue.
+type Self struct {
+	// Name is --name.
+	Name string
+	// ClientAddr returns --advertise-addr, or its default derived from the
+	// bound gRPC address (known only once the listener is open, before
+	// the first call is served).
+	ClientAddr func() string
+}
+
+type cluster struct {
+	queuev1.UnimplementedClusterServiceServer
+	b    *broker.Broker
+	self Self
+}
+
+var _ queuev1.ClusterServiceServer = (*cluster)(nil)
+
+// NewCluster returns the ClusterService of a queue of one member, self,
+// over b.
+func NewCluster(b *broker.Broker, self Self) queuev1.ClusterServiceServer {
+	return &cluster{b: b, self: self}
+}
+
+// member describes this process. The applied index is read before the
+// term: a new epoch never lowers it, so the pair never goes backwards.
+func (c *cluster) member() *queuev1.Member {
+	applied := c.b.Durable()
+	return &queuev1.Member{
+		Name:         c.self.Name,
+		ClientAddr:   c.self.ClientAddr(),
+		Leader:       true,
+		Term:         c.b.Epoch(),
+		AppliedIndex: applied,
+	}
+}
+
+func (c *cluster) MemberList(context.Context, *queuev1.MemberListRequest) (*queuev1.MemberListResponse, error) {
+	return &queuev1.MemberListResponse{Members: []*queuev1.Member{c.member()}}, nil
+}
+
+func (c *cluster) Status(context.Context, *queuev1.StatusRequest) (*queuev1.StatusResponse, error) {
+	m := c.member()
+	return &queuev1.StatusResponse{Member: m, LeaderName: m.GetName(), CommitIndex: m.GetAppliedIndex(), MemberCount: 1}, nil
+}
+
+func (c *cluster) MemberAdd(_ context.Context, req *queuev1.MemberAddRequest) (*queuev1.MemberAddResponse, error) {
+	if err := limits.CheckMemberName("name", req.GetName()); err != nil {
+		return nil, invalid(err)
+	}
+	if err := limits.CheckAddr("peer_addr", req.GetPeerAddr()); err != nil {
+		return nil, invalid(err)
+	}
+	if a := req.GetClientAddr(); a != "" {
+		if err := limits.CheckAddr("client_addr", a); err != nil {
+			return nil, invalid(err)
+		}
+	}
+	return nil, c.alone("member %q was not added", req.GetName())
+}
+
+func (c *cluster) MemberRemove(_ context.Context, req *queuev1.MemberRemoveRequest) (*queuev1.MemberRemoveResponse, error) {
+	if err := limits.CheckMemberName("name", req.GetName()); err != nil {
+		return nil, invalid(err)
+	}
+	return nil, c.alone("member %q was not removed", req.GetName())
+}
+
+// alone is the refusal of a membership change: what was not done, and why.
+func (c *cluster) alone(format, name string) error {
+	return limits.Refusal(codes.FailedPrecondition, limits.ReasonNotReplicated,
+		fmt.Sprintf(format+": this queue is one member, %q, started without --initial-cluster, and membership changes need a replicated queue; nothing changed",
+			name, c.self.Name))
+}
