@@ -183,6 +183,8 @@ Commands:
   queue list <queue>             the keys a queue holds (--state pending|delayed|leased|parked)
   queue inspect <queue> <key>    one key's state, attempts and last error
   queue forget <queue> <key>...  drop keys from a queue
+  queue members                  the queue's members: name, addresses, leader, term, applied index
+  queue members add|remove NAME  change them (add: --peer-addr H:P, --client-addr H:P)
   watch                          a live table of queue depth, rates and oldest age
   status                         each service's health, the observer's revision and lag
   experiment <name>              an investigation's experiment: burst, repeat, failure, clean (runs baton-experiment)

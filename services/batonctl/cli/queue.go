@@ -2,11 +2,15 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -18,9 +22,12 @@ import (
 )
 
 func cmdQueue(ctx context.Context, a *app, args []string) error {
-	const use = "usage: batonctl queue stats [queue] | list <queue> [--state S] | inspect <queue> <key> | forget <queue> <key>..."
+	const use = "usage: batonctl queue stats [queue] | list <queue> [--state S] | inspect <queue> <key> | forget <queue> <key>... | members [add NAME --peer-addr H:P [--client-addr H:P] | remove NAME]"
 	if len(args) == 0 {
 		return usagef(use)
+	}
+	if args[0] == "members" {
+		return cmdQueueMembers(ctx, a, args[1:])
 	}
 	fs := flag.NewFlagSet("queue "+args[0], flag.ContinueOnError)
 	output := fs.String("o", "", "output format: json (default: a table)")
@@ -123,6 +130,87 @@ func cmdQueue(ctx context.Context, a *app, args []string) error {
 		return nil
 	}
 	return usagef("unknown queue command %q; %s", args[0], use)
+}
+
+// cmdQueueMembers shows the queue's members (ClusterService MemberList) or
+// changes them (MemberAdd, MemberRemove). It has flags of its own, so it is
+// parsed apart from the other queue commands.
+func cmdQueueMembers(ctx context.Context, a *app, args []string) error {
+	const use = "usage: batonctl queue members [-o json] | members add NAME --peer-addr H:P [--client-addr H:P] | members remove NAME"
+	name := "queue members"
+	if len(args) > 0 && (args[0] == "add" || args[0] == "remove") {
+		name += " " + args[0]
+		args = args[1:]
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	output := fs.String("o", "", "output format: json (default: a table)")
+	var peerAddr, clientAddr *string
+	if name == "queue members add" {
+		peerAddr = fs.String("peer-addr", "", "host:port the new member's peers reach it at (its --peer-addr); required")
+		clientAddr = fs.String("client-addr", "", "host:port clients reach it at (its --advertise-addr); empty: learned when it starts")
+	}
+	pos, err := parse(fs, args, a.Stderr)
+	if err != nil {
+		return err
+	}
+	if *output != "" && *output != "json" {
+		return usagef("unknown output format %q (json)", *output)
+	}
+	switch {
+	case name == "queue members" && len(pos) != 0:
+		return usagef("unknown queue members command %q; %s", pos[0], use)
+	case name != "queue members" && len(pos) != 1:
+		return usagef(use)
+	case peerAddr != nil && *peerAddr == "":
+		return usagef("queue members add needs --peer-addr H:P, the address the new member's peers reach it at")
+	}
+	q, err := a.queue()
+	if err != nil {
+		return err
+	}
+	octx, cancel := a.opCtx(ctx)
+	defer cancel()
+
+	var members []*queuev1.Member
+	switch name {
+	case "queue members":
+		members, err = q.Cluster().MemberList(octx)
+	case "queue members add":
+		members, err = q.Cluster().MemberAdd(octx, pos[0], *peerAddr, *clientAddr)
+	case "queue members remove":
+		members, err = q.Cluster().MemberRemove(octx, pos[0])
+	}
+	if err != nil {
+		return serverError(a.unreachable("the queue", a.queueAddr, "--queue-addr", err))
+	}
+	if *output == "json" {
+		return writeProto(a.Stdout, &queuev1.MemberListResponse{Members: members})
+	}
+	tbl := printer.NewTable(a.Stdout, "NAME", "CLIENT-ADDR", "PEER-ADDR", "LEADER", "TERM", "APPLIED")
+	for _, m := range members {
+		tbl.Row(m.GetName(), orDash(m.GetClientAddr()), orDash(m.GetPeerAddr()), fmt.Sprint(m.GetLeader()), n(m.GetTerm()), n(m.GetAppliedIndex()))
+	}
+	return tbl.Flush()
+}
+
+// serverError is the refusal a server gave, as it worded it: the status
+// message says what was not done and why, and the client's wrapping around
+// it ("member add x: queue: …: rpc error: code = … desc = …") would only say
+// it twice. Other errors pass unchanged.
+func serverError(err error) error {
+	var ue *unreachableError
+	if errors.As(err, &ue) {
+		return err
+	}
+	// status.FromError would replace the message by err.Error(), the
+	// wrapping included: the status itself has the server's words.
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		if st := se.GRPCStatus(); st.Code() != codes.OK && st.Code() != codes.Unknown {
+			return errors.New(st.Message())
+		}
+	}
+	return err
 }
 
 // printItem prints one queue item as "Field: value" lines.
