@@ -53,8 +53,9 @@ type Member struct {
 	Term uint64 `protobuf:"varint,5,opt,name=term" json:"term,omitempty"`
 	// The index of the last change this member has applied to its queues;
 	// applied_index rises with every change that writes. With one member:
-	// the operations (log frames) its store has made durable in this term,
-	// starting from 0 at each start, so (term, applied_index) only grows.
+	// the operations (log frames) its store has made durable since the
+	// member started, from 0 at each start (a new term), so (term,
+	// applied_index) only grows.
 	AppliedIndex  uint64 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex" json:"applied_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -9,7 +9,7 @@ package server
 //     already does what a term will: it rises at every start and fences
 //     every token of an earlier one;
 //   - its applied index, and its commit index (a majority of one), is the
-//     number of operations its store has made durable in this term;
+//     number of operations its store has made durable since it started;
 //   - it has no peer address, because it has no peers;
 //   - membership cannot change: MemberAdd and MemberRemove check their
 //     arguments as they will, then refuse with FAILED_PRECONDITION and
