@@ -159,6 +159,7 @@ func (o *observer) Status() *observerv1.StatusResponse {
 		resp.Prefixes = append(resp.Prefixes, &observerv1.PrefixStatus{
 			Prefix: s.Prefix, ObservedRevision: s.ObservedRevision, HeadRevision: s.HeadRevision,
 			EventsTotal: s.Events, RelistsTotal: s.Relists, WatchRestartsTotal: s.WatchRestarts,
+			Listed: s.Listed,
 		})
 	}
 	for _, q := range o.outbox.Queues() {

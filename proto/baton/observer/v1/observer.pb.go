@@ -579,8 +579,13 @@ type PrefixStatus struct {
 	RelistsTotal uint64 `protobuf:"varint,5,opt,name=relists_total,json=relistsTotal,proto3" json:"relists_total,omitempty"`
 	// Watch restarts after a break.
 	WatchRestartsTotal uint64 `protobuf:"varint,6,opt,name=watch_restarts_total,json=watchRestartsTotal,proto3" json:"watch_restarts_total,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The first list and its replay of the history since the checkpoint are
+	// done. Until then observed_revision is the list's revision while the
+	// replay may still be announcing older changes: only a listed prefix has
+	// announced every change up to observed_revision.
+	Listed        bool `protobuf:"varint,7,opt,name=listed,proto3" json:"listed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PrefixStatus) Reset() {
@@ -653,6 +658,13 @@ func (x *PrefixStatus) GetWatchRestartsTotal() uint64 {
 		return x.WatchRestartsTotal
 	}
 	return 0
+}
+
+func (x *PrefixStatus) GetListed() bool {
+	if x != nil {
+		return x.Listed
+	}
+	return false
 }
 
 // OutboxStatus is the size of one queue's outbox.
@@ -928,14 +940,15 @@ const file_baton_observer_v1_observer_proto_rawDesc = "" +
 	"outboxSize\x12-\n" +
 	"\x05rules\x18\x03 \x03(\v2\x17.baton.observer.v1.RuleR\x05rules\x12;\n" +
 	"\boutboxes\x18\x04 \x03(\v2\x1f.baton.observer.v1.OutboxStatusR\boutboxes\x12H\n" +
-	"\fdeclarations\x18\x05 \x03(\v2$.baton.observer.v1.DeclarationStatusR\fdeclarations\"\xf2\x01\n" +
+	"\fdeclarations\x18\x05 \x03(\v2$.baton.observer.v1.DeclarationStatusR\fdeclarations\"\x8a\x02\n" +
 	"\fPrefixStatus\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12+\n" +
 	"\x11observed_revision\x18\x02 \x01(\x03R\x10observedRevision\x12#\n" +
 	"\rhead_revision\x18\x03 \x01(\x03R\fheadRevision\x12!\n" +
 	"\fevents_total\x18\x04 \x01(\x04R\veventsTotal\x12#\n" +
 	"\rrelists_total\x18\x05 \x01(\x04R\frelistsTotal\x120\n" +
-	"\x14watch_restarts_total\x18\x06 \x01(\x04R\x12watchRestartsTotal\"W\n" +
+	"\x14watch_restarts_total\x18\x06 \x01(\x04R\x12watchRestartsTotal\x12\x16\n" +
+	"\x06listed\x18\a \x01(\bR\x06listed\"W\n" +
 	"\fOutboxStatus\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x1d\n" +
