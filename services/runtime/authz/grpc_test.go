@@ -75,7 +75,7 @@ func startServer(t *testing.T, p *pki, policy *Policy, mode tlsfiles.ClientCerts
 }
 
 // register registers QueueService (with Work), ObserverService,
-// ClusterService, health and reflection.
+// ClusterService, RaftService, health and reflection.
 func (s *server) register(srv *grpc.Server) {
 	queue := grpc.ServiceDesc{
 		ServiceName: queuev1.QueueService_ServiceDesc.ServiceName,
@@ -129,7 +129,22 @@ func (s *server) register(srv *grpc.Server) {
 	} {
 		cluster.Methods = append(cluster.Methods, s.unary(cluster.ServiceName, m.name, m.req))
 	}
-	for _, d := range []*grpc.ServiceDesc{&queue, &observer, &cluster} {
+	raft := grpc.ServiceDesc{
+		ServiceName: queuev1.RaftService_ServiceDesc.ServiceName,
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName:    "Send",
+			ClientStreams: true,
+			Handler: func(_ any, ss grpc.ServerStream) error {
+				if err := ss.RecvMsg(&queuev1.SendRequest{}); err != nil {
+					return err
+				}
+				s.calls.Add(1)
+				return ss.SendMsg(&queuev1.SendResponse{})
+			},
+		}},
+	}
+	for _, d := range []*grpc.ServiceDesc{&queue, &observer, &cluster, &raft} {
 		srv.RegisterService(d, struct{}{})
 	}
 	hs := health.NewServer()
@@ -235,6 +250,18 @@ func call(ctx context.Context, conn *grpc.ClientConn, method, queue string) erro
 	switch {
 	case method == queueWork:
 		return callWork(ctx, conn, workOpen(queue))
+	case method == queuev1.RaftService_Send_FullMethodName:
+		st, err := queuev1.NewRaftServiceClient(conn).Send(ctx)
+		if err != nil {
+			return err
+		}
+		if err := st.Send(&queuev1.SendRequest{}); err != nil {
+			// The server ended the stream already: CloseAndRecv says how.
+			_, err = st.CloseAndRecv()
+			return err
+		}
+		_, err = st.CloseAndRecv()
+		return err
 	case method == healthpb.Health_Check_FullMethodName:
 		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 		return err
@@ -295,6 +322,7 @@ var contractTable = map[string][]string{
 	"/baton.queue.v1.ClusterService/Status":                     {"viewer", "admin", "queue-peer"},
 	"/baton.queue.v1.ClusterService/MemberAdd":                  {"admin"},
 	"/baton.queue.v1.ClusterService/MemberRemove":               {"admin"},
+	"/baton.queue.v1.RaftService/Send":                          {"queue-peer"},
 	"/grpc.health.v1.Health/Check":                              nil, // any verified client
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": nil,
 }
@@ -362,7 +390,7 @@ func TestDefaultTableOverGRPC(t *testing.T) {
 // generated services is in the role table: a method added to the protos
 // without a row would be refused to everyone.
 func TestDefaultTableCoversGenerated(t *testing.T) {
-	for _, d := range []*grpc.ServiceDesc{&queuev1.QueueService_ServiceDesc, &observerv1.ObserverService_ServiceDesc, &queuev1.ClusterService_ServiceDesc} {
+	for _, d := range []*grpc.ServiceDesc{&queuev1.QueueService_ServiceDesc, &observerv1.ObserverService_ServiceDesc, &queuev1.ClusterService_ServiceDesc, &queuev1.RaftService_ServiceDesc} {
 		var names []string
 		for _, m := range d.Methods {
 			names = append(names, m.MethodName)

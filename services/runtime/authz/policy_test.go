@@ -164,7 +164,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown role", "allow:\n  - roles: [admin,\n      workers]\n    paths: [/]\n", `line 3: unknown role "workers" (the roles are observer, worker, viewer, admin, queue-peer)`},
 		{"role twice", "allow:\n  - roles: [admin, admin]\n    paths: [/]\n", "line 2: role admin is named twice in the rule"},
 		{"short method", "allow:\n  - roles: [admin]\n    methods: [QueueService/Add]\n", `line 3: method "QueueService/Add" is not a full gRPC method name ("/baton.queue.v1.QueueService/Add", or "/baton.queue.v1.QueueService/*" for every method of the service)`},
-		{"unknown service", "allow:\n  - roles: [admin]\n    methods: [/baton.queue.v2.QueueService/Add]\n", "line 3: method /baton.queue.v2.QueueService/Add: unknown service baton.queue.v2.QueueService (the services are baton.queue.v1.QueueService, baton.observer.v1.ObserverService, baton.queue.v1.ClusterService)"},
+		{"unknown service", "allow:\n  - roles: [admin]\n    methods: [/baton.queue.v2.QueueService/Add]\n", "line 3: method /baton.queue.v2.QueueService/Add: unknown service baton.queue.v2.QueueService (the services are baton.queue.v1.QueueService, baton.observer.v1.ObserverService, baton.queue.v1.ClusterService, baton.queue.v1.RaftService)"},
 		{"unknown method", "allow:\n  - roles: [admin]\n    methods:\n      - /baton.queue.v1.QueueService/Add\n      - /baton.queue.v1.QueueService/Lese\n", "line 5: unknown method /baton.queue.v1.QueueService/Lese (QueueService has Add, Lease, Ack, Extend, Work, Forget, Inspect, List, Stats; /baton.queue.v1.QueueService/* is all of them)"},
 		{"health", "allow:\n  - roles: [admin]\n    methods: [/grpc.health.v1.Health/Check]\n", "line 3: method /grpc.health.v1.Health/Check: grpc.health.v1.Health is open to every client with a verified certificate, and a policy does not name it"},
 		{"method twice", "allow:\n  - roles: [admin]\n    methods: [/baton.queue.v1.QueueService/Add, /baton.queue.v1.QueueService/Add]\n", "line 3: method /baton.queue.v1.QueueService/Add is named twice in the rule"},
@@ -383,6 +383,9 @@ func ExamplePolicy_Marshal() {
 	//     methods:
 	//       - /baton.queue.v1.ClusterService/MemberAdd
 	//       - /baton.queue.v1.ClusterService/MemberRemove
+	//   - roles: [queue-peer]
+	//     methods:
+	//       - /baton.queue.v1.RaftService/Send
 	//   - roles: [viewer, admin]
 	//     paths:
 	//       - /metrics

@@ -65,6 +65,11 @@ var services = []service{
 			queuev1.ClusterService_Status_FullMethodName,
 		},
 	},
+	{
+		name:    queuev1.RaftService_ServiceDesc.ServiceName,
+		short:   "RaftService",
+		methods: []string{queuev1.RaftService_Send_FullMethodName},
+	},
 }
 
 // openServices may be called by every client with a verified certificate,
@@ -136,6 +141,14 @@ func defaultRules() []Rule {
 				queuev1.ClusterService_MemberAdd_FullMethodName,
 				queuev1.ClusterService_MemberRemove_FullMethodName,
 			},
+		},
+		{
+			// Raft's messages between the queue's members: a member's
+			// certificate, and no one else's, not even an admin's (an
+			// admin changes membership through ClusterService; a forged
+			// vote or append would corrupt the log).
+			Roles:   []string{queuePeer},
+			Methods: []string{queuev1.RaftService_Send_FullMethodName},
 		},
 		{
 			Roles: []string{viewer, admin},
