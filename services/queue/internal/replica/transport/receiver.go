@@ -1,0 +1,117 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// unknownLabel is the peer label of batches whose sender this member does
+// not know: a label per claimed id would let a misconfigured member grow
+// the metric without bound.
+const unknownLabel = "unknown"
+
+// receiver is RaftService: the receiving side of every peer's stream.
+type receiver struct {
+	queuev1.UnimplementedRaftServiceServer
+	t *Transport
+}
+
+var errClosed = status.Error(codes.Unavailable, "transport: this member's Raft transport is closed")
+
+// Send receives one sender's stream. The batches are read on a goroutine
+// Close waits for, so that Close can end the call (by returning here,
+// which ends the stream and with it that goroutine's Recv) without
+// owning the gRPC server, and no recv runs after Close.
+func (r *receiver) Send(st queuev1.RaftService_SendServer) error {
+	t := r.t
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	defer context.AfterFunc(t.ctx, cancel)()
+	done := make(chan error, 1)
+	t.mu.RLock()
+	started := t.goroutine(func() { done <- r.receive(ctx, st) })
+	t.mu.RUnlock()
+	if !started {
+		return errClosed
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+		// Only here, never on the reading goroutine: the stream may not be
+		// written once this handler has returned.
+		return st.SendAndClose(&queuev1.SendResponse{})
+	case <-ctx.Done():
+		if t.ctx.Err() != nil {
+			return errClosed
+		}
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// receive reads batches until the sender closes the stream (nil), the
+// stream breaks, or a batch is refused (FAILED_PRECONDITION).
+func (r *receiver) receive(ctx context.Context, st queuev1.RaftService_SendServer) error {
+	t := r.t
+	for {
+		req, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if label, reason, err := r.check(req); err != nil {
+			t.m.dropped(label, inbound, reason, len(req.Messages))
+			t.log.Warn("raft stream refused", "from", req.GetFrom(), "err", err)
+			return status.Error(codes.FailedPrecondition, err.Error())
+		}
+		label := peerLabel(req.GetFrom())
+		for _, b := range req.GetMessages() {
+			var m raftpb.Message
+			if err := m.Unmarshal(b); err != nil {
+				t.m.dropped(label, inbound, reasonMalformed, 1)
+				continue
+			}
+			// The batch said where it was going; each message must agree,
+			// or a sender's bug would step this node with another
+			// member's traffic.
+			if m.To != t.cfg.ID {
+				t.m.dropped(label, inbound, reasonWrongTo, 1)
+				continue
+			}
+			if m.From != req.GetFrom() {
+				t.m.dropped(label, inbound, reasonWrongFrom, 1)
+				continue
+			}
+			t.recv(ctx, m)
+			t.m.received.WithLabelValues(label).Inc()
+		}
+	}
+}
+
+// check refuses a batch that is not for this member from a member of its
+// configuration, returning the label and reason to count it under.
+func (r *receiver) check(req *queuev1.SendRequest) (label, reason string, err error) {
+	t := r.t
+	switch {
+	case req.GetClusterId() != t.cfg.ClusterID:
+		return unknownLabel, reasonOtherCluster, fmt.Errorf("transport: a batch of cluster %d reached member %d of cluster %d", req.GetClusterId(), t.cfg.ID, t.cfg.ClusterID)
+	case !t.knows(req.GetFrom()):
+		return unknownLabel, reasonUnknownSender, fmt.Errorf("transport: member %d does not have %d among its peers", t.cfg.ID, req.GetFrom())
+	case req.GetTo() != t.cfg.ID:
+		return peerLabel(req.GetFrom()), reasonWrongMember, fmt.Errorf("transport: a batch for member %d reached member %d: its address in %d's configuration is stale", req.GetTo(), t.cfg.ID, req.GetFrom())
+	}
+	return "", "", nil
+}

@@ -1,0 +1,328 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batonrun/baton/client/tlsfiles"
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/runtime/serve"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+)
+
+// DefaultQueueLength is a peer's send queue when Config says none: about a
+// second of a busy leader's appends and heartbeats (rafthttp keeps 4096
+// per stream too). Beyond it messages are dropped, not queued, because a
+// peer that far behind is better served by Raft's probing than by a
+// backlog of appends it will mostly reject.
+const DefaultQueueLength = 4096
+
+// batchHeaderBytes bounds what a request holds besides its messages: three
+// uint64 fields, each a tag and at most ten bytes of varint.
+const batchHeaderBytes = 3 * 11
+
+// Config is one member's transport.
+type Config struct {
+	// ClusterID identifies the queue; every member has the same one, and
+	// a batch with another is refused. Not zero.
+	ClusterID uint64
+	// ID is this member's Raft id. Not zero.
+	ID uint64
+	// Peers are the other members: Raft id → the host:port their gRPC
+	// server with RaftService listens on. An entry for ID is refused.
+	Peers map[uint64]string
+	// TLS, if set, dials every peer with mutual TLS: it presents the
+	// Source's certificate (the member's, role queue-peer) and verifies
+	// the peer's against its CA bundle and the host of the peer's address.
+	// Nil dials plaintext (tests, loopback).
+	TLS *tlsfiles.Source
+	// MaxMessageBytes is the largest request the peers' gRPC servers
+	// accept (their MaxRecvMsgSize; baton-queue's --max-request-bytes).
+	// Batches are kept within it, and a message that alone would exceed
+	// it is refused. Raft's MaxSizePerMsg must stay well below it, or
+	// appends of large entries will be refused. 0 means
+	// serve.DefaultMaxRecvBytes.
+	MaxMessageBytes int
+	// QueueLength is each peer's send queue, in messages; 0 means
+	// DefaultQueueLength.
+	QueueLength int
+	// ReportUnreachable, if set, is told that a peer could not be reached
+	// (a message to it was dropped, or its stream broke): raft.Node's and
+	// RawNode's ReportUnreachable. Called from the transport's goroutines,
+	// at most one call per peer at a time; it must return once the node
+	// has stopped, since Close waits for it.
+	ReportUnreachable func(id uint64)
+	// ReportSnapshot, if set, is told whether a MsgSnap was written to its
+	// peer's stream (SnapshotFinish) or dropped (SnapshotFailure):
+	// raft.Node's and RawNode's ReportSnapshot. Without it, a leader whose
+	// snapshot was dropped waits for the follower to answer before it
+	// tries again. Called as ReportUnreachable is.
+	ReportSnapshot func(id uint64, status raft.SnapshotStatus)
+	// Logger receives stream failures and refusals; nil discards.
+	Logger *slog.Logger
+	// Registerer receives the transport's metrics (metrics.go); nil
+	// registers none. Close unregisters them.
+	Registerer prometheus.Registerer
+}
+
+// Transport sends to and receives from one member's peers. Its methods are
+// safe for concurrent use.
+type Transport struct {
+	cfg      Config
+	log      *slog.Logger
+	recv     func(context.Context, raftpb.Message)
+	m        *metrics
+	maxBatch int // bytes a request's messages may take, framing included
+
+	// ctx ends when Close is called: every peer's goroutines and every
+	// stream being received end with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.RWMutex
+	peers  map[uint64]*peer
+	closed bool
+
+	// lastOversizeLog rate-limits the WARN of refused messages: Raft
+	// sends a refused append again at every heartbeat.
+	lastOversizeLog atomic.Int64
+}
+
+// New starts a transport: one sender per peer (each dials when it first
+// has something to send). recv is called with each message received for
+// this member, one at a time per sending peer and in the order sent, on
+// the stream's goroutine: it should hand the message to the node
+// (raft.Node.Step, whose context it may pass on) and return. The context
+// ends when the stream does or the transport is closed.
+func New(cfg Config, recv func(context.Context, raftpb.Message)) (*Transport, error) {
+	switch {
+	case cfg.ClusterID == 0:
+		return nil, errors.New("transport: no cluster id")
+	case cfg.ID == 0:
+		return nil, errors.New("transport: no member id (Raft ids start at 1)")
+	case recv == nil:
+		return nil, errors.New("transport: no recv")
+	case cfg.MaxMessageBytes < 0 || cfg.QueueLength < 0:
+		return nil, errors.New("transport: a negative MaxMessageBytes or QueueLength")
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = serve.DefaultMaxRecvBytes
+	}
+	if cfg.MaxMessageBytes <= batchHeaderBytes {
+		return nil, fmt.Errorf("transport: MaxMessageBytes %d leaves no room for a message", cfg.MaxMessageBytes)
+	}
+	if cfg.QueueLength == 0 {
+		cfg.QueueLength = DefaultQueueLength
+	}
+	for id, addr := range cfg.Peers {
+		if err := checkPeer(cfg.ID, id, addr); err != nil {
+			return nil, fmt.Errorf("transport: %w", err)
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	t := &Transport{
+		cfg:      cfg,
+		log:      log.With("member", cfg.ID),
+		recv:     recv,
+		m:        m,
+		maxBatch: cfg.MaxMessageBytes - batchHeaderBytes,
+		peers:    make(map[uint64]*peer, len(cfg.Peers)),
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	for id, addr := range cfg.Peers {
+		p, err := t.newPeer(id, addr)
+		if err != nil {
+			t.Close()
+			return nil, fmt.Errorf("transport: %w", err)
+		}
+		t.peers[id] = p
+	}
+	return t, nil
+}
+
+// checkPeer refuses an id or address a peer cannot have.
+func checkPeer(self, id uint64, addr string) error {
+	if id == 0 {
+		return fmt.Errorf("peer id 0 (Raft ids start at 1) at %q", addr)
+	}
+	if id == self {
+		return fmt.Errorf("peer %d is this member", id)
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return fmt.Errorf("peer %d: address %q is not host:port", id, addr)
+	}
+	return nil
+}
+
+// Register adds RaftService to srv, the member's gRPC server, whose
+// MaxRecvMsgSize should be the peers' Config.MaxMessageBytes. Under mutual
+// TLS the server's authorization decides who may call it (the default
+// table: queue-peer only).
+func (t *Transport) Register(srv grpc.ServiceRegistrar) {
+	queuev1.RegisterRaftServiceServer(srv, &receiver{t: t})
+}
+
+// Send queues msgs for their peers (each message's To) and returns without
+// waiting for the network. A message to a member this transport does not
+// know, one larger than a request may be, and one whose peer's queue is
+// full are dropped and counted. Messages to this member itself are the
+// caller's to handle and are dropped too.
+func (t *Transport) Send(msgs []raftpb.Message) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		p := t.peers[m.To]
+		if p == nil {
+			t.m.dropped(peerLabel(m.To), outbound, reasonUnknownPeer, 1)
+			continue
+		}
+		if n := framedSize(m.Size()); n > t.maxBatch {
+			t.m.dropped(p.label, outbound, reasonOversize, 1)
+			t.logOversize(m, n)
+			if m.Type == raftpb.MsgSnap {
+				p.reportSnapshot(raft.SnapshotFailure)
+			}
+			continue
+		}
+		select {
+		case p.queue <- *m:
+		default:
+			t.m.dropped(p.label, outbound, reasonQueueFull, 1)
+			p.reportUnreachable()
+			if m.Type == raftpb.MsgSnap {
+				p.reportSnapshot(raft.SnapshotFailure)
+			}
+		}
+	}
+}
+
+// logOversize says, at most once a second, that a message was refused.
+func (t *Transport) logOversize(m *raftpb.Message, n int) {
+	now := time.Now().UnixNano()
+	last := t.lastOversizeLog.Load()
+	if now-last < int64(time.Second) || !t.lastOversizeLog.CompareAndSwap(last, now) {
+		return
+	}
+	t.log.Warn("raft message larger than a peer accepts: dropped",
+		"peer", m.To, "type", m.Type.String(), "bytes", n, "max", t.maxBatch)
+}
+
+// AddPeer makes id, reached at addr, a peer: a member added to the
+// configuration. Adding a peer again with the same address changes
+// nothing; with another, its stream moves to the new address.
+func (t *Transport) AddPeer(id uint64, addr string) error {
+	if err := checkPeer(t.cfg.ID, id, addr); err != nil {
+		return fmt.Errorf("transport: %w", err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return errors.New("transport: closed")
+	}
+	old := t.peers[id]
+	if old != nil && old.addr == addr {
+		return nil
+	}
+	p, err := t.newPeer(id, addr)
+	if err != nil {
+		return fmt.Errorf("transport: %w", err)
+	}
+	if old != nil {
+		old.stop()
+	}
+	t.peers[id] = p
+	return nil
+}
+
+// RemovePeer stops sending to id and refuses its batches from now on: a
+// member removed from the configuration. It does not wait for the peer's
+// goroutines (Close does), so the Ready loop may call it while applying a
+// configuration change.
+func (t *Transport) RemovePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[id]; p != nil {
+		p.stop()
+		delete(t.peers, id)
+	}
+}
+
+// knows reports whether id is a peer of the current configuration.
+func (t *Transport) knows(id uint64) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.peers[id] != nil
+}
+
+// Close stops every sender and ends every stream being received, waits for
+// their goroutines, closes the connections and unregisters the metrics.
+// recv and the Report hooks are not called once it has returned. Send after
+// Close drops nothing and counts nothing.
+func (t *Transport) Close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	for id, p := range t.peers {
+		p.stop()
+		delete(t.peers, id)
+	}
+	t.mu.Unlock()
+	t.cancel()
+	t.wg.Wait()
+	t.m.unregister()
+}
+
+// goroutine runs f on a goroutine Close waits for, unless the transport is
+// closed already; it reports whether f runs. t.mu must be held (either
+// way), so that no goroutine starts after Close has begun waiting.
+func (t *Transport) goroutine(f func()) bool {
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// framedSize is what a message of n bytes takes in a request's repeated
+// bytes field: its tag, its length's varint, itself.
+func framedSize(n int) int {
+	size := 1 + n
+	for v := uint64(n); ; v >>= 7 {
+		size++
+		if v < 0x80 {
+			return size
+		}
+	}
+}
+
+// peerLabel is a peer's metric label: its Raft id in decimal.
+func peerLabel(id uint64) string { return strconv.FormatUint(id, 10) }
