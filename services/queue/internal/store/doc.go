@@ -105,4 +105,68 @@
 // pages, so retrying could report data as safe that is not. The callers of
 // that sync get ErrStopped without knowing whether their change is stored;
 // the process restarts and recovery reads what the disk holds.
+//
+// # The Raft log
+//
+// A member of the replicated queue keeps its Raft state in a RaftLog
+// (raftlog.go): etcd's design of a raft.MemoryStorage that the node reads
+// and a write-ahead log that rebuilds it at start, with this package's
+// frames as that log. It lives here, not in internal/replica, because it is
+// this log with other payloads: the same FS, the same frames and torn-tail
+// rules (tornAt, the "clean" floor), the same failure semantics, and the
+// same fault-injecting disk in its tests. It shares no code path with
+// Store: a single member's log, its format and its recovery are unchanged.
+//
+// It has a directory of its own, holding:
+//
+//	lock                     flock(2)ed while the log is open
+//	clean                    where the log ended at the last clean shutdown
+//	raft-<seq:016x>.log      segments, seq increasing by one
+//	*.tmp                    an unfinished write, removed at start
+//
+// A segment starts with the magic "BTNRFT01" (not "BTNWAL01") and holds
+// frames exactly as above (length, CRC-32C, payload). A frame's payload is
+// Raft records back to back, uvarint integers and uvarint-length-prefixed
+// bytes:
+//
+//	Snapshot:  'S' index term len conf_state len data   (conf_state: raftpb.ConfState's protobuf)
+//	Entry:     'E' index term type len data             (type: raftpb.EntryType, 0 to 2)
+//	HardState: 'H' term vote commit
+//
+// Their kinds are not the queue records' ('P', 'D', 'Q'), and neither log
+// opens the other's files: OpenRaftLog refuses a directory holding an epoch,
+// wal- or snap- file (ErrNotRaftDir) and a segment with the single member's
+// magic; Store reads only wal- and snap- files. The two must still be given
+// different directories: a Store opened on a Raft log's directory finds no
+// log of its own and starts an empty one.
+//
+// Save is one Ready: its snapshot, entries and hard state in that order in
+// one frame, one write(2) and one fdatasync, and only then applied to the
+// MemoryStorage, so the node never reads, sends or applies what the disk
+// does not hold. An entry at index i replaces every entry from i on (a new
+// leader's log wins over an uncommitted suffix): nothing is truncated in
+// place, the later frame simply supersedes, on replay as in memory.
+//
+// CreateSnapshot(index, conf state, data) compacts: it writes a new segment
+// that stands alone, a base, whose first frame holds the snapshot, the
+// entries after index and the hard state; syncs it and the directory; and
+// only then removes the older segments and drops the entries up to index
+// from memory. OpenRaftLog replays from the newest base (or from segment 1
+// when there is none), so a crash between the sync and the removals leaves
+// older segments that Open removes. A snapshot that a leader sent arrives
+// through Save, and is simply the first record of its frame: replay applies
+// it over whatever came before.
+//
+// Recovery replays frames into the MemoryStorage as Save applied them.
+// A torn tail of the last segment (a frame cut short, a header of zeros, a
+// sector of zeros) is cut away and counted (Repairs), as for Store; any
+// other bad frame, a missing segment, a record that does not decode or that
+// Save would have refused (an entry that leaves a gap, an out-of-date
+// snapshot), a commit index past the last entry, or a segment shorter than
+// at its clean shutdown is ErrCorrupt, naming the file and offset.
+//
+// Failures as for Store: ENOSPC cuts the frame's written part away and
+// returns ErrNoSpace with nothing changed, on disk or in memory (the Ready
+// loop may retry the same Save); any other write error and any fdatasync
+// error stop the log for good (ErrStopped, fail-stop).
 package store
