@@ -170,3 +170,30 @@ func (o *osFile) Truncate(size int64) error {
 	return err
 }
 func (o *osFile) Close() error { return o.f.Close() }
+
+// writeFileAtomic replaces dir/name with data: tmp, fsync, rename, fsync
+// dir, so a reader finds the old file or the new one, whole. The Store and
+// the RaftLog both write their small files (epoch, clean) with it.
+func writeFileAtomic(fs FS, dir, name string, data []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	_ = fs.Remove(tmp)
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := fs.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	return fs.SyncDir(dir)
+}

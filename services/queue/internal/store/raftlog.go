@@ -478,30 +478,3 @@ func (l *RaftLog) Close() error {
 	}
 	return nil
 }
-
-// writeFileAtomic replaces dir/name with data: tmp, fsync, rename, fsync
-// dir. It is Store.writeAtomic for a directory that is not a Store's; the
-// Store keeps its own so that its code does not change.
-func writeFileAtomic(fs FS, dir, name string, data []byte) error {
-	tmp := filepath.Join(dir, name+".tmp")
-	_ = fs.Remove(tmp)
-	f, err := fs.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := fs.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	return fs.SyncDir(dir)
-}

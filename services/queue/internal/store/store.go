@@ -223,27 +223,7 @@ func (s *Store) bumpEpoch() error {
 
 // writeAtomic replaces name with data: tmp, fsync, rename, fsync dir.
 func (s *Store) writeAtomic(name string, data []byte) error {
-	tmp := s.path(name + ".tmp")
-	_ = s.fs.Remove(tmp)
-	f, err := s.fs.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := s.fs.Rename(tmp, s.path(name)); err != nil {
-		return err
-	}
-	return s.fs.SyncDir(s.opts.Dir)
+	return writeFileAtomic(s.fs, s.opts.Dir, name, data)
 }
 
 func isNotExist(err error) bool { return errors.Is(err, syscall.ENOENT) }
