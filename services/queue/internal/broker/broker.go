@@ -450,8 +450,11 @@ func (b *Broker) reserveQueue() bool {
 	}
 }
 
-// Lease hands out up to max ready keys, waiting up to wait for one.
-func (b *Broker) Lease(ctx context.Context, queue, worker string, max int, d, wait time.Duration) ([]workqueue.Grant, error) {
+// Lease hands out up to max ready keys, waiting up to wait for one. worker
+// is the name the caller gives itself; holder points at the name of its
+// verified identity, to which the leases are bound (nil binds them to no
+// one; see workqueue's Holders).
+func (b *Broker) Lease(ctx context.Context, queue, worker string, holder *string, max int, d, wait time.Duration) ([]workqueue.Grant, error) {
 	if d <= 0 {
 		d = b.cfg.DefaultLease
 	}
@@ -474,7 +477,7 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, max int, d, wa
 		before := sh.q.PendingCount()
 		now := time.Now().UnixNano()
 		sh.saw(worker, now)
-		grants := sh.q.Lease(nil, max, limits.MaxResponseBytes, worker, d, now)
+		grants := sh.q.Lease(nil, max, limits.MaxResponseBytes, worker, holder, d, now)
 		if len(grants) > 0 || wait <= 0 || expired {
 			var obs *queueObservers
 			if len(grants) > 0 {
@@ -516,8 +519,10 @@ type AckItem struct {
 	Outcome workqueue.Outcome
 }
 
-// Ack applies outcomes and reports, per item, whether it was accepted.
-func (b *Broker) Ack(ctx context.Context, queue string, acks []AckItem) ([]bool, error) {
+// Ack applies outcomes from holder (the caller's verified identity, or nil)
+// and reports, per item, whether it was accepted: not when the token is not
+// the key's live lease, nor when the lease is bound to another holder.
+func (b *Broker) Ack(ctx context.Context, queue string, holder *string, acks []AckItem) ([]bool, error) {
 	sh := b.lockExisting(queue)
 	if sh == nil {
 		return make([]bool, len(acks)), nil // no queue holds these leases
@@ -528,7 +533,7 @@ func (b *Broker) Ack(ctx context.Context, queue string, acks []AckItem) ([]bool,
 	ok := make([]bool, len(acks))
 	started := make([]int64, 0, len(acks))
 	for i, a := range acks {
-		res, accepted := sh.q.Ack(a.Key, a.Token, a.Outcome, now)
+		res, accepted := sh.q.Ack(a.Key, a.Token, holder, a.Outcome, now)
 		ok[i] = accepted
 		if accepted {
 			started = append(started, res.LeaseStart)
@@ -552,8 +557,9 @@ func (b *Broker) Ack(ctx context.Context, queue string, acks []AckItem) ([]bool,
 	return ok, nil
 }
 
-// Extend extends live leases to now+d; a zero expiry means LEASE_LOST.
-func (b *Broker) Extend(queue string, refs []AckItem, d time.Duration) []int64 {
+// Extend extends holder's live leases to now+d; a zero expiry means
+// LEASE_LOST (a token that is not live, or a lease bound to another holder).
+func (b *Broker) Extend(queue string, holder *string, refs []AckItem, d time.Duration) []int64 {
 	if d <= 0 {
 		d = b.cfg.DefaultLease
 	}
@@ -566,7 +572,7 @@ func (b *Broker) Extend(queue string, refs []AckItem, d time.Duration) []int64 {
 	before := sh.q.PendingCount()
 	now := time.Now().UnixNano()
 	for i, r := range refs {
-		out[i], _ = sh.q.Extend(r.Key, r.Token, d, now)
+		out[i], _ = sh.q.Extend(r.Key, r.Token, holder, d, now)
 	}
 	b.unlock(sh, before)
 	return out

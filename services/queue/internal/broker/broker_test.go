@@ -37,7 +37,7 @@ func TestRoundTripAndRecovery(t *testing.T) {
 	if q, c, _ := b.Add(ctx, "pods", keys[:10], 0, workqueue.Normal); q != 0 || c != 10 {
 		t.Fatalf("re-add: queued %d collapsed %d, want 0 10", q, c)
 	}
-	grants, err := b.Lease(ctx, "pods", "w", 100, time.Minute, 0)
+	grants, err := b.Lease(ctx, "pods", "w", nil, 100, time.Minute, 0)
 	if err != nil || len(grants) != 100 {
 		t.Fatalf("lease: %d %v", len(grants), err)
 	}
@@ -48,7 +48,7 @@ func TestRoundTripAndRecovery(t *testing.T) {
 			acks[i].Outcome = workqueue.Outcome{Failed: true, Error: "boom"}
 		}
 	}
-	ok, err := b.Ack(ctx, "pods", acks)
+	ok, err := b.Ack(ctx, "pods", nil, acks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestRoundTripAndRecovery(t *testing.T) {
 		}
 	}
 	// Lease some more and crash (no Close): leases come back pending.
-	if _, err := b.Lease(ctx, "pods", "w", 10, time.Minute, 0); err != nil {
+	if _, err := b.Lease(ctx, "pods", "w", nil, 10, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	b.st.Close() // stop the writer; nothing unflushed remains since every call waited
@@ -75,7 +75,7 @@ func TestRoundTripAndRecovery(t *testing.T) {
 	if v.Attempts != 1 || v.LastError != "boom" {
 		t.Fatalf("failed key after restart: %+v", v)
 	}
-	if res, err := b2.Ack(ctx, "pods", []AckItem{{Key: grants[3].Key, Token: grants[3].Token}}); err != nil || res[0] {
+	if res, err := b2.Ack(ctx, "pods", nil, []AckItem{{Key: grants[3].Key, Token: grants[3].Token}}); err != nil || res[0] {
 		t.Fatalf("stale token from before the restart: accepted=%v err=%v", res, err)
 	}
 	if b2.tokens.Next()>>seqBits <= b.tokens.Next()>>seqBits {
@@ -88,7 +88,7 @@ func TestLongPollWakes(t *testing.T) {
 	defer b.Close()
 	done := make(chan []workqueue.Grant)
 	go func() {
-		g, _ := b.Lease(context.Background(), "jobs", "w", 1, time.Minute, 20*time.Second)
+		g, _ := b.Lease(context.Background(), "jobs", "w", nil, 1, time.Minute, 20*time.Second)
 		done <- g
 	}()
 	// Keep adding until the waiter answers: no sleep decides the outcome.
@@ -116,7 +116,7 @@ func TestDelayedKeyBecomesReadyByTimer(t *testing.T) {
 	if _, _, err := b.Add(t.Context(), "q", []string{"k"}, 50*time.Millisecond, workqueue.Normal); err != nil {
 		t.Fatal(err)
 	}
-	g, err := b.Lease(t.Context(), "q", "w", 1, time.Minute, 10*time.Second)
+	g, err := b.Lease(t.Context(), "q", "w", nil, 1, time.Minute, 10*time.Second)
 	if err != nil || len(g) != 1 {
 		t.Fatalf("lease of a delayed key: %v %v", g, err)
 	}
@@ -134,12 +134,12 @@ func TestCompactionKeepsState(t *testing.T) {
 		if _, _, err := b.Add(ctx, "q", keys, 0, workqueue.Normal); err != nil {
 			t.Fatal(err)
 		}
-		g, _ := b.Lease(ctx, "q", "w", 25, time.Minute, 0)
+		g, _ := b.Lease(ctx, "q", "w", nil, 25, time.Minute, 0)
 		acks := make([]AckItem, len(g))
 		for i := range g {
 			acks[i] = AckItem{Key: g[i].Key, Token: g[i].Token}
 		}
-		if _, err := b.Ack(ctx, "q", acks); err != nil {
+		if _, err := b.Ack(ctx, "q", nil, acks); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -197,7 +197,7 @@ func TestSnapshotDuringWrites(t *testing.T) {
 					errs <- err
 					return
 				}
-				g, err := b.Lease(ctx, "q", "w", 100, time.Minute, 0)
+				g, err := b.Lease(ctx, "q", "w", nil, 100, time.Minute, 0)
 				if err != nil {
 					errs <- err
 					return
@@ -206,7 +206,7 @@ func TestSnapshotDuringWrites(t *testing.T) {
 				for j := range g {
 					acks[j] = AckItem{Key: g[j].Key, Token: g[j].Token}
 				}
-				if _, err := b.Ack(ctx, "q", acks); err != nil {
+				if _, err := b.Ack(ctx, "q", nil, acks); err != nil {
 					errs <- err
 					return
 				}

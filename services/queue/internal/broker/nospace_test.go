@@ -76,11 +76,11 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 	if _, _, err := b.Add(ctx, "q", []string{"k1", "k2", "k3", "k4"}, 0, workqueue.Normal); err != nil {
 		t.Fatal(err)
 	}
-	g, err := b.Lease(ctx, "q", "w", 1, time.Minute, 0)
+	g, err := b.Lease(ctx, "q", "w", nil, 1, time.Minute, 0)
 	if err != nil || len(g) != 1 || g[0].Key != "k1" {
 		t.Fatalf("lease k1: %v %v", g, err)
 	}
-	short, err := b.Lease(ctx, "q", "w", 1, 50*time.Millisecond, 0)
+	short, err := b.Lease(ctx, "q", "w", nil, 1, 50*time.Millisecond, 0)
 	if err != nil || len(short) != 1 || short[0].Key != "k2" {
 		t.Fatalf("lease k2: %v %v", short, err)
 	}
@@ -111,10 +111,10 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 	if _, _, err := b.Add(ctx, "q", []string{"new1", "new2", "k3"}, 0, workqueue.High); err != store.ErrNoSpace {
 		t.Fatalf("Add on a full disk = %v, want ErrNoSpace", err)
 	}
-	if _, err := b.Ack(ctx, "q", []AckItem{{Key: "k1", Token: g[0].Token}}); err != store.ErrNoSpace {
+	if _, err := b.Ack(ctx, "q", nil, []AckItem{{Key: "k1", Token: g[0].Token}}); err != store.ErrNoSpace {
 		t.Fatalf("Ack on a full disk = %v, want ErrNoSpace", err)
 	}
-	if _, err := b.Ack(ctx, "q", []AckItem{{Key: "k1", Token: g[0].Token, Outcome: workqueue.Outcome{Failed: true, Error: "boom"}}}); err != store.ErrNoSpace {
+	if _, err := b.Ack(ctx, "q", nil, []AckItem{{Key: "k1", Token: g[0].Token, Outcome: workqueue.Outcome{Failed: true, Error: "boom"}}}); err != store.ErrNoSpace {
 		t.Fatalf("failure Ack on a full disk = %v, want ErrNoSpace", err)
 	}
 	if _, err := b.Forget(ctx, "q", []string{"k4"}); err != store.ErrNoSpace {
@@ -138,14 +138,14 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 	if got := stats(); !reflect.DeepEqual(got, beforeStats) {
 		t.Fatalf("refused calls changed the counters:\n before %+v\n after  %+v", beforeStats, got)
 	}
-	if g, _ := b.Lease(ctx, "q", "w2", 10, time.Minute, 0); len(g) != 2 || g[0].Key != "k3" || g[1].Key != "k4" {
+	if g, _ := b.Lease(ctx, "q", "w2", nil, 10, time.Minute, 0); len(g) != 2 || g[0].Key != "k3" || g[1].Key != "k4" {
 		t.Fatalf("lease on a full disk handed out %v, want k3 and k4 (new1 and new2 were refused)", g)
-	} else if _, err := b.Ack(ctx, "q", []AckItem{{Key: "k3", Token: g[0].Token, Outcome: workqueue.Outcome{RequeueAfter: time.Hour}}}); err != store.ErrNoSpace {
+	} else if _, err := b.Ack(ctx, "q", nil, []AckItem{{Key: "k3", Token: g[0].Token, Outcome: workqueue.Outcome{RequeueAfter: time.Hour}}}); err != store.ErrNoSpace {
 		t.Fatalf("requeue Ack on a full disk = %v, want ErrNoSpace", err)
 	}
 
 	fs.setFree(-1)
-	res, err := b.Ack(ctx, "q", []AckItem{{Key: "k1", Token: g[0].Token}})
+	res, err := b.Ack(ctx, "q", nil, []AckItem{{Key: "k1", Token: g[0].Token}})
 	if err != nil || !res[0] {
 		t.Fatalf("the retried Ack once space is back: accepted=%v err=%v, want accepted", res, err)
 	}

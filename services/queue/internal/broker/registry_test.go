@@ -30,16 +30,16 @@ func openCfg(t testing.TB, dir string, cfg Config) *Broker {
 // and checks each answers as for an empty queue.
 func callUnknown(t testing.TB, b *Broker, queue string) {
 	ctx := context.Background()
-	if g, err := b.Lease(ctx, queue, "w", 10, time.Minute, 0); err != nil || len(g) != 0 {
+	if g, err := b.Lease(ctx, queue, "w", nil, 10, time.Minute, 0); err != nil || len(g) != 0 {
 		t.Fatalf("Lease on %s: %v %v", queue, g, err)
 	}
-	if g, err := b.Lease(ctx, queue, "w", 10, time.Minute, time.Millisecond); err != nil || len(g) != 0 {
+	if g, err := b.Lease(ctx, queue, "w", nil, 10, time.Minute, time.Millisecond); err != nil || len(g) != 0 {
 		t.Fatalf("waiting Lease on %s: %v %v", queue, g, err)
 	}
-	if ok, err := b.Ack(ctx, queue, []AckItem{{Key: "k", Token: 7}}); err != nil || ok[0] {
+	if ok, err := b.Ack(ctx, queue, nil, []AckItem{{Key: "k", Token: 7}}); err != nil || ok[0] {
 		t.Fatalf("Ack on %s: %v %v", queue, ok, err)
 	}
-	if exp := b.Extend(queue, []AckItem{{Key: "k", Token: 7}}, time.Minute); exp[0] != 0 {
+	if exp := b.Extend(queue, nil, []AckItem{{Key: "k", Token: 7}}, time.Minute); exp[0] != 0 {
 		t.Fatalf("Extend on %s: %v", queue, exp)
 	}
 	if n, err := b.Forget(ctx, queue, []string{"k"}); err != nil || n != 0 {
@@ -96,7 +96,7 @@ func TestWaitOnUnknownQueue(t *testing.T) {
 	b := openCfg(t, t.TempDir(), Config{})
 	got := make(chan []workqueue.Grant, 1)
 	go func() {
-		g, _ := b.Lease(context.Background(), "later", "w", 1, time.Minute, 20*time.Second)
+		g, _ := b.Lease(context.Background(), "later", "w", nil, 1, time.Minute, 20*time.Second)
 		got <- g
 	}()
 	waitFor(t, "the Lease to wait", func() bool {
@@ -119,7 +119,7 @@ func TestWaitOnUnknownQueue(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting Lease was not woken by the queue's first Add")
 	}
-	if g, err := b.Lease(t.Context(), "gone", "w", 1, time.Minute, 20*time.Millisecond); err != nil || len(g) != 0 {
+	if g, err := b.Lease(t.Context(), "gone", "w", nil, 1, time.Minute, 20*time.Millisecond); err != nil || len(g) != 0 {
 		t.Fatalf("wait on an unknown queue: %v %v", g, err)
 	}
 	b.mu.RLock()
@@ -151,8 +151,8 @@ func TestMaxQueues(t *testing.T) {
 		t.Fatalf("an Add to an existing queue at the limit: %v", err)
 	}
 	// Empty q2, let its retention pass: it is forgotten, and q3 fits.
-	g, _ := b.Lease(ctx, "q2", "w", 1, time.Minute, 0)
-	if ok, err := b.Ack(ctx, "q2", []AckItem{{Key: "k", Token: g[0].Token}}); err != nil || !ok[0] {
+	g, _ := b.Lease(ctx, "q2", "w", nil, 1, time.Minute, 0)
+	if ok, err := b.Ack(ctx, "q2", nil, []AckItem{{Key: "k", Token: g[0].Token}}); err != nil || !ok[0] {
 		t.Fatal(err)
 	}
 	b.dropEmpty(time.Now().UnixNano())
@@ -219,10 +219,10 @@ func TestStatsNamesWorkers(t *testing.T) {
 	if _, _, err := b.Add(ctx, "q", []string{"a", "b"}, 0, workqueue.Normal); err != nil {
 		t.Fatal(err)
 	}
-	if g, err := b.Lease(ctx, "q", "busy", 2, time.Minute, 0); err != nil || len(g) != 2 {
+	if g, err := b.Lease(ctx, "q", "busy", nil, 2, time.Minute, 0); err != nil || len(g) != 2 {
 		t.Fatalf("lease: %v %v", g, err)
 	}
-	if _, err := b.Lease(ctx, "q", "idle", 1, time.Minute, 0); err != nil {
+	if _, err := b.Lease(ctx, "q", "idle", nil, 1, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	st, err := b.Stats("q")
@@ -244,7 +244,7 @@ func TestStatsNamesWorkers(t *testing.T) {
 	}
 	// At most MaxSeen names are kept.
 	for i := range MaxSeen + 10 {
-		if _, err := b.Lease(ctx, "q", fmt.Sprint("w", i), 1, time.Minute, 0); err != nil {
+		if _, err := b.Lease(ctx, "q", fmt.Sprint("w", i), nil, 1, time.Minute, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

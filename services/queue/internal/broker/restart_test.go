@@ -19,11 +19,11 @@ func TestSecondRestartKeepsReplayedKeys(t *testing.T) {
 	if _, _, err := b.Add(ctx, "jobs", []string{"ns/failed", "ns/plain"}, 0, workqueue.Normal); err != nil {
 		t.Fatal(err)
 	}
-	grants, err := b.Lease(ctx, "jobs", "w", 1, time.Minute, 0)
+	grants, err := b.Lease(ctx, "jobs", "w", nil, 1, time.Minute, 0)
 	if err != nil || len(grants) != 1 || grants[0].Key != "ns/failed" {
 		t.Fatalf("lease: %v %v", grants, err)
 	}
-	ok, err := b.Ack(ctx, "jobs", []AckItem{{Key: "ns/failed", Token: grants[0].Token, Outcome: workqueue.Outcome{Failed: true, Error: "boom"}}})
+	ok, err := b.Ack(ctx, "jobs", nil, []AckItem{{Key: "ns/failed", Token: grants[0].Token, Outcome: workqueue.Outcome{Failed: true, Error: "boom"}}})
 	if err != nil || !ok[0] {
 		t.Fatalf("failure ack: %v %v", ok, err)
 	}

@@ -2,10 +2,27 @@
 // ClusterService: each handler validates the whole request first (a refused
 // request changes nothing), calls the broker, and translates the broker's
 // errors to status codes once, here.
+//
+// # Leases and identities
+//
+// Under mutual TLS a Lease binds what it hands out to the caller's verified
+// identity, the CN of its client certificate (holderOf), and an Ack or
+// Extend of such a lease from another identity is answered LEASE_LOST for
+// that key and changes nothing: from the caller's side it does not hold the
+// lease. A caller without an identity (plaintext, TLS without a CA) binds
+// nothing, and its leases answer to their tokens alone, as before; one
+// server never mixes the two, since with a CA every caller has a verified
+// certificate. Every certificate with one CN is one identity, so replicas
+// sharing a certificate may finish each other's leases: they are one trust
+// domain. The admin role gets no exception: an operator takes a key away
+// from a worker with Forget, or waits for the lease to expire, rather than
+// finishing work it did not do, and the check stays a string compare that
+// needs no roles.
 package server
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -17,6 +34,8 @@ import (
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -31,6 +50,47 @@ var _ queuev1.QueueServiceServer = (*server)(nil)
 
 // New returns the QueueService implementation over b.
 func New(b *broker.Broker) queuev1.QueueServiceServer { return &server{b: b} }
+
+// noCN is the holder of a verified identity whose certificate has no CN:
+// such certificates are one identity among themselves (the waiting-lease
+// limits count them as one), not no identity, so their leases are still
+// bound. batonctl certs writes no CN with a NUL byte, so it names no real
+// certificate. A variable, since holders are pointers.
+var noCN = "\x00no CN"
+
+// holderOf returns the holder a call's leases are bound to: the CN of the
+// caller's verified certificate, or nil without one (nothing bound, nothing
+// checked). It reads the certificate tlsfiles.IdentityFromPeer reads, and
+// TestHolderOfIsTheIdentitysName holds the two together, but only its CN:
+// IdentityFromPeer also collects the roles, one allocation on every Lease,
+// Ack and Extend for a slice nothing here needs. It points into the
+// connection's parsed certificate, the same for every call on the
+// connection: nothing is copied, and the workqueue compares the holders of
+// one connection by pointer. A lease keeps that certificate in memory until
+// it ends.
+func holderOf(ctx context.Context) *string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil
+	}
+	var leaf *x509.Certificate
+	switch cs := &ti.State; {
+	case len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0:
+		leaf = cs.VerifiedChains[0][0]
+	case len(cs.PeerCertificates) > 0:
+		leaf = cs.PeerCertificates[0]
+	default:
+		return nil
+	}
+	if leaf.Subject.CommonName == "" {
+		return &noCN
+	}
+	return &leaf.Subject.CommonName
+}
 
 // invalid makes a failed check of package limits an INVALID_ARGUMENT.
 func invalid(err error) error {
@@ -153,7 +213,7 @@ func (s *server) Lease(ctx context.Context, req *queuev1.LeaseRequest) (*queuev1
 	if n == 0 {
 		n = 1
 	}
-	grants, err := s.b.Lease(ctx, req.GetQueue(), req.GetWorker(), n, d, wait)
+	grants, err := s.b.Lease(ctx, req.GetQueue(), req.GetWorker(), holderOf(ctx), n, d, wait)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -206,7 +266,7 @@ func (s *server) Ack(ctx context.Context, req *queuev1.AckRequest) (*queuev1.Ack
 		}
 		items[i] = it
 	}
-	ok, err := s.b.Ack(ctx, req.GetQueue(), items)
+	ok, err := s.b.Ack(ctx, req.GetQueue(), holderOf(ctx), items)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -248,7 +308,7 @@ func (s *server) Extend(ctx context.Context, req *queuev1.ExtendRequest) (*queue
 	if err := s.b.Err(); err != nil {
 		return nil, toStatus(err)
 	}
-	exp := s.b.Extend(req.GetQueue(), refs, d)
+	exp := s.b.Extend(req.GetQueue(), holderOf(ctx), refs, d)
 	resp := &queuev1.ExtendResponse{Results: make([]*queuev1.ExtendResult, len(refs))}
 	for i, r := range refs {
 		res := &queuev1.ExtendResult{Key: r.Key, Status: ackStatus(exp[i] != 0)}

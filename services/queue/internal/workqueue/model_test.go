@@ -30,6 +30,7 @@ type mItem struct {
 	deadline     int64
 	token        uint64
 	worker       string
+	holder       string // who may ack or extend the lease; "" for anyone
 	order        uint64
 	announced    uint32
 }
@@ -89,7 +90,7 @@ func (m *model) add(key string, delay time.Duration, p Priority, now int64) bool
 	return false
 }
 
-func (m *model) lease(max int, d time.Duration, now int64) []Grant {
+func (m *model) lease(max int, holder string, d time.Duration, now int64) []Grant {
 	var out []Grant
 	for len(out) < max {
 		var heads [3]string
@@ -121,7 +122,7 @@ func (m *model) lease(max int, d time.Duration, now int64) []Grant {
 		}
 		it := m.items[best]
 		m.tok++
-		it.state, it.token, it.worker, it.deadline, it.announced = Leased, m.tok, "w", now+int64(d), 0
+		it.state, it.token, it.worker, it.holder, it.deadline, it.announced = Leased, m.tok, "w", holder, now+int64(d), 0
 		out = append(out, Grant{Key: best, Token: it.token, Attempt: it.attempts, ExpiresAt: it.deadline, PendingSince: it.pendingSince})
 	}
 	return out
@@ -129,7 +130,7 @@ func (m *model) lease(max int, d time.Duration, now int64) []Grant {
 
 func (m *model) fail(it *mItem, now int64, backoff bool) {
 	it.attempts++
-	it.token, it.worker = 0, ""
+	it.token, it.worker, it.holder = 0, "", ""
 	switch {
 	case it.dirty:
 		it.dirty = false
@@ -143,16 +144,23 @@ func (m *model) fail(it *mItem, now int64, backoff bool) {
 	}
 }
 
-func (m *model) ack(key string, token uint64, o Outcome, now int64) bool {
+// holds reports whether holder may act on key's lease under token: the
+// token is live and the lease is bound to no one or to holder.
+func (m *model) holds(key string, token uint64, holder string) bool {
 	it := m.items[key]
-	if it == nil || it.state != Leased || it.token != token {
+	return it != nil && it.state == Leased && it.token == token && (it.holder == "" || it.holder == holder)
+}
+
+func (m *model) ack(key string, token uint64, holder string, o Outcome, now int64) bool {
+	if !m.holds(key, token, holder) {
 		return false
 	}
+	it := m.items[key]
 	switch {
 	case o.Terminal:
 		it.lastErr = o.Error
 		it.attempts++
-		it.token, it.worker = 0, ""
+		it.token, it.worker, it.holder = 0, "", ""
 		if it.dirty {
 			it.dirty = false
 			m.pend(it, now)
@@ -174,7 +182,7 @@ func (m *model) ack(key string, token uint64, o Outcome, now int64) bool {
 		delete(m.items, key)
 		return true
 	}
-	it.token, it.worker = 0, ""
+	it.token, it.worker, it.holder = 0, "", ""
 	return true
 }
 
@@ -206,7 +214,7 @@ func (m *model) advance(now int64) {
 func (m *model) restart(now int64) {
 	var ps []string
 	for k, it := range m.items {
-		it.announced, it.dirty, it.token, it.worker = 0, false, 0, ""
+		it.announced, it.dirty, it.token, it.worker, it.holder = 0, false, 0, "", ""
 		if it.state == Leased {
 			it.state, it.deadline = Pending, 0
 		}
@@ -247,7 +255,8 @@ func (m *model) view(key string) View {
 }
 
 // TestModel drives the queue and the model with thousands of random event
-// sequences (Add with delay and priority, Lease, every Ack outcome, Extend,
+// sequences (Add with delay and priority, Lease by one of two holders or by
+// none, every Ack outcome, Extend, each by the lease's holder or another,
 // Forget, lease expiry by a fake clock, and restart from the stored
 // records) and requires the same answers and the same state after each step.
 // It also replays the records the queue stored after every step and requires
@@ -303,7 +312,42 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		return true
 	}
 	now := int64(1000 * sec)
-	var live []Grant     // grants handed out, valid or not
+	// Grants handed out, valid or not, with the holder each was leased to.
+	type grant struct {
+		Grant
+		holder *string
+	}
+	var live []grant
+	// The queue takes a holder as a pointer to its name (nil for none), the
+	// model as the name ("" for none). A fresh pointer for each call, so
+	// that holders compare by name, not by pointer, except where by passes
+	// the lease's own.
+	holders := []string{"", "a", "b"}
+	ptr := func(h string) *string {
+		if h == "" {
+			return nil
+		}
+		return &h
+	}
+	name := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	// by picks who acks or extends g: mostly its own holder, by the very
+	// pointer it leased with or another to the same name, so that most acks
+	// land, otherwise anyone (a stranger's ack of a bound lease must be
+	// refused and change nothing).
+	by := func(g grant) *string {
+		switch rng.IntN(3) {
+		case 0:
+			return ptr(holders[rng.IntN(len(holders))])
+		case 1:
+			return ptr(name(g.holder))
+		}
+		return g.holder
+	}
 	var counted Counters // Adds, Collapsed, Leases, Acks since the last restart
 	var trace []string
 	fail := func(format string, args ...any) {
@@ -354,12 +398,15 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		case op < 50:
 			n := 1 + rng.IntN(3)
 			d := time.Duration(1+rng.IntN(6)) * time.Second
-			ev = fmt.Sprintf("lease(%d,%v)", n, d)
-			got, want := q.Lease(nil, n, 0, "w", d, now), m.lease(n, d, now)
+			h := ptr(holders[rng.IntN(len(holders))])
+			ev = fmt.Sprintf("lease(%d,%q,%v)", n, name(h), d)
+			got, want := q.Lease(nil, n, 0, "w", h, d, now), m.lease(n, name(h), d, now)
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				fail("%s: %v, want %v", ev, got, want)
 			}
-			live = append(live, got...)
+			for _, g := range got {
+				live = append(live, grant{g, h})
+			}
 			counted.Leases += uint64(len(got))
 		case op < 75 && len(live) > 0:
 			i := rng.IntN(len(live))
@@ -373,13 +420,14 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			case 1:
 				o = Outcome{RequeueAfter: time.Duration(1+rng.IntN(5000)) * time.Millisecond}
 			}
-			ev = fmt.Sprintf("ack(%s,%d,%+v)", g.Key, g.Token, o)
+			h := by(g)
+			ev = fmt.Sprintf("ack(%s,%d,%q,%+v)", g.Key, g.Token, name(h), o)
 			var got bool
-			if !txn(func() { _, got = q.Ack(g.Key, g.Token, o, now) }) {
+			if !txn(func() { _, got = q.Ack(g.Key, g.Token, h, o, now) }) {
 				ev += " refused"
 				break
 			}
-			if want := m.ack(g.Key, g.Token, o, now); got != want {
+			if want := m.ack(g.Key, g.Token, name(h), o, now); got != want {
 				fail("%s: %v, want %v", ev, got, want)
 			}
 			if got {
@@ -388,12 +436,12 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		case op < 82 && len(live) > 0:
 			g := live[rng.IntN(len(live))]
 			d := time.Duration(1+rng.IntN(6)) * time.Second
-			ev = fmt.Sprintf("extend(%s,%d,%v)", g.Key, g.Token, d)
-			got, gotOK := q.Extend(g.Key, g.Token, d, now)
-			it := m.items[g.Key]
-			wantOK := it != nil && it.state == Leased && it.token == g.Token
+			h := by(g)
+			ev = fmt.Sprintf("extend(%s,%d,%q,%v)", g.Key, g.Token, name(h), d)
+			got, gotOK := q.Extend(g.Key, g.Token, h, d, now)
+			wantOK := m.holds(g.Key, g.Token, name(h))
 			if wantOK {
-				it.deadline = now + int64(d)
+				m.items[g.Key].deadline = now + int64(d)
 			}
 			if gotOK != wantOK || (gotOK && got != now+int64(d)) {
 				fail("%s: %d %v, want ok=%v", ev, got, gotOK, wantOK)

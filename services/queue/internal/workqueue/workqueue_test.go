@@ -29,7 +29,7 @@ func newFixture(maxAttempts uint32) *fixture {
 
 func (f *fixture) lease(t *testing.T, now int64) Grant {
 	t.Helper()
-	g := f.q.Lease(nil, 1, 0, "w", 30*time.Second, now)
+	g := f.q.Lease(nil, 1, 0, "w", nil, 30*time.Second, now)
 	if len(g) != 1 {
 		t.Fatalf("lease: got %d grants, want 1", len(g))
 	}
@@ -59,7 +59,7 @@ func (f *fixture) setup(t *testing.T, state string) uint64 {
 		f.cfg.MaxAttempts = 1
 		f.q.Add("k", 0, Normal, now)
 		tok := f.lease(t, now).Token
-		f.q.Ack("k", tok, Outcome{Failed: true, Error: "e"}, now)
+		f.q.Ack("k", tok, nil, Outcome{Failed: true, Error: "e"}, now)
 	}
 	f.recs = nil
 	return 0
@@ -136,17 +136,17 @@ func TestTransitions(t *testing.T) {
 			case "add90":
 				ok = f.q.Add("k", 90*time.Second, Normal, now)
 			case "lease":
-				ok = len(f.q.Lease(nil, 1, 0, "w", time.Minute, now)) == 1
+				ok = len(f.q.Lease(nil, 1, 0, "w", nil, time.Minute, now)) == 1
 			case "success":
-				_, ok = f.q.Ack("k", tok, Outcome{}, now)
+				_, ok = f.q.Ack("k", tok, nil, Outcome{}, now)
 			case "failure":
-				_, ok = f.q.Ack("k", tok, Outcome{Failed: true, Error: "boom"}, now)
+				_, ok = f.q.Ack("k", tok, nil, Outcome{Failed: true, Error: "boom"}, now)
 			case "terminal":
-				_, ok = f.q.Ack("k", tok, Outcome{Terminal: true, Error: "bad spec"}, now)
+				_, ok = f.q.Ack("k", tok, nil, Outcome{Terminal: true, Error: "bad spec"}, now)
 			case "requeue":
-				_, ok = f.q.Ack("k", tok, Outcome{RequeueAfter: 7 * time.Second}, now)
+				_, ok = f.q.Ack("k", tok, nil, Outcome{RequeueAfter: 7 * time.Second}, now)
 			case "badtoken":
-				_, ok = f.q.Ack("k", tok+1000, Outcome{}, now)
+				_, ok = f.q.Ack("k", tok+1000, nil, Outcome{}, now)
 			case "expire":
 				ok = f.q.Advance(now+31*sec) == 1
 			case "forget":
@@ -179,7 +179,7 @@ func TestFailureRecordsErrorAndBackoff(t *testing.T) {
 	f.q.Add("k", 0, Normal, now)
 	for n := 1; n <= 4; n++ {
 		g := f.lease(t, now)
-		f.q.Ack("k", g.Token, Outcome{Failed: true, Error: "boom"}, now)
+		f.q.Ack("k", g.Token, nil, Outcome{Failed: true, Error: "boom"}, now)
 		v := f.q.Inspect("k")
 		wantWait := sec << (n - 1)
 		if v.State != Delayed || v.NotBefore != now+wantWait || v.LastError != "boom" || v.Attempts != uint32(n) {
@@ -199,7 +199,7 @@ func TestFailureRecordsErrorAndBackoff(t *testing.T) {
 		t.Fatalf("attempt = %d, want 4", g.Attempt)
 	}
 	f.q.Add("k", 0, Normal, now)
-	f.q.Ack("k", g.Token, Outcome{}, now)
+	f.q.Ack("k", g.Token, nil, Outcome{}, now)
 	if v := f.q.Inspect("k"); v.Attempts != 0 || v.State != Pending {
 		t.Fatalf("after success: %+v", v)
 	}
@@ -225,19 +225,19 @@ func TestParkingAndRevival(t *testing.T) {
 	now := 100 * sec
 	f.q.Add("k", 0, Normal, now)
 	g := f.lease(t, now)
-	f.q.Ack("k", g.Token, Outcome{Failed: true, Error: "1"}, now)
+	f.q.Ack("k", g.Token, nil, Outcome{Failed: true, Error: "1"}, now)
 	now += 2 * sec
 	f.q.Advance(now)
 	f.lease(t, now)
 	now += 31 * sec
 	f.q.Advance(now) // expiry counts as an attempt: 2
 	g = f.lease(t, now)
-	f.q.Ack("k", g.Token, Outcome{Failed: true, Error: "3"}, now)
+	f.q.Ack("k", g.Token, nil, Outcome{Failed: true, Error: "3"}, now)
 	v := f.q.Inspect("k")
 	if v.State != Parked || v.Attempts != 3 || v.LastError != "3" {
 		t.Fatalf("got %+v, want parked after 3 attempts", v)
 	}
-	if len(f.q.Lease(nil, 10, 0, "w", time.Minute, now+1000*sec)) != 0 {
+	if len(f.q.Lease(nil, 10, 0, "w", nil, time.Minute, now+1000*sec)) != 0 {
 		t.Fatal("a parked key was leased")
 	}
 	if !f.q.Add("k", 0, Normal, now) {
@@ -254,7 +254,7 @@ func TestDirtyFailureAtLimitIsNotParked(t *testing.T) {
 	f.q.Add("k", 0, Normal, now)
 	g := f.lease(t, now)
 	f.q.Add("k", 0, Normal, now)
-	f.q.Ack("k", g.Token, Outcome{Failed: true, Error: "e"}, now)
+	f.q.Ack("k", g.Token, nil, Outcome{Failed: true, Error: "e"}, now)
 	if v := f.q.Inspect("k"); v.State != Pending {
 		t.Fatalf("got %v, want pending (dirty keys are not parked)", v.State)
 	}
@@ -268,7 +268,7 @@ func TestPriorityAndAging(t *testing.T) {
 	f.q.Add("high", 0, High, now+2)
 	f.q.Add("normal2", 0, Normal, now+3)
 	var order []string
-	for _, g := range f.q.Lease(nil, 10, 0, "w", time.Minute, now+4) {
+	for _, g := range f.q.Lease(nil, 10, 0, "w", nil, time.Minute, now+4) {
 		order = append(order, g.Key)
 	}
 	if got, want := order, []string{"high", "normal", "normal2", "low"}; !equal(got, want) {
@@ -300,7 +300,7 @@ func TestPriorityAndAging(t *testing.T) {
 	if g := f.lease(t, now); g.Key != "a" {
 		t.Fatalf("got %s, want a", g.Key)
 	}
-	if g := f.q.Lease(nil, 1, 0, "w", time.Minute, now); len(g) != 0 {
+	if g := f.q.Lease(nil, 1, 0, "w", nil, time.Minute, now); len(g) != 0 {
 		t.Fatalf("stale ring slot leased again: %+v", g)
 	}
 }
@@ -310,21 +310,21 @@ func TestExtend(t *testing.T) {
 	now := 100 * sec
 	f.q.Add("k", 0, Normal, now)
 	g := f.lease(t, now)
-	exp, ok := f.q.Extend("k", g.Token, time.Minute, now+20*sec)
+	exp, ok := f.q.Extend("k", g.Token, nil, time.Minute, now+20*sec)
 	if !ok || exp != now+80*sec {
 		t.Fatalf("extend = %d, %v", exp, ok)
 	}
 	if f.q.Advance(now+79*sec) != 0 || f.q.Inspect("k").State != Leased {
 		t.Fatal("extended lease expired early")
 	}
-	if _, ok := f.q.Extend("k", g.Token+1, time.Minute, now); ok {
+	if _, ok := f.q.Extend("k", g.Token+1, nil, time.Minute, now); ok {
 		t.Fatal("extend with a wrong token accepted")
 	}
 	f.q.Advance(now + 81*sec)
-	if _, ok := f.q.Extend("k", g.Token, time.Minute, now+81*sec); ok {
+	if _, ok := f.q.Extend("k", g.Token, nil, time.Minute, now+81*sec); ok {
 		t.Fatal("extend of a lapsed lease accepted")
 	}
-	if _, ok := f.q.Ack("k", g.Token, Outcome{}, now+81*sec); ok {
+	if _, ok := f.q.Ack("k", g.Token, nil, Outcome{}, now+81*sec); ok {
 		t.Fatal("ack of a lapsed lease accepted")
 	}
 }
@@ -360,6 +360,12 @@ func TestItemSize(t *testing.T) {
 	if s := unsafe.Sizeof(item{}); s != 48 {
 		t.Fatalf("item is %d bytes, want 48 (it is most of the per-key memory cost)", s)
 	}
+	// Every leased key has one: past 64 bytes it takes the 80-byte size
+	// class, which BenchmarkLeaseAck shows (the reason a holder is a
+	// pointer).
+	if s := unsafe.Sizeof(itemExt{}); s > 64 {
+		t.Fatalf("itemExt is %d bytes, want at most 64", s)
+	}
 }
 
 func equal(a, b []string) bool {
@@ -372,4 +378,90 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// TestHolderBindsTheLease: a lease taken by holder "a" is refused to "b"
+// and to a caller without a holder, for Ack and Extend alike, exactly as a
+// wrong token is, and nothing changes (state, expiry, records, counters);
+// "a" then acks it, also through another pointer to the same name (another
+// connection of the same certificate). A lease taken without a holder
+// answers to its token from anyone, as before holders existed.
+func TestHolderBindsTheLease(t *testing.T) {
+	name := func(s string) *string { return &s }
+	a, b := name("a"), name("b")
+	f := newFixture(0)
+	now := 100 * sec
+	f.q.Add("k", 0, Normal, now)
+	g := f.q.Lease(nil, 1, 0, "w", a, 30*time.Second, now)
+	if len(g) != 1 {
+		t.Fatalf("lease: %v", g)
+	}
+	f.recs = nil
+	before, stats := f.q.Inspect("k"), f.q.Stats(now)
+	for _, h := range []*string{b, nil} {
+		if _, ok := f.q.Extend("k", g[0].Token, h, time.Hour, now+sec); ok {
+			t.Errorf("Extend by %v of a lease held by \"a\" accepted", h)
+		}
+		for _, o := range []Outcome{{}, {Failed: true, Error: "e"}, {Terminal: true, Error: "e"}, {RequeueAfter: time.Second}} {
+			if _, ok := f.q.Ack("k", g[0].Token, h, o, now+sec); ok {
+				t.Errorf("Ack %+v by %v of a lease held by \"a\" accepted", o, h)
+			}
+		}
+	}
+	if v, st := f.q.Inspect("k"), f.q.Stats(now); v != before || st.Counters != stats.Counters || st.Leased != 1 || len(f.recs) != 0 {
+		t.Fatalf("refused calls changed the lease: %+v, %+v, records %v; was %+v, %+v", v, st, f.recs, before, stats)
+	}
+	if exp, ok := f.q.Extend("k", g[0].Token, a, time.Minute, now+2*sec); !ok || exp != now+62*sec {
+		t.Fatalf("Extend by the holder = %d, %v", exp, ok)
+	}
+	if _, ok := f.q.Ack("k", g[0].Token, name("a"), Outcome{}, now+3*sec); !ok {
+		t.Fatal("Ack by the holder's name through another pointer refused")
+	}
+	if v := f.q.Inspect("k"); v.State != Absent {
+		t.Fatalf("acked key is %v", v.State)
+	}
+
+	// Unbound: anyone with the token, as before.
+	f.q.Add("u", 0, Normal, now)
+	g = f.q.Lease(nil, 1, 0, "w", nil, 30*time.Second, now)
+	if _, ok := f.q.Extend("u", g[0].Token, b, time.Minute, now); !ok {
+		t.Fatal("Extend by \"b\" of an unbound lease refused")
+	}
+	if _, ok := f.q.Ack("u", g[0].Token, a, Outcome{}, now); !ok {
+		t.Fatal("Ack by \"a\" of an unbound lease refused")
+	}
+
+	// The binding ends with the lease: a key leased by "a", expired and
+	// leased again by "b" is "b"'s.
+	f.q.Add("x", 0, Normal, now)
+	ga := f.q.Lease(nil, 1, 0, "w", a, time.Second, now)
+	f.q.Advance(now + 2*sec)
+	gb := f.q.Lease(nil, 1, 0, "w", b, time.Minute, now+2*sec)
+	if len(ga) != 1 || len(gb) != 1 || gb[0].Key != "x" {
+		t.Fatalf("leases %v, %v", ga, gb)
+	}
+	if _, ok := f.q.Ack("x", gb[0].Token, a, Outcome{}, now+2*sec); ok {
+		t.Fatal("Ack by the lease's previous holder accepted")
+	}
+	if _, ok := f.q.Ack("x", gb[0].Token, b, Outcome{}, now+2*sec); !ok {
+		t.Fatal("Ack by the new holder refused")
+	}
+}
+
+// TestHolderCheckAllocatesNothing: Ack and Extend by the holder, through
+// its pointer or another to the same name, and the refusal of another
+// holder, cost no allocation.
+func TestHolderCheckAllocatesNothing(t *testing.T) {
+	f := newFixture(0)
+	f.q.SetSink(nil)
+	f.q.Add("k", 0, Normal, sec)
+	mine, same, other := "worker-1", string([]byte("worker-1")), "worker-2"
+	g := f.q.Lease(nil, 1, 0, "w", &mine, time.Minute, sec)
+	if n := testing.AllocsPerRun(100, func() {
+		f.q.Extend("k", g[0].Token, &mine, time.Minute, sec)
+		f.q.Extend("k", g[0].Token, &same, time.Minute, sec)
+		f.q.Ack("k", g[0].Token, &other, Outcome{}, sec)
+	}); n != 0 {
+		t.Fatalf("%v allocations per run", n)
+	}
 }
