@@ -1,0 +1,75 @@
+// Package replica is one member of the replicated queue: a Raft node
+// (go.etcd.io/raft/v3) whose log is the member's store.RaftLog and whose
+// network is the peer transport (package transport below), with the
+// proposals of many callers coalesced into entries and each caller answered
+// once its record is committed and applied on this member.
+//
+// The node is a raft.RawNode driven by one goroutine, the Ready loop, which
+// is also the proposer. etcd's server uses raft.Node instead, whose own
+// goroutine owns the RawNode and hands Readys to the server's loop over
+// channels; here that second goroutine would only add a hand-off per
+// proposal and per message, and it would split what must be decided
+// together (is this member still the leader, in which term, and what did
+// the last Ready commit) over two goroutines. With one goroutine owning
+// the RawNode, every other goroutine (callers of Propose, the transport's
+// receivers and hooks, Close) talks to it through channels and a mutex'd
+// queue, and it alone steps, ticks, proposes and handles Readys.
+//
+// Each turn of the loop, in this order:
+//
+//  1. One event: a tick, messages received (all that wait, stepped at
+//     once), a peer reported unreachable or a snapshot's outcome, or new
+//     proposals.
+//  2. Proposals: while this member is the leader, every record waiting at
+//     that moment goes into one entry (several when they exceed an
+//     entry's size), proposed without waiting for the previous entry to
+//     commit. Callers that arrived during the last Ready's fdatasync are
+//     all in the next entry: group commit, as the single member's store
+//     does it, moved in front of Raft.
+//  3. Each Ready: Save (hard state, entries, snapshot: one frame, one
+//     write, one fdatasync), then send its messages, then apply its
+//     committed entries, then Advance. The leader could send its appends
+//     while its own write is in flight (the Raft thesis, 10.2.1; raft's
+//     doc allows it); this loop does not, and so it never sends anything,
+//     a vote or an append acknowledgement, that its disk does not hold.
+//     It is the simple, certainly correct order; the parallel one is an
+//     optimisation to measure later.
+//
+// An entry's data is a proposal id (the proposing member, a random
+// incarnation chosen at New, a sequence number) followed by its records,
+// each length-prefixed (entry.go). Apply is called with the records split
+// out, in log order, on every member. The waiters of a proposal are found
+// by its id when its entry is applied, never by the index it was proposed
+// at: an entry that a later leader commits still completes exactly its own
+// callers, and an entry that replaced ours at that index (another leader's)
+// completes none of them.
+//
+// Failures:
+//
+//   - Leadership loss. When this member stops being the leader of the term
+//     in which a batch was proposed, the batch's callers get
+//     ErrLeadershipLost: the entry may yet be committed by the next leader
+//     or be overwritten, and this member cannot tell which (as with a
+//     failed fsync of the single member's store). The broker will rebuild
+//     its memory from the log then.
+//   - A Save that fails with store.ErrStopped (a write or fdatasync error)
+//     stops the node for good, fail-stop as the store is: every caller gets
+//     ErrStopped wrapping the cause, Done is closed and Err says why; the
+//     process is meant to exit and recover from what the disk holds.
+//   - A Save refused with store.ErrNoSpace changed nothing, and raft's
+//     Ready must not be advanced (nor the node stepped) until it is saved:
+//     half of it (its messages, its committed entries) cannot be acted on
+//     without the other half. So the loop retries the same Save with
+//     backoff (10 ms doubling to 1 s), doing nothing else but watching for
+//     Close, and new proposals are refused with store.ErrNoSpace meanwhile
+//     (nothing of theirs is stored: a known outcome). A silent member is
+//     what Raft already survives: a leader's followers elect another
+//     leader, and once space is back the stale Ready is saved and sent and
+//     the member learns the new term. Stopping instead would turn a full
+//     disk, which the single member survives, into a crash loop.
+//
+// Snapshots are not handled yet: no member compacts its log (that needs
+// the broker's state as the snapshot's data), so no leader ever sends one.
+// New refuses a log that holds one, and a Ready that brings one stops the
+// node, rather than applying entries on top of a state it never restored.
+package replica

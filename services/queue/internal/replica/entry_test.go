@@ -1,0 +1,44 @@
+package replica
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestEntryRoundTrip: records, empty ones and none among them, come back
+// as written with the proposal id; a cut or foreign entry is refused.
+func TestEntryRoundTrip(t *testing.T) {
+	id := proposalID{member: 3, incarnation: 0xfeedface, seq: 42}
+	for _, recs := range [][][]byte{nil, {{}}, {[]byte("a"), {}, make([]byte, 300)}} {
+		data := appendEntryHeader(nil, id)
+		size := entryHeader
+		for _, r := range recs {
+			data = appendRecord(data, r)
+			size += recordSize(r)
+		}
+		if len(data) != size {
+			t.Fatalf("entry of %d bytes, recordSize says %d", len(data), size)
+		}
+		gotID, got, err := decodeEntry(data)
+		if err != nil || gotID != id || len(got) != len(recs) {
+			t.Fatalf("decode: %v %v %d records, want %v %d", err, gotID, len(got), id, len(recs))
+		}
+		for i := range recs {
+			if !slices.Equal(got[i], recs[i]) {
+				t.Fatalf("record %d: %q, want %q", i, got[i], recs[i])
+			}
+		}
+	}
+	good := appendRecord(appendEntryHeader(nil, id), []byte("record"))
+	for name, data := range map[string][]byte{
+		"short header":   good[:entryHeader-1],
+		"cut record":     good[:len(good)-1],
+		"other version":  append([]byte{entryVersion + 1}, good[1:]...),
+		"length overrun": append(appendEntryHeader(nil, id), 0xff, 0xff, 0xff, 0xff, 0x0f),
+	} {
+		if _, _, err := decodeEntry(data); !errors.Is(err, errBadEntry) {
+			t.Errorf("%s: %v, want errBadEntry", name, err)
+		}
+	}
+}

@@ -1,0 +1,262 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Backoff of a Save refused for a full disk.
+const (
+	noSpaceMinBackoff = 10 * time.Millisecond
+	noSpaceMaxBackoff = time.Second
+)
+
+// errStopRequested ends the loop from inside a Ready: Close was called
+// while a Save waited for space.
+var errStopRequested = errors.New("replica: stop requested")
+
+// run is the Ready loop (doc.go): one event, the proposals, then every
+// Ready there is, until Close or a failure.
+func (n *Node) run() {
+	tick := time.NewTicker(n.cfg.TickInterval)
+	defer tick.Stop()
+	err := n.loop(tick.C)
+	n.exit(err)
+}
+
+func (n *Node) loop(tick <-chan time.Time) error {
+	for {
+		select {
+		case <-n.stop:
+			return errClosedByCaller
+		case <-tick:
+			n.rn.Tick()
+		case m := <-n.recvc:
+			n.step(m)
+			// Everything else that has arrived, before one Ready (and one
+			// fdatasync) for all of it.
+			for more := true; more; {
+				select {
+				case m := <-n.recvc:
+					n.step(m)
+				default:
+					more = false
+				}
+			}
+		case id := <-n.unreachc:
+			n.rn.ReportUnreachable(id)
+		case r := <-n.snapc:
+			n.rn.ReportSnapshot(r.id, r.status)
+		case <-n.kick:
+		}
+		for {
+			n.proposePending()
+			if !n.rn.HasReady() {
+				break
+			}
+			if err := n.ready(); errors.Is(err, errStopRequested) {
+				return errClosedByCaller
+			} else if err != nil {
+				return fmt.Errorf("%w: %w", ErrStopped, err)
+			}
+		}
+	}
+}
+
+// step hands a peer's message to raft. Its errors are messages raft has no
+// use for (a response from a member no longer in the configuration, a
+// local message type from the network): dropped, as the network may.
+func (n *Node) step(m raftpb.Message) {
+	if err := n.rn.Step(m); err != nil {
+		n.log.Debug("raft message not stepped", "from", m.From, "type", m.Type.String(), "error", err)
+	}
+}
+
+// ready handles one Ready in order: save, send, apply, Advance.
+func (n *Node) ready() error {
+	rd := n.rn.Ready()
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		// No member compacts yet (doc.go), so no leader sends one; if one
+		// does, applying entries after it on a state never restored would
+		// diverge from the others.
+		return fmt.Errorf("replica: a snapshot at %d arrived, and this node cannot restore one yet", rd.Snapshot.Metadata.Index)
+	}
+	if err := n.save(rd); err != nil {
+		return err
+	}
+	n.tr.Send(rd.Messages)
+	for i := range rd.CommittedEntries {
+		if err := n.apply(&rd.CommittedEntries[i]); err != nil {
+			return err
+		}
+	}
+	n.rn.Advance(rd)
+	n.observe(rd.SoftState)
+	return nil
+}
+
+// save makes the Ready durable, retrying while the disk is full (doc.go:
+// the Ready may not be advanced, nor anything else be done, unsaved).
+func (n *Node) save(rd raft.Ready) error {
+	backoff := noSpaceMinBackoff
+	for {
+		err := n.cfg.Log.Save(rd.HardState, rd.Entries, rd.Snapshot)
+		if err == nil {
+			if n.noSpace.Swap(false) {
+				n.log.Info("raft log saves again: proposals accepted")
+			}
+			return nil
+		}
+		if !errors.Is(err, store.ErrNoSpace) {
+			return fmt.Errorf("save a ready: %w", err)
+		}
+		if !n.noSpace.Swap(true) {
+			n.log.Error("raft log full: retrying the save, refusing proposals", "error", err)
+		}
+		// Not proposed: a known outcome, as the store's refusal. Taken at
+		// every retry, for a Propose that passed its check of noSpace just
+		// before it was set.
+		fail(n.takePending(), fmt.Errorf("replica: %w", store.ErrNoSpace))
+		select {
+		case <-n.stop:
+			return errStopRequested
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, noSpaceMaxBackoff)
+	}
+}
+
+// apply applies one committed entry: records to the state machine (and
+// their callers answered), configuration changes to raft and the
+// transport.
+func (n *Node) apply(e *raftpb.Entry) error {
+	if e.Index <= n.applied {
+		return nil
+	}
+	switch e.Type {
+	case raftpb.EntryNormal:
+		if len(e.Data) > 0 {
+			id, recs, err := decodeEntry(e.Data)
+			if err != nil {
+				return fmt.Errorf("entry %d: %w", e.Index, err)
+			}
+			n.cfg.Apply(recs, e.Index)
+			n.complete(id, e.Index)
+		}
+	case raftpb.EntryConfChange:
+		var cc raftpb.ConfChange
+		if err := cc.Unmarshal(e.Data); err != nil {
+			return fmt.Errorf("entry %d: configuration change: %w", e.Index, err)
+		}
+		n.applyConfChange(cc.AsV2())
+	case raftpb.EntryConfChangeV2:
+		var cc raftpb.ConfChangeV2
+		if err := cc.Unmarshal(e.Data); err != nil {
+			return fmt.Errorf("entry %d: configuration change: %w", e.Index, err)
+		}
+		n.applyConfChange(cc)
+	}
+	n.applied = e.Index
+	return nil
+}
+
+// applyConfChange applies a committed configuration change to raft, then
+// points the transport at the members it adds and away from those it
+// removes. An added member's address is the change's Context when it adds
+// that one member alone (bootstrap puts each address there), else Peers'.
+func (n *Node) applyConfChange(cc raftpb.ConfChangeV2) {
+	n.rn.ApplyConfChange(cc)
+	adds := 0
+	for _, c := range cc.Changes {
+		if c.Type == raftpb.ConfChangeAddNode || c.Type == raftpb.ConfChangeAddLearnerNode {
+			adds++
+		}
+	}
+	for _, c := range cc.Changes {
+		if c.NodeID == n.cfg.ID {
+			if c.Type == raftpb.ConfChangeRemoveNode {
+				n.log.Warn("this member was removed from the configuration")
+			}
+			continue
+		}
+		switch c.Type {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			addr := n.cfg.Peers[c.NodeID]
+			if adds == 1 && len(cc.Context) > 0 {
+				addr = string(cc.Context)
+			}
+			if addr == "" {
+				n.log.Error("a member was added with no address: nothing is sent to it", "peer", c.NodeID)
+				continue
+			}
+			if err := n.tr.AddPeer(c.NodeID, addr); err != nil {
+				n.log.Error("could not add a peer to the transport", "peer", c.NodeID, "addr", addr, "error", err)
+			}
+		case raftpb.ConfChangeRemoveNode:
+			n.tr.RemovePeer(c.NodeID)
+		}
+	}
+}
+
+// observe updates Status and the metrics after a Ready, and answers the
+// batches of a term this member no longer leads.
+func (n *Node) observe(soft *raft.SoftState) {
+	bs := n.rn.BasicStatus()
+	if len(n.inflight) > 0 {
+		n.failLost(bs)
+	}
+	if soft != nil {
+		n.log.Info("raft state", "state", bs.RaftState.String(), "leader", bs.Lead, "term", bs.Term)
+	}
+	if bs.Lead != n.lastLead {
+		if bs.Lead != raft.None {
+			n.m.leaderChanges.Inc()
+		}
+		n.lastLead = bs.Lead
+	}
+	isLeader := bs.RaftState == raft.StateLeader
+	n.m.term.Set(float64(bs.Term))
+	if isLeader {
+		n.m.isLeader.Set(1)
+	} else {
+		n.m.isLeader.Set(0)
+	}
+	lag := uint64(0)
+	if bs.Commit > n.applied {
+		lag = bs.Commit - n.applied
+	}
+	n.m.commitLag.Set(float64(lag))
+	n.statusMu.Lock()
+	n.status = Status{ID: n.cfg.ID, Term: bs.Term, Leader: bs.Lead, IsLeader: isLeader, Commit: bs.Commit, Applied: n.applied}
+	n.statusMu.Unlock()
+}
+
+// exit answers every caller with the loop's end and marks the node
+// stopped: the in-flight ones (outcome unknown) and the pending ones
+// (never proposed, but a stopped node is what they meet).
+func (n *Node) exit(err error) {
+	if !errors.Is(err, errClosedByCaller) {
+		n.log.Error("raft node stopped: restart to recover from the log", "error", err)
+	}
+	n.mu.Lock()
+	n.closed = true
+	n.err = err
+	pending := n.pending
+	n.pending = nil
+	n.mu.Unlock()
+	for seq, b := range n.inflight {
+		delete(n.inflight, seq)
+		fail(b.calls, err)
+	}
+	fail(pending, err)
+	n.statusMu.Lock()
+	n.status.IsLeader = false
+	n.statusMu.Unlock()
+	n.m.isLeader.Set(0)
+	close(n.done)
+}

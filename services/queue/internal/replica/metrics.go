@@ -1,0 +1,65 @@
+package replica
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric names, as docs/design.md gives them.
+const (
+	LeaderChangesMetric = "baton_queue_raft_leader_changes_total"
+	TermMetric          = "baton_queue_raft_term"
+	IsLeaderMetric      = "baton_queue_raft_is_leader"
+	CommitLagMetric     = "baton_queue_raft_commit_lag_entries"
+)
+
+// metrics are the node's; the Ready loop sets them after each Ready.
+type metrics struct {
+	reg           prometheus.Registerer
+	leaderChanges prometheus.Counter
+	term          prometheus.Gauge
+	isLeader      prometheus.Gauge
+	commitLag     prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		reg: reg,
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: LeaderChangesMetric,
+			Help: "Times this member saw the leader change to a known member (itself included)."}),
+		term: prometheus.NewGauge(prometheus.GaugeOpts{Name: TermMetric,
+			Help: "The Raft term this member is in."}),
+		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: IsLeaderMetric,
+			Help: "1 while this member is the leader, else 0."}),
+		commitLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: CommitLagMetric,
+			Help: "Entries this member knows are committed but has not applied yet."}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var done []prometheus.Collector
+	for _, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			for _, d := range done {
+				reg.Unregister(d)
+			}
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+		done = append(done, c)
+	}
+	return m, nil
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.leaderChanges, m.term, m.isLeader, m.commitLag}
+}
+
+func (m *metrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors() {
+		m.reg.Unregister(c)
+	}
+}

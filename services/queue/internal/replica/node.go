@@ -1,0 +1,402 @@
+package replica
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batonrun/baton/client/tlsfiles"
+	"github.com/batonrun/baton/services/queue/internal/replica/transport"
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"github.com/batonrun/baton/services/runtime/serve"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+)
+
+// Defaults, as the design's --heartbeat-interval (100 ms) and
+// --election-timeout (1 s) will set them: a heartbeat every tick, and a
+// follower that hears nothing for 10 to 20 ticks campaigns.
+const (
+	DefaultTickInterval    = 100 * time.Millisecond
+	DefaultElectionTick    = 10
+	DefaultHeartbeatTick   = 1
+	DefaultMaxInflightMsgs = 256
+)
+
+// entryOverhead bounds what raft's accounting adds to an entry's data
+// (Entry.Size: its term, index and type fields and the data's tag and
+// length): an entry's data is kept MaxSizePerMsg minus this, so that one
+// entry alone never exceeds MaxSizePerMsg.
+const entryOverhead = 64
+
+// Config is one member's node.
+type Config struct {
+	// ID is this member's Raft id; not zero.
+	ID uint64
+	// ClusterID identifies the queue; every member has the same one, and
+	// the transport refuses batches of another.
+	ClusterID uint64
+	// Peers are the members, this one included: Raft id → the host:port
+	// of their gRPC server with RaftService. On a first start (an empty
+	// log) the node is bootstrapped with exactly these members, each
+	// initial configuration entry carrying its address; on a restart the
+	// configuration is the log's, and Peers only gives the addresses of
+	// members whose configuration entries carry none.
+	Peers map[uint64]string
+	// Log is the member's durable Raft log, opened by the caller, who
+	// closes it after Close. The node is its only writer.
+	Log *store.RaftLog
+	// Apply is the state machine: called on the Ready loop's goroutine,
+	// in log order, once per committed entry that holds records, on every
+	// member, with the entry's records and its index. On a restart it is
+	// called again for every committed entry in the log, from the first:
+	// the state machine is rebuilt from the log as recovery replays the
+	// single member's store. It must not modify the records (it may keep
+	// them) and must not wait for a Propose, which needs this goroutine.
+	Apply func(records [][]byte, index uint64)
+
+	// TickInterval is one Raft tick; 0 means DefaultTickInterval.
+	TickInterval time.Duration
+	// ElectionTick and HeartbeatTick are raft.Config's, in ticks; 0 means
+	// DefaultElectionTick, DefaultHeartbeatTick. ElectionTick must exceed
+	// HeartbeatTick.
+	ElectionTick, HeartbeatTick int
+	// MaxSizePerMsg bounds the entries of one append message (raft's
+	// MaxSizePerMsg), and so one entry too: an entry's records are kept
+	// within it, and a single record that cannot fit is refused
+	// (ErrTooLarge). A message is its entries plus their framing and a
+	// header, always under twice its entries' size, so MaxSizePerMsg may
+	// be at most half of MaxMessageBytes: then every append fits a
+	// request the peers accept, which the transport would otherwise drop
+	// (and raft would send again, forever). 0 means a quarter of
+	// MaxMessageBytes.
+	MaxSizePerMsg uint64
+	// MaxInflightMsgs is how many appends the leader pipelines to one
+	// follower before waiting for its answers; 0 means
+	// DefaultMaxInflightMsgs.
+	MaxInflightMsgs int
+
+	// TLS, MaxMessageBytes and SendQueueLength are the transport's
+	// (transport.Config: TLS, MaxMessageBytes, QueueLength), which the
+	// node makes with itself as the receiver and the Report hooks' target.
+	TLS             *tlsfiles.Source
+	MaxMessageBytes int
+	SendQueueLength int
+
+	// Logger; nil discards. Raft's own lines go to it too.
+	Logger *slog.Logger
+	// Registerer receives the node's and the transport's metrics; nil
+	// registers none. Close unregisters them.
+	Registerer prometheus.Registerer
+}
+
+// Status is what ClusterService will report of this member.
+type Status struct {
+	ID uint64
+	// Term is the member's current term.
+	Term uint64
+	// Leader is the leader's id as this member knows it, 0 for none.
+	Leader   uint64
+	IsLeader bool
+	// Commit is the highest index this member knows is committed;
+	// Applied the highest it has applied (Apply returned for it).
+	Commit, Applied uint64
+}
+
+// Node is one member of the replicated queue. Its methods are safe for
+// concurrent use.
+type Node struct {
+	cfg         Config
+	log         *slog.Logger
+	rn          *raft.RawNode // the Ready loop's alone
+	tr          *transport.Transport
+	m           *metrics
+	incarnation uint64
+	maxData     int // an entry's data at most
+
+	// Inputs of the Ready loop.
+	recvc    chan raftpb.Message
+	unreachc chan uint64
+	snapc    chan snapReport
+	kick     chan struct{} // buffered 1: proposals wait in pending
+	stop     chan struct{} // closed by Close
+	stopOnce sync.Once
+	done     chan struct{} // closed when the loop has ended and every caller is answered
+
+	// pending are the proposals the loop has not taken yet; closed is
+	// set, under mu, once the loop has ended, so none is added after it
+	// answered them all.
+	mu      sync.Mutex
+	pending []*call
+	closed  bool
+	err     error // why the node stopped; set before done is closed
+
+	noSpace atomic.Bool
+
+	statusMu sync.Mutex
+	status   Status
+
+	// The loop's own state.
+	seq      uint64
+	inflight map[uint64]*batch // by proposal seq
+	applied  uint64
+	lastLead uint64
+}
+
+// call is one Propose waiting.
+type call struct {
+	data []byte
+	done chan result // buffered 1: answered once, never blocking the loop
+}
+
+type result struct {
+	index uint64
+	err   error
+}
+
+// batch is one proposed entry's callers and the term it was proposed in.
+type batch struct {
+	calls []*call
+	term  uint64
+}
+
+type snapReport struct {
+	id     uint64
+	status raft.SnapshotStatus
+}
+
+// New makes the node and its transport and starts the Ready loop. Register
+// must then add the transport's RaftService to the member's gRPC server.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("member", cfg.ID)
+	storage := cfg.Log.MemoryStorage()
+	if snap, err := storage.Snapshot(); err != nil {
+		return nil, fmt.Errorf("replica: read the log's snapshot: %w", err)
+	} else if !raft.IsEmptySnap(snap) {
+		return nil, fmt.Errorf("replica: the log holds a snapshot at %d, and this node cannot restore one yet", snap.Metadata.Index)
+	}
+	hs, _, err := storage.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("replica: read the log's state: %w", err)
+	}
+	last, err := storage.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("replica: read the log's state: %w", err)
+	}
+	fresh := raft.IsEmptyHardState(hs) && last == 0
+
+	var nonce [8]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, fmt.Errorf("replica: incarnation: %w", err)
+	}
+	n := &Node{
+		cfg:         cfg,
+		log:         log,
+		incarnation: binary.BigEndian.Uint64(nonce[:]),
+		maxData:     int(cfg.MaxSizePerMsg) - entryOverhead,
+		recvc:       make(chan raftpb.Message, 1024),
+		unreachc:    make(chan uint64, 64),
+		snapc:       make(chan snapReport, 16),
+		kick:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		inflight:    map[uint64]*batch{},
+	}
+	n.rn, err = raft.NewRawNode(&raft.Config{
+		ID:              cfg.ID,
+		ElectionTick:    cfg.ElectionTick,
+		HeartbeatTick:   cfg.HeartbeatTick,
+		Storage:         storage,
+		MaxSizePerMsg:   cfg.MaxSizePerMsg,
+		MaxInflightMsgs: cfg.MaxInflightMsgs,
+		// A follower never proposes: Propose answers ErrNotLeader before
+		// anything reaches raft, and forwarding will be the wiring's, over
+		// gRPC, so that the caller waits on the leader's waiter.
+		DisableProposalForwarding: true,
+		PreVote:                   true,
+		CheckQuorum:               true,
+		Logger:                    raftLogger{l: log.With("component", "raft")},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	if fresh {
+		peers := make([]raft.Peer, 0, len(cfg.Peers))
+		for id, addr := range cfg.Peers {
+			peers = append(peers, raft.Peer{ID: id, Context: []byte(addr)})
+		}
+		if err := n.rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("replica: bootstrap: %w", err)
+		}
+	}
+	others := make(map[uint64]string, len(cfg.Peers)-1)
+	for id, addr := range cfg.Peers {
+		if id != cfg.ID {
+			others[id] = addr
+		}
+	}
+	if n.m, err = newMetrics(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	n.tr, err = transport.New(transport.Config{
+		ClusterID:         cfg.ClusterID,
+		ID:                cfg.ID,
+		Peers:             others,
+		TLS:               cfg.TLS,
+		MaxMessageBytes:   cfg.MaxMessageBytes,
+		QueueLength:       cfg.SendQueueLength,
+		ReportUnreachable: n.reportUnreachable,
+		ReportSnapshot:    n.reportSnapshot,
+		Logger:            log,
+		Registerer:        cfg.Registerer,
+	}, n.recv)
+	if err != nil {
+		n.m.unregister()
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	n.status = Status{ID: cfg.ID, Term: hs.Term, Commit: hs.Commit}
+	log.Info("raft node started", "fresh", fresh, "term", hs.Term, "commit", hs.Commit, "last_index", last)
+	go n.run()
+	return n, nil
+}
+
+// defaults fills in and checks cfg.
+func (cfg *Config) defaults() error {
+	switch {
+	case cfg.ID == 0:
+		return errors.New("replica: no member id (Raft ids start at 1)")
+	case cfg.ClusterID == 0:
+		return errors.New("replica: no cluster id")
+	case cfg.Log == nil:
+		return errors.New("replica: no raft log")
+	case cfg.Apply == nil:
+		return errors.New("replica: no Apply")
+	case cfg.Peers[cfg.ID] == "":
+		return fmt.Errorf("replica: Peers has no address for this member (%d)", cfg.ID)
+	case cfg.TickInterval < 0 || cfg.ElectionTick < 0 || cfg.HeartbeatTick < 0 || cfg.MaxInflightMsgs < 0 || cfg.MaxMessageBytes < 0:
+		return errors.New("replica: a negative duration or count")
+	}
+	for id, addr := range cfg.Peers {
+		if _, port, err := net.SplitHostPort(addr); id == 0 || err != nil || port == "" {
+			return fmt.Errorf("replica: peer %d at %q: want a nonzero id and host:port", id, addr)
+		}
+	}
+	if cfg.TickInterval == 0 {
+		cfg.TickInterval = DefaultTickInterval
+	}
+	if cfg.ElectionTick == 0 {
+		cfg.ElectionTick = DefaultElectionTick
+	}
+	if cfg.HeartbeatTick == 0 {
+		cfg.HeartbeatTick = DefaultHeartbeatTick
+	}
+	if cfg.ElectionTick <= cfg.HeartbeatTick {
+		return fmt.Errorf("replica: ElectionTick %d must exceed HeartbeatTick %d", cfg.ElectionTick, cfg.HeartbeatTick)
+	}
+	if cfg.MaxInflightMsgs == 0 {
+		cfg.MaxInflightMsgs = DefaultMaxInflightMsgs
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = serve.DefaultMaxRecvBytes
+	}
+	if cfg.MaxSizePerMsg == 0 {
+		cfg.MaxSizePerMsg = uint64(cfg.MaxMessageBytes) / 4
+	}
+	if cfg.MaxSizePerMsg > uint64(cfg.MaxMessageBytes)/2 {
+		return fmt.Errorf("replica: MaxSizePerMsg %d is more than half of MaxMessageBytes %d: appends could exceed what the peers accept", cfg.MaxSizePerMsg, cfg.MaxMessageBytes)
+	}
+	if cfg.MaxSizePerMsg < 4*(entryOverhead+entryHeader) {
+		return fmt.Errorf("replica: MaxSizePerMsg %d leaves no room for records", cfg.MaxSizePerMsg)
+	}
+	return nil
+}
+
+// Register adds the transport's RaftService to srv, the member's gRPC
+// server (whose MaxRecvMsgSize should be the peers' MaxMessageBytes).
+func (n *Node) Register(srv grpc.ServiceRegistrar) { n.tr.Register(srv) }
+
+// Status is this member's view as of its last Ready.
+func (n *Node) Status() Status {
+	n.statusMu.Lock()
+	defer n.statusMu.Unlock()
+	return n.status
+}
+
+// Done is closed once the node has stopped (Close, or its log failed) and
+// every caller has been answered.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Err is why the node stopped: nil while it runs and after a Close of a
+// healthy node, else ErrStopped wrapping the failure.
+func (n *Node) Err() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if errors.Is(n.err, errClosedByCaller) {
+		return nil
+	}
+	return n.err
+}
+
+// errClosedByCaller is the stop reason of a Close.
+var errClosedByCaller = fmt.Errorf("%w: closed", ErrStopped)
+
+// Close stops the Ready loop and its ticker, answers every caller still
+// waiting (ErrStopped: for one whose entry was proposed, the outcome is
+// unknown), then closes the transport, after which no receiver or hook of
+// it runs, and unregisters the metrics. It does not close the Log, which
+// is the caller's. It returns Err.
+func (n *Node) Close() error {
+	n.stopOnce.Do(func() { close(n.stop) })
+	<-n.done
+	n.tr.Close()
+	n.m.unregister()
+	return n.Err()
+}
+
+// recv is the transport's: it hands a received message to the loop,
+// waiting while the loop is busy (which slows that peer's stream, whose
+// sender then drops rather than queues), until the stream ends or the
+// node stops.
+func (n *Node) recv(ctx context.Context, m raftpb.Message) {
+	select {
+	case n.recvc <- m:
+	case <-ctx.Done():
+	case <-n.done:
+	}
+}
+
+// reportUnreachable is the transport's hook. It is advice (the leader
+// stops pipelining to that peer), so when the loop is behind, it is
+// dropped rather than waited for.
+func (n *Node) reportUnreachable(id uint64) {
+	select {
+	case n.unreachc <- id:
+	default:
+	}
+}
+
+// reportSnapshot is the transport's hook. Unlike reportUnreachable it
+// waits: without it a leader whose snapshot was dropped waits for the
+// follower before sending another.
+func (n *Node) reportSnapshot(id uint64, status raft.SnapshotStatus) {
+	select {
+	case n.snapc <- snapReport{id, status}:
+	case <-n.done:
+	}
+}

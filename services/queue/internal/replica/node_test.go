@@ -1,0 +1,505 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// acks are the records whose Propose succeeded, with the index returned.
+type acks struct {
+	mu    sync.Mutex
+	index map[string]uint64
+}
+
+func newAcks() *acks { return &acks{index: map[string]uint64{}} }
+
+func (a *acks) add(rec string, i uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.index[rec] = i
+}
+
+func (a *acks) len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.index)
+}
+
+// check fails unless every acknowledged record is in m's applied sequence
+// at the index its Propose returned: nothing acknowledged was lost.
+func (a *acks) check(t *testing.T, m *member) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for rec, want := range a.index {
+		got, ok := m.sm.indexOf(rec)
+		if !ok {
+			t.Fatalf("record %q was acknowledged at index %d, and member %d never applied it", rec, want, m.id)
+		}
+		if got != want {
+			t.Fatalf("record %q was acknowledged at index %d, and member %d applied it at %d", rec, want, m.id, got)
+		}
+	}
+}
+
+// propose proposes rec on m, bounded so that a hang fails the test rather
+// than stalling it.
+func propose(t *testing.T, m *member, rec string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	i, err := m.node.Propose(ctx, []byte(rec))
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Propose %q on member %d hung for 20 s", rec, m.id)
+	}
+	return i, err
+}
+
+// barrier proposes one last record on lead and waits for every member that
+// is up to apply it: everything before it is applied then, and the members
+// must agree on all of it.
+func (c *cluster) barrier(lead *member, name string) []string {
+	c.t.Helper()
+	if _, err := propose(c.t, lead, name); err != nil {
+		c.t.Fatalf("barrier %q on member %d: %v", name, lead.id, err)
+	}
+	for _, m := range c.members {
+		if m.up {
+			eventually(c.t, fmt.Sprintf("member %d applied %q", m.id, name), func() bool {
+				_, ok := m.sm.indexOf(name)
+				return ok
+			})
+		}
+	}
+	n := lead.sm.len()
+	recs := c.agree(n)
+	if len(recs) != n || recs[n-1] != name {
+		c.t.Fatalf("the barrier %q is not the last of %d records", name, n)
+	}
+	return recs
+}
+
+// TestReplicatedProposals: 16 callers × 50 proposals on the leader all
+// return with the index their record was applied at, every member applies
+// the same records in the same order, each caller's records in the order
+// it proposed them, in fewer entries than records (coalescing), and Status
+// and the metrics say who leads.
+func TestReplicatedProposals(t *testing.T) {
+	c := newCluster(t)
+	lead := c.leader(0)
+	const callers, each = 16, 50
+	got := newAcks()
+	var wg sync.WaitGroup
+	for w := range callers {
+		wg.Go(func() {
+			for j := range each {
+				rec := fmt.Sprintf("c%02d-%03d", w, j)
+				i, err := propose(t, lead, rec)
+				if err != nil {
+					t.Errorf("Propose %q: %v", rec, err)
+					return
+				}
+				got.add(rec, i)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	recs := c.agree(callers * each)
+	if len(recs) != callers*each {
+		t.Fatalf("%d records applied, want %d", len(recs), callers*each)
+	}
+	for _, m := range c.members {
+		got.check(t, m)
+	}
+	// A caller waits for each record before the next: its records are in
+	// the log in its order.
+	next := make([]int, callers)
+	for _, r := range recs {
+		var w, j int
+		if _, err := fmt.Sscanf(r, "c%02d-%03d", &w, &j); err != nil {
+			t.Fatal(err)
+		}
+		if j != next[w] {
+			t.Fatalf("caller %d's record %d applied where %d was due", w, j, next[w])
+		}
+		next[w]++
+	}
+	_, entries, _ := lead.sm.snapshot()
+	t.Logf("%d records in %d entries", len(recs), entries)
+	if entries >= len(recs) {
+		t.Errorf("%d records in %d entries: no coalescing", len(recs), entries)
+	}
+
+	st := lead.node.Status()
+	if !st.IsLeader || st.Leader != lead.id || st.ID != lead.id || st.Term == 0 || st.Applied < got.index["c00-049"] || st.Commit < st.Applied {
+		t.Errorf("leader's Status %+v", st)
+	}
+	for _, m := range c.members {
+		st := m.node.Status()
+		wantLeader := 0.0
+		if m == lead {
+			wantLeader = 1
+		}
+		if g := m.gauge(IsLeaderMetric); g != wantLeader {
+			t.Errorf("member %d: %s %v, want %v", m.id, IsLeaderMetric, g, wantLeader)
+		}
+		if g := m.gauge(TermMetric); g != float64(st.Term) {
+			t.Errorf("member %d: %s %v, Status says term %d", m.id, TermMetric, g, st.Term)
+		}
+		if g := m.gauge(LeaderChangesMetric); g < 1 {
+			t.Errorf("member %d: %s %v, want at least the first election", m.id, LeaderChangesMetric, g)
+		}
+		if m == lead {
+			continue
+		}
+		// A follower proposes nothing and names the leader.
+		_, err := m.node.Propose(t.Context(), []byte("on a follower"))
+		var nl *NotLeaderError
+		if !errors.Is(err, ErrNotLeader) || !errors.As(err, &nl) || nl.Leader != lead.id {
+			t.Errorf("Propose on follower %d: %v, want ErrNotLeader naming %d", m.id, err, lead.id)
+		}
+		if st.IsLeader || st.Leader != lead.id {
+			t.Errorf("follower %d's Status %+v", m.id, st)
+		}
+	}
+	if _, err := lead.node.Propose(t.Context(), make([]byte, lead.node.cfg.MaxSizePerMsg)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Propose of a record of MaxSizePerMsg: %v, want ErrTooLarge", err)
+	}
+	if _, ok := lead.sm.indexOf("on a follower"); ok {
+		t.Error("a follower's refused record was applied")
+	}
+}
+
+// load runs callers that propose on m until their first error, counting
+// acknowledgements, and returns a function that waits (bounded) for them
+// all and returns their last errors.
+func load(t *testing.T, m *member, callers int, tag string, got *acks) func() []error {
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for w := range callers {
+		wg.Go(func() {
+			for j := 0; ; j++ {
+				rec := fmt.Sprintf("%s%02d-%05d", tag, w, j)
+				i, err := propose(t, m, rec)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				got.add(rec, i)
+			}
+		})
+	}
+	return func() []error {
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("callers still waiting in Propose 30 s after their leader went away")
+		}
+		return errs
+	}
+}
+
+// TestLeaderCutOffFailsInflight: a leader that hears nothing from its
+// followers (its server stopped; it still sends) steps down within an
+// election timeout (CheckQuorum), and every caller waiting on it gets
+// ErrLeadershipLost (or, proposing after the step-down, ErrNotLeader); the
+// others elect a new leader that commits; the old one, heard again,
+// catches up, and every member applied every acknowledged record where its
+// caller was told.
+func TestLeaderCutOffFailsInflight(t *testing.T) {
+	c := newCluster(t)
+	lead := c.leader(0)
+	got := newAcks()
+	wait := load(t, lead, 16, "a", got)
+	eventually(t, "100 acknowledged", func() bool { return got.len() >= 100 })
+	lead.unserve()
+	lead.up = false // for leader(): it cannot hear who leads now
+	lost := 0
+	for _, err := range wait() {
+		switch {
+		case errors.Is(err, ErrLeadershipLost):
+			lost++
+		case errors.Is(err, ErrNotLeader):
+		default:
+			t.Errorf("a caller of the cut-off leader: %v, want ErrLeadershipLost or ErrNotLeader", err)
+		}
+	}
+	if lost == 0 {
+		t.Error("no caller was in flight when leadership was lost")
+	}
+	if st := lead.node.Status(); st.IsLeader {
+		t.Errorf("the cut-off leader still says it leads: %+v", st)
+	}
+	next := c.leader(lead.id)
+	for i := range 20 {
+		if _, err := propose(t, next, fmt.Sprintf("b%02d", i)); err != nil {
+			t.Fatalf("Propose on the new leader %d: %v", next.id, err)
+		}
+	}
+	l, err := net.Listen("tcp", lead.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead.serve(l)
+	lead.up = true
+	c.barrier(next, "barrier")
+	for _, m := range c.members {
+		got.check(t, m)
+	}
+}
+
+// TestLeaderKilledAndRestarted: the leader is closed at once with callers
+// in flight; every one of them returns (ErrStopped, or ErrLeadershipLost
+// if it lost first); the two others elect a new leader within a few
+// election timeouts and commit; the old member, restarted from its
+// directory, replays its log, catches up and applied the same sequence as
+// the others; and once all are closed no goroutine of theirs is left.
+func TestLeaderKilledAndRestarted(t *testing.T) {
+	c := newCluster(t)
+	lead := c.leader(0)
+	got := newAcks()
+	wait := load(t, lead, 16, "a", got)
+	eventually(t, "100 acknowledged", func() bool { return got.len() >= 100 })
+	lead.stop()
+	killed := time.Now()
+	for _, err := range wait() {
+		if !errors.Is(err, ErrStopped) && !errors.Is(err, ErrLeadershipLost) {
+			t.Errorf("a caller of the closed leader: %v, want ErrStopped or ErrLeadershipLost", err)
+		}
+	}
+	next := c.leader(lead.id)
+	if d := time.Since(killed); d > 10*testElection {
+		t.Errorf("a new leader after %v, more than 10 election timeouts", d)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for j := range 25 {
+				rec := fmt.Sprintf("b%d-%02d", w, j)
+				i, err := propose(t, next, rec)
+				if err != nil {
+					t.Errorf("Propose on the new leader %d: %v", next.id, err)
+					return
+				}
+				got.add(rec, i)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	lead.start(nil)
+	recs := c.barrier(next, "barrier")
+	for _, m := range c.members {
+		got.check(t, m)
+	}
+	t.Logf("%d records agreed, %d acknowledged", len(recs), got.len())
+	for _, m := range c.members {
+		m.stop()
+	}
+	eventually(t, "no goroutine of the nodes or transports left", func() bool { return replicaGoroutines() == 0 })
+}
+
+// faultFS is the OS's file system whose files can be made to refuse
+// writes for a full disk or fail fdatasync.
+type faultFS struct {
+	store.OS
+	noSpace  *atomic.Bool
+	syncFail *atomic.Bool
+}
+
+type faultFile struct {
+	store.File
+	fs *faultFS
+}
+
+func (f faultFS) Create(name string) (store.File, error) {
+	file, err := f.OS.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return faultFile{file, &f}, nil
+}
+
+func (f faultFS) OpenAppend(name string) (store.File, error) {
+	file, err := f.OS.OpenAppend(name)
+	if err != nil {
+		return nil, err
+	}
+	return faultFile{file, &f}, nil
+}
+
+func (f faultFile) Write(p []byte) (int, error) {
+	if f.fs.noSpace.Load() {
+		return 0, syscall.ENOSPC
+	}
+	return f.File.Write(p)
+}
+
+func (f faultFile) Sync() error {
+	if f.fs.syncFail.Load() {
+		return syscall.EIO
+	}
+	return f.File.Sync()
+}
+
+// single is a cluster of one member on a faultFS: it leads at once.
+func single(t *testing.T) (*Node, *applied, *faultFS) {
+	t.Helper()
+	fs := &faultFS{noSpace: &atomic.Bool{}, syncFail: &atomic.Bool{}}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close() // only its address: a member of one sends nothing
+	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: t.TempDir(), FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := newApplied()
+	n, err := New(Config{ID: 1, ClusterID: testCluster, Peers: map[uint64]string{1: l.Addr().String()},
+		Log: rlog, Apply: sm.apply, TickInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(); rlog.Close() })
+	eventually(t, "the single member leads", func() bool { return n.Status().IsLeader })
+	return n, sm, fs
+}
+
+// TestNoSpaceRetriesTheSave: a Ready refused for a full disk is saved
+// again, unchanged, once there is space: the proposal in it commits and
+// its caller is answered, while proposals made meanwhile are refused with
+// store.ErrNoSpace and never applied. A node that stopped (or advanced
+// past the unsaved Ready) instead would fail this.
+func TestNoSpaceRetriesTheSave(t *testing.T) {
+	n, sm, fs := single(t)
+	if _, err := n.Propose(t.Context(), []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	fs.noSpace.Store(true)
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		_, err := n.Propose(ctx, []byte("during"))
+		res <- err
+	}()
+	// "during" is the only proposal, so the Ready that failed holds it.
+	eventually(t, "a save refused for the full disk", n.noSpace.Load)
+	if _, err := n.Propose(t.Context(), []byte("refused")); !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("Propose while the disk is full: %v, want store.ErrNoSpace", err)
+	}
+	select {
+	case err := <-res:
+		t.Fatalf("Propose answered while its entry could not be saved: %v", err)
+	default:
+	}
+	fs.noSpace.Store(false)
+	if err := <-res; err != nil {
+		t.Fatalf("the proposal saved once space was back: %v", err)
+	}
+	if _, err := n.Propose(t.Context(), []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, errs := sm.snapshot()
+	if !slices.Equal(recs, []string{"before", "during", "after"}) || len(errs) > 0 {
+		t.Fatalf("applied %q (%v), want before, during, after", recs, errs)
+	}
+	if n.Err() != nil {
+		t.Fatalf("Err after a full disk: %v", n.Err())
+	}
+}
+
+// TestSaveFailureStopsTheNode: an fdatasync failure stops the node for
+// good (fail-stop, as the store): the caller in flight gets ErrStopped
+// with the cause, Done closes, Err says why, and later proposals are
+// refused with it.
+func TestSaveFailureStopsTheNode(t *testing.T) {
+	n, _, fs := single(t)
+	fs.syncFail.Store(true)
+	_, err := n.Propose(t.Context(), []byte("lost"))
+	if !errors.Is(err, ErrStopped) || !errors.Is(err, store.ErrStopped) || !strings.Contains(err.Error(), "fdatasync") {
+		t.Fatalf("Propose when fdatasync fails: %v, want ErrStopped naming fdatasync", err)
+	}
+	select {
+	case <-n.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed after the failure")
+	}
+	if !errors.Is(n.Err(), store.ErrStopped) {
+		t.Fatalf("Err: %v", n.Err())
+	}
+	if _, err := n.Propose(t.Context(), []byte("later")); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Propose after the failure: %v", err)
+	}
+	if err := n.Close(); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Close after the failure: %v", err)
+	}
+}
+
+// TestNewRefusesASnapshot: a log that holds a snapshot is refused, since
+// the node cannot restore the state machine from one yet.
+func TestNewRefusesASnapshot(t *testing.T) {
+	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rlog.Close()
+	if err := rlog.Save(raftpb.HardState{Term: 1, Commit: 1}, []raftpb.Entry{{Term: 1, Index: 1}}, raftpb.Snapshot{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rlog.CreateSnapshot(1, &raftpb.ConfState{Voters: []uint64{1}}, []byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(Config{ID: 1, ClusterID: testCluster, Peers: map[uint64]string{1: "127.0.0.1:1"}, Log: rlog, Apply: func([][]byte, uint64) {}})
+	if err == nil || !strings.Contains(err.Error(), "snapshot") {
+		t.Fatalf("New on a log with a snapshot: %v", err)
+	}
+}
+
+// TestConfigRefused: what New refuses before starting anything.
+func TestConfigRefused(t *testing.T) {
+	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rlog.Close()
+	ok := func() Config {
+		return Config{ID: 1, ClusterID: 7, Peers: map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2"}, Log: rlog, Apply: func([][]byte, uint64) {}}
+	}
+	for name, change := range map[string]func(*Config){
+		"no id":                 func(c *Config) { c.ID = 0 },
+		"no cluster":            func(c *Config) { c.ClusterID = 0 },
+		"no log":                func(c *Config) { c.Log = nil },
+		"no apply":              func(c *Config) { c.Apply = nil },
+		"self not in peers":     func(c *Config) { c.ID = 3 },
+		"bad address":           func(c *Config) { c.Peers[2] = "nowhere" },
+		"election <= heartbeat": func(c *Config) { c.ElectionTick, c.HeartbeatTick = 2, 2 },
+		"messages too large":    func(c *Config) { c.MaxMessageBytes, c.MaxSizePerMsg = 1<<20, 600<<10 },
+	} {
+		cfg := ok()
+		change(&cfg)
+		if n, err := New(cfg); err == nil {
+			n.Close()
+			t.Errorf("%s: New accepted it", name)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package replica
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"go.etcd.io/raft/v3"
+)
+
+// Propose puts data, one record, in the log and returns the index of the
+// entry that holds it once that entry is committed and applied on this
+// member (Apply has returned for it). Records of concurrent callers share
+// an entry (group commit), in the order the proposer took them.
+//
+// Errors: *NotLeaderError (ErrNotLeader) on a follower, ErrTooLarge and
+// store.ErrNoSpace (a full disk) leave nothing in the log. ErrLeadershipLost,
+// ErrStopped, and ctx's error once the entry may have been proposed, leave
+// the outcome unknown: the record may yet be committed.
+func (n *Node) Propose(ctx context.Context, data []byte) (uint64, error) {
+	if size := entryHeader + recordSize(data); size > n.maxData {
+		return 0, fmt.Errorf("%w: %d bytes in an entry of at most %d", ErrTooLarge, size, n.maxData)
+	}
+	if st := n.Status(); !st.IsLeader {
+		if err := n.stoppedErr(); err != nil {
+			return 0, err
+		}
+		return 0, &NotLeaderError{Leader: st.Leader}
+	}
+	if n.noSpace.Load() {
+		return 0, fmt.Errorf("replica: %w", store.ErrNoSpace)
+	}
+	// A copy: a caller whose ctx ends returns before the proposer may
+	// have read data.
+	c := &call{data: bytes.Clone(data), done: make(chan result, 1)}
+	n.mu.Lock()
+	if n.closed {
+		err := n.err
+		n.mu.Unlock()
+		return 0, err
+	}
+	n.pending = append(n.pending, c)
+	n.mu.Unlock()
+	select {
+	case n.kick <- struct{}{}:
+	default: // the loop has been told already
+	}
+	select {
+	case r := <-c.done:
+		return r.index, r.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("replica: propose: %w", ctx.Err())
+	}
+}
+
+// stoppedErr is why the node stopped, or nil while it runs.
+func (n *Node) stoppedErr() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return n.err
+	}
+	return nil
+}
+
+// takePending hands the loop the proposals waiting.
+func (n *Node) takePending() []*call {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	calls := n.pending
+	n.pending = nil
+	return calls
+}
+
+// proposePending is the proposer, on the loop's goroutine: every record
+// waiting goes into as few entries as fit MaxSizePerMsg, each proposed
+// without waiting for the one before to commit.
+func (n *Node) proposePending() {
+	calls := n.takePending()
+	if len(calls) == 0 {
+		return
+	}
+	bs := n.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader {
+		// Never proposed: a known outcome.
+		fail(calls, &NotLeaderError{Leader: bs.Lead})
+		return
+	}
+	for len(calls) > 0 {
+		n.seq++
+		data := appendEntryHeader(make([]byte, 0, n.entrySize(calls)), proposalID{n.cfg.ID, n.incarnation, n.seq})
+		k := 0
+		for ; k < len(calls); k++ {
+			if k > 0 && len(data)+recordSize(calls[k].data) > n.maxData {
+				break
+			}
+			data = appendRecord(data, calls[k].data)
+		}
+		taken := calls[:k:k]
+		calls = calls[k:]
+		if err := n.rn.Propose(data); err != nil {
+			fail(taken, fmt.Errorf("%w: %w", ErrDropped, err))
+			continue
+		}
+		n.inflight[n.seq] = &batch{calls: taken, term: bs.Term}
+	}
+}
+
+// entrySize is the data of an entry that takes calls from the first, as
+// far as they fit: the buffer to allocate.
+func (n *Node) entrySize(calls []*call) int {
+	size := entryHeader
+	for i, c := range calls {
+		s := recordSize(c.data)
+		if i > 0 && size+s > n.maxData {
+			break
+		}
+		size += s
+	}
+	return size
+}
+
+// complete answers the callers of the entry id at index, if they are this
+// incarnation's.
+func (n *Node) complete(id proposalID, index uint64) {
+	if id.member != n.cfg.ID || id.incarnation != n.incarnation {
+		return
+	}
+	b := n.inflight[id.seq]
+	if b == nil {
+		return // answered already: leadership was lost, or its caller gave up
+	}
+	delete(n.inflight, id.seq)
+	for _, c := range b.calls {
+		c.done <- result{index: index}
+	}
+}
+
+// failLost answers ErrLeadershipLost to every batch proposed in a term in
+// which this member no longer leads.
+func (n *Node) failLost(bs raft.BasicStatus) {
+	for seq, b := range n.inflight {
+		if bs.RaftState != raft.StateLeader || bs.Term != b.term {
+			delete(n.inflight, seq)
+			fail(b.calls, ErrLeadershipLost)
+		}
+	}
+}
+
+// fail answers calls with err.
+func fail(calls []*call, err error) {
+	for _, c := range calls {
+		c.done <- result{err: err}
+	}
+}
