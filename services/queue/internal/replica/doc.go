@@ -50,8 +50,18 @@
 //     in which a batch was proposed, the batch's callers get
 //     ErrLeadershipLost: the entry may yet be committed by the next leader
 //     or be overwritten, and this member cannot tell which (as with a
-//     failed fsync of the single member's store). The broker will rebuild
-//     its memory from the log then.
+//     failed fsync of the single member's store). A state machine that
+//     applied its own changes as it proposed them (the broker does, under
+//     its locks) is told so by Follow, before anything more is applied,
+//     and rebuilds itself from the entries applied so far.
+//
+// Lead and Follow bracket a leadership. Lead comes once the leader has
+// applied the empty entry raft appends at the start of its term, so every
+// earlier term's entries are applied (a new leader's state is then the
+// committed one, which it settles as a restart does); Follow comes when it
+// stops leading. Enqueue, with Last, lets such a state machine put records
+// in line under its own lock, in the order it made them, and wait outside
+// it.
 //   - A Save that fails with store.ErrStopped (a write or fdatasync error)
 //     stops the node for good, fail-stop as the store is: every caller gets
 //     ErrStopped wrapping the cause, Done is closed and Err says why; the

@@ -47,6 +47,28 @@ type applied struct {
 	entries int
 	last    uint64
 	errs    []string
+	hooked  []string // "lead <term>" and "follow", in order
+}
+
+func (a *applied) lead(term uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.hooked = append(a.hooked, fmt.Sprintf("lead %d", term))
+}
+
+// follow rebuilds the state machine from replay, as Follow asks.
+func (a *applied) follow(replay func(apply func(records [][]byte, index uint64)) error) error {
+	a.mu.Lock()
+	a.hooked = append(a.hooked, "follow")
+	a.records, a.index, a.entries, a.last = nil, map[string]uint64{}, 0, 0
+	a.mu.Unlock()
+	return replay(a.apply)
+}
+
+func (a *applied) hooks() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.hooked)
 }
 
 func newApplied() *applied { return &applied{index: map[string]uint64{}} }
@@ -184,6 +206,7 @@ func (m *member) start(lis net.Listener) {
 	m.reg = prometheus.NewRegistry()
 	m.node, err = New(Config{
 		ID: m.id, ClusterID: testCluster, Peers: m.peers, Log: m.rlog, Apply: m.sm.apply,
+		Lead: m.sm.lead, Follow: m.sm.follow,
 		TickInterval: testTick, Logger: logger, Registerer: m.reg,
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/batonrun/baton/services/queue/internal/store"
@@ -89,6 +90,13 @@ func (n *Node) ready() error {
 	if err := n.save(rd); err != nil {
 		return err
 	}
+	if n.leading {
+		if bs := n.rn.BasicStatus(); bs.RaftState != raft.StateLeader || bs.Term != n.leadTerm {
+			if err := n.follow(); err != nil {
+				return err
+			}
+		}
+	}
 	n.tr.Send(rd.Messages)
 	for i := range rd.CommittedEntries {
 		if err := n.apply(&rd.CommittedEntries[i]); err != nil {
@@ -147,6 +155,10 @@ func (n *Node) apply(e *raftpb.Entry) error {
 			}
 			n.cfg.Apply(recs, e.Index)
 			n.complete(id, e.Index)
+		} else if bs := n.rn.BasicStatus(); !n.leading && bs.RaftState == raft.StateLeader && e.Term == bs.Term {
+			// The empty entry of this leader's term: everything before it
+			// is applied.
+			n.lead(e.Term)
 		}
 	case raftpb.EntryConfChange:
 		var cc raftpb.ConfChange
@@ -259,4 +271,63 @@ func (n *Node) exit(err error) {
 	n.statusMu.Unlock()
 	n.m.isLeader.Set(0)
 	close(n.done)
+}
+
+// lead marks this member leading in term and calls Lead. A record enqueued
+// in an earlier leadership is not one Last may return now: its outcome was
+// settled when that leadership ended.
+func (n *Node) lead(term uint64) {
+	n.leading, n.leadTerm = true, term
+	n.mu.Lock()
+	n.last = nil
+	n.mu.Unlock()
+	if n.cfg.Lead != nil {
+		n.cfg.Lead(term)
+	}
+}
+
+// follow ends a leadership: Follow rebuilds the state machine from the
+// entries applied so far.
+func (n *Node) follow() error {
+	n.leading = false
+	n.mu.Lock()
+	n.last = nil
+	n.mu.Unlock()
+	if n.cfg.Follow == nil {
+		return nil
+	}
+	if err := n.cfg.Follow(n.replay); err != nil {
+		return fmt.Errorf("rebuild after leadership ended: %w", err)
+	}
+	return nil
+}
+
+// replay hands apply every entry applied so far that holds records, in
+// log order, from the log's first; on the loop's goroutine, so nothing is
+// applied meanwhile.
+func (n *Node) replay(apply func(records [][]byte, index uint64)) error {
+	storage := n.cfg.Log.MemoryStorage()
+	first, err := storage.FirstIndex()
+	if err != nil {
+		return err
+	}
+	const step = 1024
+	for lo := first; lo <= n.applied; lo += step {
+		hi := min(lo+step, n.applied+1)
+		ents, err := storage.Entries(lo, hi, math.MaxUint64)
+		if err != nil {
+			return fmt.Errorf("read entries %d to %d: %w", lo, hi-1, err)
+		}
+		for _, e := range ents {
+			if e.Type != raftpb.EntryNormal || len(e.Data) == 0 {
+				continue
+			}
+			_, recs, err := decodeEntry(e.Data)
+			if err != nil {
+				return fmt.Errorf("entry %d: %w", e.Index, err)
+			}
+			apply(recs, e.Index)
+		}
+	}
+	return nil
 }

@@ -63,6 +63,21 @@ type Config struct {
 	// single member's store. It must not modify the records (it may keep
 	// them) and must not wait for a Propose, which needs this goroutine.
 	Apply func(records [][]byte, index uint64)
+	// Lead, if set, is called on the Ready loop once this member leads
+	// and has applied every entry of the terms before: when the empty
+	// entry raft appends at the start of a term is applied on its leader.
+	// From then until Follow, every entry committed is one this member
+	// proposed in that term, so a state machine that applied its own
+	// changes as it proposed them has them already. Like Apply it must not
+	// wait for a Propose.
+	Lead func(term uint64)
+	// Follow, if set, is called on the Ready loop when a member Lead was
+	// called on stops leading, before any further entry is applied. A
+	// state machine that applied its own changes as it proposed them then
+	// holds some that may never be committed: it discards its state and
+	// rebuilds it from the entries applied so far, which replay hands to
+	// apply in log order, as a restart would. An error stops the node.
+	Follow func(replay func(apply func(records [][]byte, index uint64)) error) error
 
 	// TickInterval is one Raft tick; 0 means DefaultTickInterval.
 	TickInterval time.Duration
@@ -137,6 +152,7 @@ type Node struct {
 	// answered them all.
 	mu      sync.Mutex
 	pending []*call
+	last    *call // the latest enqueued in this leadership (Last)
 	closed  bool
 	err     error // why the node stopped; set before done is closed
 
@@ -150,12 +166,16 @@ type Node struct {
 	inflight map[uint64]*batch // by proposal seq
 	applied  uint64
 	lastLead uint64
+	leading  bool   // Lead was called, Follow not since
+	leadTerm uint64 // the term Lead was called for
 }
 
-// call is one Propose waiting.
+// call is one Propose waiting. res is written once, before done is
+// closed.
 type call struct {
 	data []byte
-	done chan result // buffered 1: answered once, never blocking the loop
+	done chan struct{}
+	res  result
 }
 
 type result struct {

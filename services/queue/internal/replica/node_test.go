@@ -264,6 +264,63 @@ func TestLeaderCutOffFailsInflight(t *testing.T) {
 	}
 }
 
+// TestLeadAndFollow: Lead is called on the leader alone, with its term,
+// once it has applied what came before; a leader cut off from the others
+// gets Follow once it steps down, and its state machine, rebuilt from
+// replay, holds exactly what it had applied; the new leader gets Lead with
+// its own, higher term.
+func TestLeadAndFollow(t *testing.T) {
+	c := newCluster(t)
+	lead := c.leader(0)
+	term := lead.node.Status().Term
+	eventually(t, "Lead on the leader", func() bool {
+		return slices.Equal(lead.sm.hooks(), []string{fmt.Sprintf("lead %d", term)})
+	})
+	for i := range 10 {
+		if _, err := propose(t, lead, fmt.Sprintf("a%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := c.agree(10)
+	for _, m := range c.members {
+		if m != lead {
+			if h := m.sm.hooks(); len(h) != 0 {
+				t.Errorf("member %d, a follower, had hooks %v", m.id, h)
+			}
+		}
+	}
+	lead.unserve()
+	lead.up = false
+	eventually(t, "Follow on the cut-off leader", func() bool {
+		return slices.Equal(lead.sm.hooks(), []string{fmt.Sprintf("lead %d", term), "follow"})
+	})
+	recs, _, errs := lead.sm.snapshot()
+	if !slices.Equal(recs, before) || len(errs) > 0 {
+		t.Errorf("rebuilt from replay: %d records %v (errors %v), want the %d applied before", len(recs), recs, errs, len(before))
+	}
+	next := c.leader(lead.id)
+	eventually(t, "Lead on the new leader", func() bool {
+		h := next.sm.hooks()
+		return len(h) == 1 && h[0] == fmt.Sprintf("lead %d", next.node.Status().Term)
+	})
+	if nt := next.node.Status().Term; nt <= term {
+		t.Errorf("the new leader's term %d, want more than %d", nt, term)
+	}
+	// Healed, the old leader follows the new one on its rebuilt state.
+	l, err := net.Listen("tcp", lead.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead.serve(l)
+	lead.up = true
+	for i := range 5 {
+		if _, err := propose(t, next, fmt.Sprintf("b%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.agree(15)
+}
+
 // TestLeaderKilledAndRestarted: the leader is closed at once with callers
 // in flight; every one of them returns (ErrStopped, or ErrLeadershipLost
 // if it lost first); the two others elect a new leader within a few

@@ -19,39 +19,77 @@ import (
 // ErrStopped, and ctx's error once the entry may have been proposed, leave
 // the outcome unknown: the record may yet be committed.
 func (n *Node) Propose(ctx context.Context, data []byte) (uint64, error) {
+	p, err := n.Enqueue(data)
+	if err != nil {
+		return 0, err
+	}
+	return p.Wait(ctx)
+}
+
+// A Proposal is a record Enqueue put in line for the log.
+type Proposal struct{ c *call }
+
+// Wait returns Propose's answer for the record: the index of its entry once
+// committed and applied here, or why not. If ctx ends first it returns
+// ctx's error; the record may still be committed.
+func (p *Proposal) Wait(ctx context.Context) (uint64, error) {
+	if p == nil || p.c == nil {
+		return 0, nil // Last with nothing proposed
+	}
+	select {
+	case <-p.c.done:
+		return p.c.res.index, p.c.res.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("replica: propose: %w", ctx.Err())
+	}
+}
+
+// Enqueue puts data in line for the log without waiting: records enqueued
+// one after another are proposed, and so committed, in that order, which
+// is what lets a caller enqueue under its own lock and wait outside it. Its
+// errors are Propose's known outcomes (nothing is in line); Wait gives the
+// rest.
+func (n *Node) Enqueue(data []byte) (*Proposal, error) {
 	if size := entryHeader + recordSize(data); size > n.maxData {
-		return 0, fmt.Errorf("%w: %d bytes in an entry of at most %d", ErrTooLarge, size, n.maxData)
+		return nil, fmt.Errorf("%w: %d bytes in an entry of at most %d", ErrTooLarge, size, n.maxData)
 	}
 	if st := n.Status(); !st.IsLeader {
 		if err := n.stoppedErr(); err != nil {
-			return 0, err
+			return nil, err
 		}
-		return 0, &NotLeaderError{Leader: st.Leader}
+		return nil, &NotLeaderError{Leader: st.Leader}
 	}
 	if n.noSpace.Load() {
-		return 0, fmt.Errorf("replica: %w", store.ErrNoSpace)
+		return nil, fmt.Errorf("replica: %w", store.ErrNoSpace)
 	}
-	// A copy: a caller whose ctx ends returns before the proposer may
-	// have read data.
-	c := &call{data: bytes.Clone(data), done: make(chan result, 1)}
+	// A copy: the caller may reuse data at once.
+	c := &call{data: bytes.Clone(data), done: make(chan struct{})}
 	n.mu.Lock()
 	if n.closed {
 		err := n.err
 		n.mu.Unlock()
-		return 0, err
+		return nil, err
 	}
 	n.pending = append(n.pending, c)
+	n.last = c
 	n.mu.Unlock()
 	select {
 	case n.kick <- struct{}{}:
 	default: // the loop has been told already
 	}
-	select {
-	case r := <-c.done:
-		return r.index, r.err
-	case <-ctx.Done():
-		return 0, fmt.Errorf("replica: propose: %w", ctx.Err())
-	}
+	return &Proposal{c}, nil
+}
+
+// Last returns the latest record enqueued in this member's current
+// leadership, or an empty Proposal (Wait answers at once) if there is none:
+// waiting on it covers every record enqueued before, since entries commit
+// in order. A caller whose change was already made by a record in flight
+// (an Add collapsed onto a key just added) waits on it, as on an empty
+// Append of the single member's store.
+func (n *Node) Last() *Proposal {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return &Proposal{n.last}
 }
 
 // stoppedErr is why the node stopped, or nil while it runs.
@@ -133,7 +171,7 @@ func (n *Node) complete(id proposalID, index uint64) {
 	}
 	delete(n.inflight, id.seq)
 	for _, c := range b.calls {
-		c.done <- result{index: index}
+		c.finish(result{index: index})
 	}
 }
 
@@ -151,6 +189,12 @@ func (n *Node) failLost(bs raft.BasicStatus) {
 // fail answers calls with err.
 func fail(calls []*call, err error) {
 	for _, c := range calls {
-		c.done <- result{err: err}
+		c.finish(result{err: err})
 	}
+}
+
+// finish answers c once; every Wait on it sees the result.
+func (c *call) finish(r result) {
+	c.res = r
+	close(c.done)
 }
