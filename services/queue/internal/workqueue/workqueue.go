@@ -687,6 +687,14 @@ func (q *Queue) Restore(r *record.Record) {
 		// In log order, which is nearly always pending_since order:
 		// Settle can then skip the sort.
 		q.restored = append(q.restored, it)
+		// A replicated queue's follower restores for as long as it
+		// follows, and every record that replaces a key leaves its old
+		// item here: dropped now and then, so the list stays near the
+		// number of pending keys (a recovery that replaces keys often pays
+		// the same small cost).
+		if len(q.restored) > 2*q.pending+1024 {
+			q.restored = slices.DeleteFunc(q.restored, func(it *item) bool { return it.state != Pending })
+		}
 	}
 }
 
