@@ -3,6 +3,7 @@ package replica
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/batonrun/baton/services/queue/internal/store"
@@ -49,9 +50,21 @@ func (p *Proposal) Wait(ctx context.Context) (uint64, error) {
 // is what lets a caller enqueue under its own lock and wait outside it. Its
 // errors are Propose's known outcomes (nothing is in line); Wait gives the
 // rest.
-func (n *Node) Enqueue(data []byte) (*Proposal, error) {
-	if size := entryHeader + recordSize(data); size > n.maxData {
-		return nil, fmt.Errorf("%w: %d bytes in an entry of at most %d", ErrTooLarge, size, n.maxData)
+func (n *Node) Enqueue(data []byte) (*Proposal, error) { return n.EnqueueAll([][]byte{data}) }
+
+// EnqueueAll is Enqueue for several records at once: all of them are put
+// in line, in order, or none is. The Proposal is the last one's, which
+// commits after the others. A caller with more than MaxRecordBytes to log
+// splits it into records this way, so that a full disk or a lost
+// leadership can never leave half of it in line.
+func (n *Node) EnqueueAll(datas [][]byte) (*Proposal, error) {
+	if len(datas) == 0 {
+		return n.Last(), nil
+	}
+	for _, data := range datas {
+		if size := entryHeader + recordSize(data); size > n.maxData {
+			return nil, fmt.Errorf("%w: %d bytes in an entry of at most %d", ErrTooLarge, size, n.maxData)
+		}
 	}
 	if st := n.Status(); !st.IsLeader {
 		if err := n.stoppedErr(); err != nil {
@@ -62,22 +75,32 @@ func (n *Node) Enqueue(data []byte) (*Proposal, error) {
 	if n.noSpace.Load() {
 		return nil, fmt.Errorf("replica: %w", store.ErrNoSpace)
 	}
-	// A copy: the caller may reuse data at once.
-	c := &call{data: bytes.Clone(data), done: make(chan struct{})}
+	// Copies: the caller may reuse datas at once.
+	calls := make([]*call, len(datas))
+	for i, data := range datas {
+		calls[i] = &call{data: bytes.Clone(data), done: make(chan struct{})}
+	}
 	n.mu.Lock()
 	if n.closed {
 		err := n.err
 		n.mu.Unlock()
 		return nil, err
 	}
-	n.pending = append(n.pending, c)
-	n.last = c
+	n.pending = append(n.pending, calls...)
+	last := calls[len(calls)-1]
+	n.last = last
 	n.mu.Unlock()
 	select {
 	case n.kick <- struct{}{}:
 	default: // the loop has been told already
 	}
-	return &Proposal{c}, nil
+	return &Proposal{last}, nil
+}
+
+// MaxRecordBytes is the largest record Enqueue takes: one that fills an
+// entry alone.
+func (n *Node) MaxRecordBytes() int {
+	return n.maxData - entryHeader - binary.MaxVarintLen64
 }
 
 // Last returns the latest record enqueued in this member's current
