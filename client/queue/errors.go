@@ -29,6 +29,16 @@ const (
 	// of a queue of one member (baton-queue without --initial-cluster),
 	// which has no peers to replicate to; nothing changed.
 	ReasonNotReplicated = "NOT_REPLICATED"
+	// ReasonNotLeader (UNAVAILABLE): the member of a replicated queue that
+	// was called does not lead it now and could not hand the call to the
+	// leader (there is none yet, or it has just changed); nothing changed,
+	// retry on any member.
+	ReasonNotLeader = "NOT_LEADER"
+	// ReasonLeadershipLost (UNAVAILABLE): the leader lost its leadership
+	// with the call's change in flight; the change may or may not be
+	// stored, as after a deadline. Retrying an Add is safe (it collapses);
+	// a retried Ack meets the new leader, for which the lease is gone.
+	ReasonLeadershipLost = "LEADERSHIP_LOST"
 )
 
 // Errors the client's calls wrap, with the gRPC status error, so callers
@@ -46,13 +56,21 @@ var (
 	// ErrNotReplicated is returned by MemberAdd and MemberRemove on a queue
 	// of one member: nothing changed.
 	ErrNotReplicated = errors.New("queue: the queue is one member, not replicated")
+	// ErrNotLeader is returned when the member called does not lead the
+	// replicated queue and could not hand the call on: nothing changed.
+	ErrNotLeader = errors.New("queue: the member does not lead the queue")
+	// ErrLeadershipLost is returned when leadership moved with the call's
+	// change in flight: the outcome is unknown.
+	ErrLeadershipLost = errors.New("queue: leadership moved with the change in flight")
 )
 
 var reasons = map[string]error{
-	ReasonNoSpace:       ErrNoSpace,
-	ReasonTooManyQueues: ErrTooManyQueues,
-	ReasonStopped:       ErrStopped,
-	ReasonNotReplicated: ErrNotReplicated,
+	ReasonNoSpace:        ErrNoSpace,
+	ReasonTooManyQueues:  ErrTooManyQueues,
+	ReasonStopped:        ErrStopped,
+	ReasonNotReplicated:  ErrNotReplicated,
+	ReasonNotLeader:      ErrNotLeader,
+	ReasonLeadershipLost: ErrLeadershipLost,
 }
 
 // Refusal returns the gRPC status error for a refusal of reason, with its

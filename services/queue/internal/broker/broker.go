@@ -73,7 +73,7 @@ const (
 // Broker owns every queue of one store.
 type Broker struct {
 	cfg     Config
-	st      *store.Store
+	j       journal
 	log     *slog.Logger
 	metrics *Metrics
 	tokens  tokens
@@ -85,6 +85,15 @@ type Broker struct {
 	// existing counts the shards that exist (Add made them, or recovery):
 	// the queues MaxQueues bounds. The others are waiting Leases' alone.
 	existing atomic.Int64
+	// leading is set while this broker answers calls: always for a single
+	// member; on a member of a replicated queue, from Lead to Follow
+	// (replicated.go). Changed only with mu held exclusively.
+	leading atomic.Bool
+	// A replicated queue's member: names interns the queue names of the
+	// records it loads (under mu, exclusively); attached is closed once
+	// the journal is set, which Lead waits for.
+	names    record.Names
+	attached chan struct{}
 
 	compacting atomic.Bool
 	walkStep   int // keys per locked step of a snapshot walk
@@ -122,25 +131,8 @@ type shard struct {
 
 // Open recovers the queues from the store in dir and starts the broker.
 func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*Broker, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.DefaultLease <= 0 {
-		cfg.DefaultLease = 30 * time.Second
-	}
-	if cfg.CompactBytes <= 0 {
-		cfg.CompactBytes = 64 << 20
-	}
-	if cfg.MaxQueues <= 0 {
-		cfg.MaxQueues = DefaultMaxQueues
-	}
-	if cfg.EmptyRetention <= 0 {
-		cfg.EmptyRetention = DefaultEmptyRetention
-	}
-	if metrics == nil {
-		metrics = NewMetrics()
-	}
-	b := &Broker{cfg: cfg, log: log, metrics: metrics, queues: map[string]*shard{}, closed: make(chan struct{}), draining: make(chan struct{})}
+	b := newBroker(cfg, metrics, log)
+	log = b.log
 	opts.Logger = log
 	start := time.Now()
 	restored := 0
@@ -149,13 +141,8 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	// again for nothing.
 	gc := debug.SetGCPercent(800)
 	st, err := store.Open(opts, func(r *record.Record) {
-		sh := b.shardLocked(r.Queue)
-		if !sh.exists {
-			sh.exists = true
-			b.existing.Add(1)
-		}
+		b.restore(r)
 		if r.Kind != record.KindQueue {
-			sh.q.Restore(r)
 			restored++
 		}
 	})
@@ -163,9 +150,10 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 		debug.SetGCPercent(gc)
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	b.st = st
+	b.j = storeJournal{st}
 	b.tokens.epoch.Store(st.Epoch())
-	b.tokens.st = st
+	b.tokens.j = b.j
+	b.leading.Store(true)
 	now := time.Now().UnixNano()
 	keys := 0
 	for _, sh := range b.queues {
@@ -186,6 +174,45 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	return b, nil
 }
 
+// newBroker is a broker with no journal yet and cfg's defaults filled in.
+func newBroker(cfg Config, metrics *Metrics, log *slog.Logger) *Broker {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DefaultLease <= 0 {
+		cfg.DefaultLease = 30 * time.Second
+	}
+	if cfg.CompactBytes <= 0 {
+		cfg.CompactBytes = 64 << 20
+	}
+	if cfg.MaxQueues <= 0 {
+		cfg.MaxQueues = DefaultMaxQueues
+	}
+	if cfg.EmptyRetention <= 0 {
+		cfg.EmptyRetention = DefaultEmptyRetention
+	}
+	if metrics == nil {
+		metrics = NewMetrics()
+	}
+	return &Broker{cfg: cfg, log: log, metrics: metrics, queues: map[string]*shard{}, closed: make(chan struct{}), draining: make(chan struct{})}
+}
+
+// restore loads one stored record, as recovery and a follower do: the
+// queue it names exists from then on. b.mu is held exclusively, or the
+// broker is recovering.
+func (b *Broker) restore(r *record.Record) { b.load(b.shardLocked(r.Queue), r) }
+
+// load is restore into sh, the shard r names.
+func (b *Broker) load(sh *shard, r *record.Record) {
+	if !sh.exists {
+		sh.exists = true
+		b.existing.Add(1)
+	}
+	if r.Kind != record.KindQueue {
+		sh.q.Restore(r)
+	}
+}
+
 func (sh *shard) sink(r *record.Record) { sh.buf = record.Append(sh.buf, r) }
 
 // shardLocked returns the named shard, creating it; the caller holds b.mu
@@ -202,28 +229,40 @@ func (b *Broker) shardLocked(name string) *shard {
 
 // lock returns the named shard locked, with b.mu held shared, and its due
 // deadlines applied; end with b.unlock, or b.commit for a change. It creates
-// the shard if there is none: only Add, and a Lease about to wait, may.
-func (b *Broker) lock(name string) *shard {
-	if sh := b.lockExisting(name); sh != nil {
-		return sh
+// the shard if there is none: only Add, and a Lease about to wait, may. On
+// a member that does not lead, it returns ErrNotLeader and holds nothing.
+func (b *Broker) lock(name string) (*shard, error) {
+	if sh, err := b.lockExisting(name); sh != nil || err != nil {
+		return sh, err
 	}
 	b.mu.Lock()
+	if !b.leading.Load() {
+		b.mu.Unlock()
+		return nil, ErrNotLeader
+	}
 	b.shardLocked(name)
 	b.mu.Unlock()
 	return b.lock(name)
 }
 
 // lockExisting is lock for a shard there is, or nil (and no lock held).
-func (b *Broker) lockExisting(name string) *shard {
+// Whether this member leads is checked under b.mu, which a change of
+// leadership holds exclusively: an operation that passes runs wholly in
+// one leadership.
+func (b *Broker) lockExisting(name string) (*shard, error) {
 	b.mu.RLock()
+	if !b.leading.Load() {
+		b.mu.RUnlock()
+		return nil, ErrNotLeader
+	}
 	sh := b.queues[name]
 	if sh == nil {
 		b.mu.RUnlock()
-		return nil
+		return nil, nil
 	}
 	sh.mu.Lock()
 	b.advance(sh)
-	return sh
+	return sh, nil
 }
 
 // abort ends an operation begun on sh that changed nothing.
@@ -319,7 +358,7 @@ func (b *Broker) advance(sh *shard) {
 		sh.q.Commit()
 		return
 	}
-	_, err := b.st.Append(sh.buf) // expiry records need no waiter
+	_, err := b.j.Append(sh.buf) // expiry records need no waiter
 	sh.buf = sh.buf[:0]
 	if err != nil {
 		sh.q.Rollback()
@@ -353,8 +392,8 @@ func (sh *shard) begin() (pendingBefore int, existed bool) {
 // commit writes the operation's records and keeps its changes, or, if the
 // log refuses them, undoes every one; then it unlocks. The returned batch is
 // durable once Wait returns nil.
-func (b *Broker) commit(sh *shard, pendingBefore int, existed bool) (*store.Batch, error) {
-	batch, err := b.st.Append(sh.buf)
+func (b *Broker) commit(sh *shard, pendingBefore int, existed bool) (waiter, error) {
+	batch, err := b.j.Append(sh.buf)
 	sh.buf = sh.buf[:0]
 	if err != nil {
 		sh.q.Rollback()
@@ -394,6 +433,12 @@ func (b *Broker) fire(sh *shard) {
 	default:
 	}
 	b.mu.RLock()
+	if !b.leading.Load() || b.queues[sh.q.Name()] != sh {
+		// A shard of an ended leadership, discarded by Follow: its state
+		// is not the log's, and nothing of it may be written.
+		b.mu.RUnlock()
+		return
+	}
 	sh.mu.Lock()
 	before := sh.q.PendingCount()
 	sh.timerAt = 0
@@ -404,7 +449,10 @@ func (b *Broker) fire(sh *shard) {
 // Add announces keys to queue. It returns how many were queued and
 // collapsed, once every change is durable.
 func (b *Broker) Add(ctx context.Context, queue string, keys []string, delay time.Duration, p workqueue.Priority) (queued, collapsed int, err error) {
-	sh := b.lock(queue)
+	sh, err := b.lock(queue)
+	if err != nil {
+		return 0, 0, err
+	}
 	sh.use()
 	before, existed := sh.begin()
 	now := time.Now().UnixNano()
@@ -466,12 +514,18 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, holder *string
 	}
 	expired := false
 	for {
-		sh := b.lockExisting(queue)
+		sh, err := b.lockExisting(queue)
+		if err != nil {
+			return nil, err
+		}
 		if sh == nil {
 			if wait <= 0 || expired {
 				return nil, nil // no queue, nothing to hand out: nothing kept
 			}
-			sh = b.lock(queue) // a shard to wait on, for the Add that wakes us
+			// A shard to wait on, for the Add that wakes us.
+			if sh, err = b.lock(queue); err != nil {
+				return nil, err
+			}
 		}
 		sh.use()
 		before := sh.q.PendingCount()
@@ -492,7 +546,6 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, holder *string
 		sh.waiters.Add(1)
 		ready := sh.ready
 		b.unlock(sh, before)
-		var err error
 		select {
 		case <-ready:
 		case <-timeout:
@@ -523,7 +576,10 @@ type AckItem struct {
 // and reports, per item, whether it was accepted: not when the token is not
 // the key's live lease, nor when the lease is bound to another holder.
 func (b *Broker) Ack(ctx context.Context, queue string, holder *string, acks []AckItem) ([]bool, error) {
-	sh := b.lockExisting(queue)
+	sh, err := b.lockExisting(queue)
+	if err != nil {
+		return nil, err
+	}
 	if sh == nil {
 		return make([]bool, len(acks)), nil // no queue holds these leases
 	}
@@ -559,14 +615,14 @@ func (b *Broker) Ack(ctx context.Context, queue string, holder *string, acks []A
 
 // Extend extends holder's live leases to now+d; a zero expiry means
 // LEASE_LOST (a token that is not live, or a lease bound to another holder).
-func (b *Broker) Extend(queue string, holder *string, refs []AckItem, d time.Duration) []int64 {
+func (b *Broker) Extend(queue string, holder *string, refs []AckItem, d time.Duration) ([]int64, error) {
 	if d <= 0 {
 		d = b.cfg.DefaultLease
 	}
 	out := make([]int64, len(refs))
-	sh := b.lockExisting(queue)
-	if sh == nil {
-		return out
+	sh, err := b.lockExisting(queue)
+	if sh == nil || err != nil {
+		return out, err
 	}
 	sh.use()
 	before := sh.q.PendingCount()
@@ -575,14 +631,14 @@ func (b *Broker) Extend(queue string, holder *string, refs []AckItem, d time.Dur
 		out[i], _ = sh.q.Extend(r.Key, r.Token, holder, d, now)
 	}
 	b.unlock(sh, before)
-	return out
+	return out, nil
 }
 
 // Forget removes keys and returns how many were present.
 func (b *Broker) Forget(ctx context.Context, queue string, keys []string) (int, error) {
-	sh := b.lockExisting(queue)
-	if sh == nil {
-		return 0, nil
+	sh, err := b.lockExisting(queue)
+	if sh == nil || err != nil {
+		return 0, err
 	}
 	sh.use()
 	before, existed := sh.begin()
@@ -603,23 +659,24 @@ func (b *Broker) Forget(ctx context.Context, queue string, keys []string) (int, 
 }
 
 // Inspect returns one key's state.
-func (b *Broker) Inspect(queue, key string) workqueue.View {
-	sh := b.lockExisting(queue)
-	if sh == nil {
-		return workqueue.View{Key: key, State: workqueue.Absent}
+func (b *Broker) Inspect(queue, key string) (workqueue.View, error) {
+	sh, err := b.lockExisting(queue)
+	if sh == nil || err != nil {
+		return workqueue.View{Key: key, State: workqueue.Absent}, err
 	}
 	defer b.unlock(sh, sh.q.PendingCount())
-	return sh.q.Inspect(key)
+	return sh.q.Inspect(key), nil
 }
 
 // List returns a page of items in key order after `after`.
-func (b *Broker) List(queue string, state workqueue.State, after string, limit int) ([]workqueue.View, bool) {
-	sh := b.lockExisting(queue)
-	if sh == nil {
-		return nil, false
+func (b *Broker) List(queue string, state workqueue.State, after string, limit int) ([]workqueue.View, bool, error) {
+	sh, err := b.lockExisting(queue)
+	if sh == nil || err != nil {
+		return nil, false, err
 	}
 	defer b.unlock(sh, sh.q.PendingCount())
-	return sh.q.List(state, after, limit)
+	views, more := sh.q.List(state, after, limit)
+	return views, more, nil
 }
 
 // QueueStats is one queue's stats.
@@ -672,7 +729,10 @@ func (b *Broker) Stats(queue string) ([]QueueStats, error) {
 	sort.Strings(names)
 	var out []QueueStats
 	for _, n := range names {
-		sh := b.lockExisting(n)
+		sh, err := b.lockExisting(n)
+		if err != nil {
+			return nil, err
+		}
 		if sh == nil {
 			continue // dropped meanwhile
 		}
@@ -696,19 +756,19 @@ func (b *Broker) Epoch() uint64 { return b.tokens.epoch.Load() }
 
 // Durable returns the operations the store has made durable since the
 // broker opened it (store.Durable): the member's applied index.
-func (b *Broker) Durable() uint64 { return b.st.Durable() }
+func (b *Broker) Durable() uint64 { return b.j.Durable() }
 
 // Err returns the error that stopped the store, or nil.
-func (b *Broker) Err() error { return b.st.Err() }
+func (b *Broker) Err() error { return b.j.Err() }
 
 // Ready reports whether the broker accepts changes: not after the store
 // stopped, nor while the disk is full (etcd's health likewise fails while
 // its NOSPACE alarm is raised).
 func (b *Broker) Ready() error {
-	if err := b.st.Err(); err != nil {
+	if err := b.j.Err(); err != nil {
 		return err
 	}
-	if b.st.NoSpace() {
+	if b.j.NoSpace() {
 		return store.ErrNoSpace
 	}
 	return nil
@@ -725,7 +785,7 @@ func (b *Broker) Close() error {
 	first := false
 	b.closeOnce.Do(func() { first = true })
 	if !first {
-		return b.st.Close() // already closed: the store says how it ended
+		return b.j.Close() // already closed: the store says how it ended
 	}
 	close(b.closed)
 	b.wg.Wait()
@@ -736,7 +796,7 @@ func (b *Broker) Close() error {
 		}
 	}
 	b.mu.Unlock()
-	return b.st.Close()
+	return b.j.Close()
 }
 
 // walk emits the stored state of every queue, one queue locked at a time.
@@ -791,7 +851,7 @@ func (b *Broker) walkShard(sh *shard, buf *[]byte, emit func([]byte) error) erro
 }
 
 func (b *Broker) maybeCompact() {
-	wal, snap := b.st.WALBytes()
+	wal, snap := b.j.WALBytes()
 	if wal < b.cfg.CompactBytes || wal < 2*snap || !b.compacting.CompareAndSwap(false, true) {
 		return
 	}
@@ -800,7 +860,7 @@ func (b *Broker) maybeCompact() {
 		defer b.wg.Done()
 		defer b.compacting.Store(false)
 		start := time.Now()
-		if err := b.st.Snapshot(b.walk); err != nil {
+		if err := b.j.Snapshot(b.walk); err != nil {
 			b.log.Error("snapshot failed; the log keeps growing until one succeeds", "error", err)
 			return
 		}
@@ -821,8 +881,8 @@ func (b *Broker) housekeeping() {
 			return
 		case <-t.C:
 		}
-		if b.st.NoSpace() && b.st.Err() == nil {
-			b.st.ProbeSpace()
+		if b.j.NoSpace() && b.j.Err() == nil {
+			b.j.ProbeSpace()
 		}
 		b.dropEmpty(time.Now().UnixNano())
 	}
@@ -862,7 +922,7 @@ type tokens struct {
 	epoch atomic.Uint64
 	seq   atomic.Uint64
 	mu    sync.Mutex
-	st    *store.Store
+	j     journal
 }
 
 const seqBits = 44
@@ -872,7 +932,7 @@ func (t *tokens) Next() uint64 {
 	if n >= 1<<seqBits {
 		t.mu.Lock()
 		if t.seq.Load() >= 1<<seqBits {
-			if e, err := t.st.NextEpoch(); err == nil {
+			if e, err := t.j.NextEpoch(); err == nil {
 				t.epoch.Store(e)
 				t.seq.Store(0)
 			}

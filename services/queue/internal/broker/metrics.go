@@ -83,9 +83,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.broker == nil {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(descRepairs, prometheus.CounterValue, float64(c.broker.st.Repairs()))
+	ch <- prometheus.MustNewConstMetric(descRepairs, prometheus.CounterValue, float64(c.broker.j.Repairs()))
 	noSpace := 0.0
-	if c.broker.st.NoSpace() {
+	if c.broker.j.NoSpace() {
 		noSpace = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descNoSpace, prometheus.GaugeValue, noSpace)

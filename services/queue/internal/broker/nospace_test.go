@@ -94,7 +94,7 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 		return s
 	}
 	view := func(k string) string {
-		v := b.Inspect("q", k)
+		v := b.inspect("q", k)
 		return fmt.Sprintf("%v attempts=%d dirty=%v worker=%q error=%q", v.State, v.Attempts, v.Dirty, v.Worker, v.LastError)
 	}
 	keys := []string{"k1", "k2", "k3", "k4", "new1", "new2"}
@@ -150,7 +150,7 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 		t.Fatalf("the retried Ack once space is back: accepted=%v err=%v, want accepted", res, err)
 	}
 	waitFor(t, "k2's lease to lapse once its expiry can be written", func() bool {
-		v := b.Inspect("q", "k2")
+		v := b.inspect("q", "k2")
 		return v.State == workqueue.Pending && v.Attempts == 1 && v.LastError == workqueue.LeaseExpired
 	})
 	if err := b.Ready(); err != nil {
@@ -162,7 +162,7 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 	}
 
 	// A restart reads the same: nothing of the refused calls was logged.
-	b.st.Close()
+	b.j.Close()
 	b, err = Open(cfg, store.Options{Dir: dir}, nil, nil)
 	if err != nil {
 		t.Fatal(err)

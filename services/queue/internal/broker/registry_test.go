@@ -39,16 +39,16 @@ func callUnknown(t testing.TB, b *Broker, queue string) {
 	if ok, err := b.Ack(ctx, queue, nil, []AckItem{{Key: "k", Token: 7}}); err != nil || ok[0] {
 		t.Fatalf("Ack on %s: %v %v", queue, ok, err)
 	}
-	if exp := b.Extend(queue, nil, []AckItem{{Key: "k", Token: 7}}, time.Minute); exp[0] != 0 {
+	if exp, err := b.Extend(queue, nil, []AckItem{{Key: "k", Token: 7}}, time.Minute); err != nil || exp[0] != 0 {
 		t.Fatalf("Extend on %s: %v", queue, exp)
 	}
 	if n, err := b.Forget(ctx, queue, []string{"k"}); err != nil || n != 0 {
 		t.Fatalf("Forget on %s: %d %v", queue, n, err)
 	}
-	if v := b.Inspect(queue, "k"); v.State != workqueue.Absent {
+	if v := b.inspect(queue, "k"); v.State != workqueue.Absent {
 		t.Fatalf("Inspect on %s: %+v", queue, v)
 	}
-	if v, more := b.List(queue, 0, "", 10); len(v) != 0 || more {
+	if v, more, err := b.List(queue, 0, "", 10); err != nil || len(v) != 0 || more {
 		t.Fatalf("List on %s: %v", queue, v)
 	}
 	if _, err := b.Stats(queue); !errors.Is(err, ErrQueueNotFound) {
@@ -168,7 +168,7 @@ func TestMaxQueues(t *testing.T) {
 	}
 	// A restart brings back what holds keys; a snapshot leaves out what
 	// was forgotten.
-	if err := b.st.Snapshot(b.walk); err != nil {
+	if err := b.j.Snapshot(b.walk); err != nil {
 		t.Fatal(err)
 	}
 	b.Close()

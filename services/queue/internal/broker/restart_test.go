@@ -27,7 +27,7 @@ func TestSecondRestartKeepsReplayedKeys(t *testing.T) {
 	if err != nil || !ok[0] {
 		t.Fatalf("failure ack: %v %v", ok, err)
 	}
-	b.st.Close() // crash: no snapshot
+	b.j.Close() // crash: no snapshot
 
 	for restart := 1; restart <= 2; restart++ {
 		b = open(t, dir, 0)
@@ -38,9 +38,9 @@ func TestSecondRestartKeepsReplayedKeys(t *testing.T) {
 		if got := st[0].Pending + st[0].Delayed; got != 2 {
 			t.Fatalf("restart %d: %d keys stored (%+v), want 2", restart, got, st[0])
 		}
-		if v := b.Inspect("jobs", "ns/failed"); v.State == workqueue.Absent || v.Attempts != 1 || v.LastError != "boom" {
+		if v := b.inspect("jobs", "ns/failed"); v.State == workqueue.Absent || v.Attempts != 1 || v.LastError != "boom" {
 			t.Fatalf("restart %d: failed key %+v", restart, v)
 		}
-		b.st.Close()
+		b.j.Close()
 	}
 }

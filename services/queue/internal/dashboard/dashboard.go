@@ -34,7 +34,7 @@ const History = 600
 // Source is what the dashboard reads.
 type Source interface {
 	Stats(queue string) ([]broker.QueueStats, error)
-	Inspect(queue, key string) workqueue.View
+	Inspect(queue, key string) (workqueue.View, error)
 }
 
 // Dashboard samples the queues and serves the page.
@@ -170,7 +170,13 @@ func (d *Dashboard) inspect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "queue and key are required", http.StatusBadRequest)
 		return
 	}
-	v := d.src.Inspect(q, k)
+	v, err := d.src.Inspect(q, k)
+	if err != nil {
+		// A member of a replicated queue that does not lead: the leader's
+		// dashboard shows the keys.
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	ms := func(ns int64) int64 {
 		if ns == 0 {
 			return 0

@@ -31,6 +31,7 @@ import (
 	limits "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
+	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 	"google.golang.org/grpc/codes"
@@ -151,6 +152,15 @@ func toStatus(err error) error {
 	case errors.Is(err, store.ErrStopped):
 		return limits.Refusal(codes.Unavailable, limits.ReasonStopped,
 			fmt.Sprintf("the queue's store has stopped (a change in flight may or may not be stored; the queue restarts and recovers): %v", err))
+	case errors.Is(err, broker.ErrNotLeader):
+		return limits.Refusal(codes.Unavailable, limits.ReasonNotLeader,
+			fmt.Sprintf("this member does not lead the queue now: nothing changed; retry on any member: %v", err))
+	case errors.Is(err, replica.ErrLeadershipLost):
+		return limits.Refusal(codes.Unavailable, limits.ReasonLeadershipLost,
+			"leadership moved with the change in flight: it may or may not be stored; an Add may be retried, a lease is gone")
+	case errors.Is(err, replica.ErrStopped):
+		return limits.Refusal(codes.Unavailable, limits.ReasonStopped,
+			fmt.Sprintf("this member's raft log has stopped (a change in flight may or may not be stored; the member restarts and recovers): %v", err))
 	case errors.Is(err, store.ErrClosed):
 		return status.Errorf(codes.Unavailable, "the queue is shutting down: %v", err)
 	case errors.Is(err, broker.ErrQueueNotFound):
@@ -308,7 +318,10 @@ func (s *server) Extend(ctx context.Context, req *queuev1.ExtendRequest) (*queue
 	if err := s.b.Err(); err != nil {
 		return nil, toStatus(err)
 	}
-	exp := s.b.Extend(req.GetQueue(), holderOf(ctx), refs, d)
+	exp, err := s.b.Extend(req.GetQueue(), holderOf(ctx), refs, d)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	resp := &queuev1.ExtendResponse{Results: make([]*queuev1.ExtendResult, len(refs))}
 	for i, r := range refs {
 		res := &queuev1.ExtendResult{Key: r.Key, Status: ackStatus(exp[i] != 0)}
@@ -341,7 +354,11 @@ func (s *server) Inspect(ctx context.Context, req *queuev1.InspectRequest) (*que
 	if err := limits.CheckKey("key", req.GetKey()); err != nil {
 		return nil, invalid(err)
 	}
-	return &queuev1.InspectResponse{Item: toItem(s.b.Inspect(req.GetQueue(), req.GetKey()))}, nil
+	v, err := s.b.Inspect(req.GetQueue(), req.GetKey())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &queuev1.InspectResponse{Item: toItem(v)}, nil
 }
 
 func (s *server) List(ctx context.Context, req *queuev1.ListRequest) (*queuev1.ListResponse, error) {
@@ -379,7 +396,10 @@ func (s *server) List(ctx context.Context, req *queuev1.ListRequest) (*queuev1.L
 	if state == workqueue.Absent {
 		return resp, nil // the queue lists what it holds
 	}
-	views, more := s.b.List(req.GetQueue(), state, after, size)
+	views, more, err := s.b.List(req.GetQueue(), state, after, size)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	// A page also ends before it would pass what a client can receive:
 	// items carry error texts of up to 4 KiB.
 	bytes := 0

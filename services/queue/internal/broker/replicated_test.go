@@ -1,0 +1,426 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/queue/internal/record"
+	"github.com/batonrun/baton/services/queue/internal/replica"
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"github.com/batonrun/baton/services/queue/internal/workqueue"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// These tests run three brokers on replica nodes in one process, each with
+// its own RaftLog directory and a gRPC server on 127.0.0.1, with 50 ms
+// ticks (an election timeout of 0.5 to 1 s).
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *syncBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *syncBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+type rmember struct {
+	id     uint64
+	dir    string
+	addr   string
+	peers  map[uint64]string
+	logs   *syncBuffer
+	b      *Broker
+	srv    *grpc.Server
+	served chan struct{}
+	up     bool // running (its server may still be stopped: cut off)
+	heard  bool // its server runs
+}
+
+type rcluster struct {
+	t       *testing.T
+	members map[uint64]*rmember
+	// isolated is the member cut off both ways (0: none): every member's
+	// server refuses its raft streams, and its own server refuses all.
+	isolated atomic.Uint64
+}
+
+// isolate cuts m off from the others, both ways; heal ends it.
+func (c *rcluster) isolate(m *rmember) { c.isolated.Store(m.id) }
+func (c *rcluster) heal()              { c.isolated.Store(0) }
+
+// cutStream is a member's stream interceptor: a raft batch from the
+// isolated member, or any batch to it, ends the stream.
+func (c *rcluster) cutStream(self uint64) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, &cutServerStream{ServerStream: ss, c: c, self: self})
+	}
+}
+
+type cutServerStream struct {
+	grpc.ServerStream
+	c    *rcluster
+	self uint64
+}
+
+func (s *cutServerStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if req, ok := m.(*queuev1.SendRequest); ok {
+		if iso := s.c.isolated.Load(); iso != 0 && (req.GetFrom() == iso || s.self == iso) {
+			return status.Error(codes.Unavailable, "test: cut off")
+		}
+	}
+	return nil
+}
+
+func newRCluster(t *testing.T) *rcluster {
+	t.Helper()
+	c := &rcluster{t: t, members: map[uint64]*rmember{}}
+	peers := map[uint64]string{}
+	lis := map[uint64]net.Listener{}
+	for id := uint64(1); id <= 3; id++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis[id], peers[id] = l, l.Addr().String()
+	}
+	for id := uint64(1); id <= 3; id++ {
+		m := &rmember{id: id, dir: t.TempDir(), addr: peers[id], peers: peers, logs: &syncBuffer{}}
+		c.members[id] = m
+		c.start(m, lis[id])
+	}
+	t.Cleanup(func() {
+		for _, m := range c.members {
+			c.stop(m)
+		}
+		if t.Failed() {
+			for id, m := range c.members {
+				t.Logf("member %d's log:\n%s", id, m.logs.String())
+			}
+		}
+	})
+	return c
+}
+
+// start opens m's log and broker and serves its RaftService on lis (its
+// own address again when nil).
+func (c *rcluster) start(m *rmember, lis net.Listener) {
+	t := c.t
+	t.Helper()
+	var err error
+	if lis == nil {
+		if lis, err = net.Listen("tcp", m.addr); err != nil {
+			t.Fatalf("member %d: listen again on %s: %v", m.id, m.addr, err)
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(m.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: m.dir, Logger: logger})
+	if err != nil {
+		t.Fatalf("member %d: %v", m.id, err)
+	}
+	m.b, err = OpenReplicated(Config{Queue: workqueue.DefaultConfig()}, replica.Config{
+		ID: m.id, ClusterID: 0xba70, Peers: m.peers, Log: rlog, TickInterval: 50 * time.Millisecond, Logger: logger,
+	}, nil, logger)
+	if err != nil {
+		rlog.Close()
+		t.Fatalf("member %d: %v", m.id, err)
+	}
+	m.up = true
+	c.serve(m, lis)
+}
+
+func (c *rcluster) serve(m *rmember, lis net.Listener) {
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", m.addr); err != nil {
+			c.t.Fatalf("member %d: listen again on %s: %v", m.id, m.addr, err)
+		}
+	}
+	m.srv = grpc.NewServer(grpc.ChainStreamInterceptor(c.cutStream(m.id)))
+	m.b.Member().Register(m.srv)
+	m.served = make(chan struct{})
+	srv, served := m.srv, m.served
+	go func() { defer close(served); _ = srv.Serve(lis) }()
+	m.heard = true
+}
+
+// cut stops m's server: it hears nothing more, while it runs and sends.
+func (c *rcluster) cut(m *rmember) {
+	m.srv.Stop()
+	<-m.served
+	m.heard = false
+}
+
+// stop closes m at once, whatever is in flight; again is harmless.
+func (c *rcluster) stop(m *rmember) {
+	if !m.up {
+		return
+	}
+	m.up = false
+	if err := m.b.Close(); err != nil {
+		c.t.Errorf("member %d: Close: %v", m.id, err)
+	}
+	if m.heard {
+		c.cut(m)
+	}
+}
+
+// leader waits for exactly one running, heard member other than not to
+// lead (Lead called), and returns it.
+func (c *rcluster) leader(not uint64) *rmember {
+	c.t.Helper()
+	var lead *rmember
+	within(c.t, 20*time.Second, "one member leads", func() bool {
+		lead = nil
+		for _, m := range c.members {
+			if m.up && m.heard && m.id != not && m.id != c.isolated.Load() && m.b.Leading() {
+				if lead != nil {
+					return false
+				}
+				lead = m
+			}
+		}
+		return lead != nil
+	})
+	return lead
+}
+
+// within polls cond every 10 ms until it holds, failing with what after d.
+func within(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// dump is a member's stored state, each key as its record would be
+// written (a leased key as pending), sorted.
+func dump(t *testing.T, b *Broker) []string {
+	t.Helper()
+	var out []string
+	err := b.walk(func(recs []byte) error {
+		for off := 0; off < len(recs); {
+			r, n, err := record.Decode(recs[off:])
+			if err != nil {
+				return err
+			}
+			off += n
+			out = append(out, fmt.Sprintf("%+v", r))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// converge waits until every running member holds the same state, and
+// returns it.
+func (c *rcluster) converge() []string {
+	c.t.Helper()
+	var want []string
+	within(c.t, 20*time.Second, "every member holds the same state", func() bool {
+		want = nil
+		first := true
+		for _, m := range c.members {
+			if !m.up {
+				continue
+			}
+			d := dump(c.t, m.b)
+			if first {
+				want, first = d, false
+			} else if !slices.Equal(d, want) {
+				return false
+			}
+		}
+		return true
+	})
+	return want
+}
+
+func keyNames(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s%03d", prefix, i)
+	}
+	return keys
+}
+
+// TestReplicatedFailover: a follower answers ErrNotLeader and changes
+// nothing; the leader's changes are committed on the others; once it is
+// killed, the new leader holds every key added and not acked, offers the
+// keys leased under the old leader again, refuses the old leader's tokens
+// (the lease is lost) and hands out tokens of its own term; the old
+// member, restarted, catches up to the same state.
+func TestReplicatedFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newRCluster(t)
+	lead := c.leader(0)
+	for _, m := range c.members {
+		if m == lead {
+			continue
+		}
+		if _, _, err := m.b.Add(ctx, "q", []string{"x"}, 0, workqueue.Normal); !errors.Is(err, ErrNotLeader) {
+			t.Errorf("Add on follower %d: %v, want ErrNotLeader", m.id, err)
+		}
+		if _, err := m.b.Lease(ctx, "q", "w", nil, 1, time.Minute, 0); !errors.Is(err, ErrNotLeader) {
+			t.Errorf("Lease on follower %d: %v, want ErrNotLeader", m.id, err)
+		}
+	}
+	keys := keyNames("k", 20)
+	if q, _, err := lead.b.Add(ctx, "q", keys, 0, workqueue.Normal); err != nil || q != 20 {
+		t.Fatalf("Add on the leader: %d queued, %v", q, err)
+	}
+	grants, err := lead.b.Lease(ctx, "q", "w", nil, 5, time.Minute, 0)
+	if err != nil || len(grants) != 5 {
+		t.Fatalf("Lease: %d, %v", len(grants), err)
+	}
+	term := lead.b.Member().Status().Term
+	for _, g := range grants {
+		if g.Token>>seqBits != term&(1<<(64-seqBits)-1) {
+			t.Errorf("token %#x of term %d: want the term as its epoch", g.Token, term)
+		}
+	}
+	ok, err := lead.b.Ack(ctx, "q", nil, []AckItem{{Key: grants[0].Key, Token: grants[0].Token}, {Key: grants[1].Key, Token: grants[1].Token}})
+	if err != nil || !ok[0] || !ok[1] {
+		t.Fatalf("Ack on the leader: %v %v", ok, err)
+	}
+	before := c.converge()
+	if len(before) != 1+18 { // the queue's record and the keys not acked
+		t.Fatalf("the committed state holds %d records, want 19: %v", len(before), before)
+	}
+
+	c.stop(lead)
+	next := c.leader(lead.id)
+	if nt := next.b.Member().Status().Term; nt <= term {
+		t.Fatalf("new leader's term %d, want more than %d", nt, term)
+	}
+	for _, k := range keys {
+		v, err := next.b.Inspect("q", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked := k == grants[0].Key || k == grants[1].Key
+		switch {
+		case acked && v.State != workqueue.Absent:
+			t.Errorf("%s was acked on the old leader, and is %v on the new one", k, v.State)
+		case !acked && v.State != workqueue.Pending:
+			t.Errorf("%s was added (or leased) on the old leader, and is %v on the new one, want pending", k, v.State)
+		}
+	}
+	old := []AckItem{{Key: grants[2].Key, Token: grants[2].Token}, {Key: grants[3].Key, Token: grants[3].Token}}
+	if exp, err := next.b.Extend("q", nil, old, time.Minute); err != nil || exp[0] != 0 || exp[1] != 0 {
+		t.Errorf("Extend with the old leader's tokens: %v %v, want the leases lost", exp, err)
+	}
+	regrants, err := next.b.Lease(ctx, "q", "w2", nil, 18, time.Minute, 0)
+	if err != nil || len(regrants) != 18 {
+		t.Fatalf("Lease on the new leader: %d, %v", len(regrants), err)
+	}
+	if ok, err := next.b.Ack(ctx, "q", nil, old); err != nil || ok[0] || ok[1] {
+		t.Errorf("Ack with the old leader's tokens, the keys leased again: %v %v, want both refused", ok, err)
+	}
+	nterm := next.b.Member().Status().Term
+	for _, g := range regrants {
+		if g.Token>>seqBits != nterm&(1<<(64-seqBits)-1) {
+			t.Errorf("token %#x on the leader of term %d: want the term as its epoch", g.Token, nterm)
+		}
+	}
+	acks := make([]AckItem, len(regrants))
+	for i, g := range regrants {
+		acks[i] = AckItem{Key: g.Key, Token: g.Token}
+	}
+	if ok, err := next.b.Ack(ctx, "q", nil, acks); err != nil || slices.Contains(ok, false) {
+		t.Fatalf("Ack on the new leader: %v %v", ok, err)
+	}
+
+	c.start(lead, nil)
+	if got := c.converge(); len(got) != 1 {
+		t.Errorf("after every key was acked, the members hold %v, want the queue alone", got)
+	}
+}
+
+// TestReplicatedLeaderCutOff: a leader cut off from the others under
+// concurrent Adds loses its leadership; its callers get ErrLeadershipLost
+// or ErrNotLeader; every Add it acknowledged is held by the new leader; the
+// old leader rebuilds its state from the committed log and, healed,
+// converges with the others.
+func TestReplicatedLeaderCutOff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newRCluster(t)
+	lead := c.leader(0)
+	var mu sync.Mutex
+	var acked []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := fmt.Sprintf("w%d-%05d", w, i)
+				_, _, err := lead.b.Add(ctx, "q", []string{k}, 0, workqueue.Normal)
+				switch {
+				case err == nil:
+					mu.Lock()
+					acked = append(acked, k)
+					mu.Unlock()
+				case errors.Is(err, replica.ErrLeadershipLost), errors.Is(err, ErrNotLeader):
+				default:
+					t.Errorf("Add on the cut-off leader: %v", err)
+					return
+				}
+			}
+		})
+	}
+	within(t, 20*time.Second, "200 Adds acknowledged", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) >= 200 })
+	c.isolate(lead)
+	within(t, 20*time.Second, "the cut-off leader stops leading", func() bool { return !lead.b.Leading() })
+	close(stop)
+	wg.Wait()
+	if _, _, err := lead.b.Add(ctx, "q", []string{"late"}, 0, workqueue.Normal); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("Add on the deposed leader: %v, want ErrNotLeader", err)
+	}
+	next := c.leader(lead.id)
+	for _, k := range acked {
+		if v, err := next.b.Inspect("q", k); err != nil || v.State != workqueue.Pending {
+			t.Fatalf("%s was acknowledged by the old leader; on the new one: %v %v", k, v.State, err)
+		}
+	}
+	c.heal()
+	got := c.converge()
+	t.Logf("%d keys acknowledged, %d records agreed", len(acked), len(got))
+}
