@@ -131,6 +131,15 @@ type Options struct {
 	// (or of the default table, which has none). Without identities (no
 	// CA), only the per-connection bound applies.
 	Limits limits.Config
+
+	// PeerAddr, if set, is a second gRPC listener, for the service's own
+	// peers (the members of a replicated queue): RegisterPeer registers
+	// its services. It is served with the same certificate, interceptors,
+	// authorization and limits as GRPCAddr, and OnPeerListen learns its
+	// bound address.
+	PeerAddr     string
+	RegisterPeer func(*grpc.Server)
+	OnPeerListen func(net.Addr)
 }
 
 // Run serves until ctx is cancelled, then drains and returns nil; it returns
@@ -148,7 +157,11 @@ func Run(ctx context.Context, o Options) error {
 		reg = prometheus.NewRegistry()
 	}
 	if o.TLS == nil {
-		if err := (trust.Config{Insecure: o.Insecure}).CheckListen(o.GRPCAddr, o.HTTPAddr); err != nil {
+		addrs := []string{o.GRPCAddr, o.HTTPAddr}
+		if o.PeerAddr != "" {
+			addrs = append(addrs, o.PeerAddr)
+		}
+		if err := (trust.Config{Insecure: o.Insecure}).CheckListen(addrs...); err != nil {
 			return err
 		}
 	}
@@ -162,14 +175,22 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	g, err := listenGRPC(o, log, reg, sec, lim)
+	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	reg.MustRegister(metrics)
+	g, err := listenGRPC(o, log, metrics, sec, lim)
 	if err != nil {
+		return err
+	}
+	peer, err := listenPeer(o, log, metrics, sec, lim)
+	if err != nil {
+		g.close()
 		return err
 	}
 	g.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
 	hlis, err := net.Listen("tcp", o.HTTPAddr)
 	if err != nil {
 		g.close()
+		peer.close()
 		return fmt.Errorf("listen http %s: %w", o.HTTPAddr, err)
 	}
 	var handler http.Handler = httpMux(o, reg)
@@ -180,14 +201,24 @@ func Run(ctx context.Context, o Options) error {
 	if o.OnListen != nil {
 		o.OnListen(g.addr(), hlis.Addr())
 	}
+	if o.OnPeerListen != nil && peer.lis != nil {
+		o.OnPeerListen(peer.addr())
+	}
 	log.Info("serving", "service", o.Name, "grpc", addrString(g.addr()), "http", hlis.Addr().String(), "tls", sec.mode)
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	var wg sync.WaitGroup
 	if g.srv != nil {
 		wg.Go(func() {
 			if err := g.srv.Serve(g.lis); err != nil {
 				errc <- fmt.Errorf("serve grpc: %w", err)
+			}
+		})
+	}
+	if peer.srv != nil {
+		wg.Go(func() {
+			if err := peer.srv.Serve(peer.lis); err != nil {
+				errc <- fmt.Errorf("serve peer grpc: %w", err)
 			}
 		})
 	}
@@ -216,6 +247,12 @@ func Run(ctx context.Context, o Options) error {
 	stopCtx, cancel := context.WithTimeout(context.Background(), o.GracePeriod)
 	defer cancel()
 	g.drain(stopCtx)
+	// The peers' streams last as long as the members, so a graceful stop
+	// would wait out the whole grace period: stopped at once instead (a
+	// member that stops is what raft survives).
+	if peer.srv != nil {
+		peer.srv.Stop()
+	}
 	_ = hsrv.Shutdown(stopCtx)
 	wg.Wait()
 	return runErr
@@ -279,13 +316,11 @@ func newLimiter(o Options, sec security, reg *prometheus.Registry) (*limits.Limi
 
 // listenGRPC builds the gRPC server with every Baton interceptor, registers
 // the service, health and reflection, and opens its listener.
-func listenGRPC(o Options, log *slog.Logger, reg *prometheus.Registry, sec security, lim *limits.Limiter) (*grpcSide, error) {
+func listenGRPC(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, sec security, lim *limits.Limiter) (*grpcSide, error) {
 	g := &grpcSide{health: health.NewServer()}
 	if o.GRPCAddr == "" {
 		return g, nil
 	}
-	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
-	reg.MustRegister(metrics)
 	maxRecv := o.MaxRecvBytes
 	if maxRecv <= 0 {
 		maxRecv = DefaultMaxRecvBytes
@@ -303,6 +338,31 @@ func listenGRPC(o Options, log *slog.Logger, reg *prometheus.Registry, sec secur
 	}
 	g.lis = lis
 	return g, nil
+}
+
+// listenPeer builds and opens the peers' gRPC server of Options.PeerAddr,
+// if there is one: the interceptors of the main one, no health or
+// reflection (nothing but peers dials it).
+func listenPeer(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, sec security, lim *limits.Limiter) (*grpcSide, error) {
+	p := &grpcSide{health: health.NewServer()}
+	if o.PeerAddr == "" {
+		return p, nil
+	}
+	maxRecv := o.MaxRecvBytes
+	if maxRecv <= 0 {
+		maxRecv = DefaultMaxRecvBytes
+	}
+	p.srv = grpc.NewServer(append(serverOptions(log, metrics, maxRecv, sec.authz, lim), sec.grpcOpts...)...)
+	if o.RegisterPeer != nil {
+		o.RegisterPeer(p.srv)
+	}
+	metrics.InitializeMetrics(p.srv)
+	lis, err := net.Listen("tcp", o.PeerAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen peer grpc %s: %w", o.PeerAddr, err)
+	}
+	p.lis = lis
+	return p, nil
 }
 
 func (g *grpcSide) addr() net.Addr {
