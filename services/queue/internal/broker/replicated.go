@@ -68,6 +68,11 @@ func (b *Broker) apply(recs [][]byte, index uint64) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// A queue a change touched is kept EmptyRetention from now, as on the
+	// leader. (Reads and Leases, which the leader counts too, never reach
+	// a follower: it may forget an empty queue the leader still keeps.
+	// Only the queue's counters differ; an Add makes it again.)
+	now := time.Now().UnixNano()
 	for _, data := range recs {
 		for off := 0; off < len(data); {
 			r, n, err := b.names.Decode(data[off:])
@@ -83,6 +88,7 @@ func (b *Broker) apply(recs [][]byte, index uint64) {
 			sh := b.shardLocked(r.Queue)
 			sh.mu.Lock()
 			b.load(sh, &r)
+			sh.used = now
 			sh.mu.Unlock()
 		}
 	}

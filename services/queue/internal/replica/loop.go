@@ -219,9 +219,6 @@ func (n *Node) applyConfChange(cc raftpb.ConfChangeV2) {
 // batches of a term this member no longer leads.
 func (n *Node) observe(soft *raft.SoftState) {
 	bs := n.rn.BasicStatus()
-	if len(n.inflight) > 0 {
-		n.failLost(bs)
-	}
 	if soft != nil {
 		n.log.Info("raft state", "state", bs.RaftState.String(), "leader", bs.Lead, "term", bs.Term)
 	}
@@ -246,6 +243,11 @@ func (n *Node) observe(soft *raft.SoftState) {
 	n.statusMu.Lock()
 	n.status = Status{ID: n.cfg.ID, Term: bs.Term, Leader: bs.Lead, IsLeader: isLeader, Commit: bs.Commit, Applied: n.applied}
 	n.statusMu.Unlock()
+	// After Status: a caller told its leadership was lost finds this
+	// member no longer leading.
+	if len(n.inflight) > 0 {
+		n.failLost(bs)
+	}
 }
 
 // exit answers every caller with the loop's end and marks the node
