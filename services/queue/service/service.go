@@ -20,9 +20,11 @@ import (
 	"time"
 
 	limits "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/dashboard"
+	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/server"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
@@ -69,6 +71,18 @@ type Config struct {
 	// (--advertise-addr); empty means --grpc-addr with a wildcard host
 	// replaced by the host name, and the port the listener bound.
 	AdvertiseAddr string
+	// InitialCluster is "name=host:port,…", every member's peer address
+	// (--initial-cluster); empty means a single member, exactly as before
+	// replication existed.
+	InitialCluster string
+	// PeerAddr is the listen address for the members' raft traffic
+	// (--peer-addr), used only with InitialCluster.
+	PeerAddr string
+	// HeartbeatInterval and ElectionTimeout are raft's timing
+	// (--heartbeat-interval, --election-timeout).
+	HeartbeatInterval, ElectionTimeout time.Duration
+	// OnPeerListen, if set, learns the bound peer address.
+	OnPeerListen func(net.Addr)
 	// TLS is the certificate the queue serves (and authorizes calls by,
 	// with a CA), or --insecure (docs/security.md).
 	TLS trust.Config
@@ -87,6 +101,9 @@ func DefaultConfig() Config {
 		MaxWaitingLeasesPerConn: serverlimits.DefaultWaitingLeasesPerConnection,
 		GracePeriod:             10 * time.Second,
 		Name:                    hostnameOrEmpty(),
+		PeerAddr:                ":7072",
+		HeartbeatInterval:       DefaultHeartbeatInterval,
+		ElectionTimeout:         DefaultElectionTimeout,
 	}
 }
 
@@ -153,6 +170,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")
 	fs.StringVar(&c.Name, "name", c.Name, "this member's name in the queue, as ClusterService and batonctl queue members show it (default: the host name)")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "the gRPC address clients reach this member at (default: --grpc-addr, a wildcard host such as :7070 replaced by the host name)")
+	fs.StringVar(&c.InitialCluster, "initial-cluster", c.InitialCluster, "name=host:port,… of every member's peer address: a replicated queue (empty: a single member)")
+	fs.StringVar(&c.PeerAddr, "peer-addr", c.PeerAddr, "listen address for raft traffic between members (with --initial-cluster)")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "how often the leader tells the members it leads (raft's tick)")
+	fs.DurationVar(&c.ElectionTimeout, "election-timeout", c.ElectionTimeout, "how long a member hears no leader before it campaigns (at least 5 heartbeats)")
 	c.TLS.RegisterFlags(fs)
 }
 
@@ -206,6 +227,9 @@ func (c Config) Validate() error {
 	} else if _, err := defaultAdvertiseAddr(c.GRPCAddr, nil); err != nil {
 		return err
 	}
+	if err := c.validateReplication(); err != nil {
+		return err
+	}
 	return c.TLS.ValidateServe()
 }
 
@@ -230,13 +254,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	wq := workqueue.DefaultConfig()
 	wq.BackoffBase, wq.BackoffMax, wq.MaxAttempts = cfg.BackoffBase, cfg.BackoffMax, uint32(cfg.MaxAttempts)
 	metrics := broker.NewMetrics()
-	b, err := broker.Open(broker.Config{Queue: wq, DefaultLease: cfg.DefaultLease, MaxQueues: cfg.MaxQueues, EmptyRetention: cfg.EmptyQueueRetention},
-		store.Options{Dir: cfg.DataDir}, metrics, log)
+	reg := prometheus.NewRegistry()
+	bcfg := broker.Config{Queue: wq, DefaultLease: cfg.DefaultLease, MaxQueues: cfg.MaxQueues, EmptyRetention: cfg.EmptyQueueRetention}
+	var b *broker.Broker
+	var peers []server.Peer
+	if cfg.InitialCluster == "" {
+		b, err = broker.Open(bcfg, store.Options{Dir: cfg.DataDir}, metrics, log)
+	} else {
+		peers, _ = parseInitialCluster(cfg.InitialCluster) // Validate parsed it
+		b, err = openMember(cfg, bcfg, peers, tlsSrc, metrics, reg, log)
+	}
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	reg := prometheus.NewRegistry()
 	if err := metrics.Register(reg, b); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
@@ -283,7 +314,22 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			cfg.OnListen(g, h)
 		}
 	}
-	self := server.Self{Name: cfg.Name, ClientAddr: func() string { return advertise }}
+	self := server.Self{Name: cfg.Name, ClientAddr: func() string { return advertise }, Peers: peers}
+	ready := func(context.Context) error { return b.Ready() }
+	var registerPeer func(*grpc.Server)
+	peerAddr := ""
+	if node := b.Member(); node != nil {
+		peerAddr, registerPeer = cfg.PeerAddr, func(s *grpc.Server) { node.Register(s) }
+		ready = func(context.Context) error {
+			if err := b.Ready(); err != nil {
+				return err
+			}
+			if node.Status().Leader == 0 {
+				return errors.New("this member knows no leader of the queue")
+			}
+			return nil
+		}
+	}
 
 	err = serve.Run(ctx, serve.Options{
 		Name: "baton-queue", GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr,
@@ -292,7 +338,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			queuev1.RegisterClusterServiceServer(s, server.NewCluster(b, self))
 			return []string{queuev1.QueueService_ServiceDesc.ServiceName, queuev1.ClusterService_ServiceDesc.ServiceName}
 		},
-		Ready:        func(context.Context) error { return b.Ready() },
+		Ready:        ready,
+		PeerAddr:     peerAddr,
+		RegisterPeer: registerPeer,
+		OnPeerListen: cfg.OnPeerListen,
 		Registry:     reg,
 		GracePeriod:  cfg.GracePeriod,
 		MaxRecvBytes: cfg.MaxRequestBytes,
@@ -312,4 +361,41 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return cause
 	}
 	return err
+}
+
+// openMember opens this member's Raft log in --data-dir and starts the
+// broker on it.
+func openMember(cfg Config, bcfg broker.Config, peers []server.Peer, tlsSrc *tlsfiles.Source, metrics *broker.Metrics, reg *prometheus.Registry, log *slog.Logger) (*broker.Broker, error) {
+	if err := refuseSingleStore(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	dir, err := mkdirRaft(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: dir, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("open the raft log: %w", err)
+	}
+	addrs := make(map[uint64]string, len(peers))
+	for _, p := range peers {
+		addrs[p.ID] = p.PeerAddr
+	}
+	b, err := broker.OpenReplicated(bcfg, replica.Config{
+		ID:            memberID(cfg.Name),
+		ClusterID:     clusterID(peers),
+		Peers:         addrs,
+		Log:           rlog,
+		TickInterval:  cfg.HeartbeatInterval,
+		HeartbeatTick: 1,
+		ElectionTick:  int(cfg.ElectionTimeout / cfg.HeartbeatInterval),
+		TLS:           tlsSrc,
+		Logger:        log,
+		Registerer:    reg,
+	}, metrics, log)
+	if err != nil {
+		rlog.Close()
+		return nil, err
+	}
+	return b, nil
 }

@@ -23,6 +23,7 @@ import (
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Self is this process as a member of the queue.
@@ -33,6 +34,16 @@ type Self struct {
 	// bound gRPC address (known only once the listener is open, before
 	// the first call is served).
 	ClientAddr func() string
+	// Peers are the members of a replicated queue (--initial-cluster),
+	// this one included; nil for a single member.
+	Peers []Peer
+}
+
+// Peer is a member of a replicated queue as --initial-cluster names it.
+type Peer struct {
+	Name     string
+	PeerAddr string
+	ID       uint64 // its Raft id
 }
 
 type cluster struct {
@@ -63,12 +74,48 @@ func (c *cluster) member() *queuev1.Member {
 }
 
 func (c *cluster) MemberList(context.Context, *queuev1.MemberListRequest) (*queuev1.MemberListResponse, error) {
-	return &queuev1.MemberListResponse{Members: []*queuev1.Member{c.member()}}, nil
+	if c.b.Member() == nil {
+		return &queuev1.MemberListResponse{Members: []*queuev1.Member{c.member()}}, nil
+	}
+	return &queuev1.MemberListResponse{Members: c.replicated()}, nil
 }
 
 func (c *cluster) Status(context.Context, *queuev1.StatusRequest) (*queuev1.StatusResponse, error) {
-	m := c.member()
-	return &queuev1.StatusResponse{Member: m, LeaderName: m.GetName(), CommitIndex: m.GetAppliedIndex(), MemberCount: 1}, nil
+	node := c.b.Member()
+	if node == nil {
+		m := c.member()
+		return &queuev1.StatusResponse{Member: m, LeaderName: m.GetName(), CommitIndex: m.GetAppliedIndex(), MemberCount: 1}, nil
+	}
+	st := node.Status()
+	resp := &queuev1.StatusResponse{CommitIndex: st.Commit, MemberCount: uint32(len(c.self.Peers))}
+	for _, m := range c.replicated() {
+		if m.GetName() == c.self.Name {
+			resp.Member = m
+		}
+	}
+	for _, p := range c.self.Peers {
+		if p.ID == st.Leader {
+			resp.LeaderName = p.Name
+		}
+	}
+	return resp, nil
+}
+
+// replicated lists the members of a replicated queue as this one sees
+// them: the leader it knows, and its own term and applied index (another
+// member's it does not know, so they are 0; nor their client addresses,
+// which they do not tell each other yet).
+func (c *cluster) replicated() []*queuev1.Member {
+	st := c.b.Member().Status()
+	out := make([]*queuev1.Member, 0, len(c.self.Peers))
+	for _, p := range c.self.Peers {
+		m := &queuev1.Member{Name: p.Name, PeerAddr: p.PeerAddr, Leader: p.ID == st.Leader}
+		if p.Name == c.self.Name {
+			m.ClientAddr, m.Term, m.AppliedIndex = c.self.ClientAddr(), st.Term, st.Applied
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 func (c *cluster) MemberAdd(_ context.Context, req *queuev1.MemberAddRequest) (*queuev1.MemberAddResponse, error) {
@@ -95,6 +142,9 @@ func (c *cluster) MemberRemove(_ context.Context, req *queuev1.MemberRemoveReque
 
 // alone is the refusal of a membership change: what was not done, and why.
 func (c *cluster) alone(format, name string) error {
+	if c.b.Member() != nil {
+		return status.Errorf(codes.Unimplemented, format+": changing a replicated queue's members is not built yet; its members are --initial-cluster's; nothing changed", name)
+	}
 	return limits.Refusal(codes.FailedPrecondition, limits.ReasonNotReplicated,
 		fmt.Sprintf(format+": this queue is one member, %q, started without --initial-cluster, and membership changes need a replicated queue; nothing changed",
 			name, c.self.Name))

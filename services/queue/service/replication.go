@@ -1,0 +1,139 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	limits "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/services/queue/internal/server"
+)
+
+// Raft timing defaults (docs/design.md: --heartbeat-interval,
+// --election-timeout), etcd's own ratio of ten heartbeats to an election.
+const (
+	DefaultHeartbeatInterval = 100 * time.Millisecond
+	DefaultElectionTimeout   = time.Second
+	// An election timeout under five heartbeats lets a follower campaign
+	// after a couple of delayed heartbeats: etcd asks for the same.
+	minElectionHeartbeats = 5
+)
+
+// raftDir is where a replicated member keeps its Raft log, inside
+// --data-dir; a single member's store is --data-dir itself.
+const raftDir = "raft"
+
+// parseInitialCluster reads --initial-cluster, "name=host:port,…", into
+// members in the order given.
+func parseInitialCluster(s string) ([]server.Peer, error) {
+	var out []server.Peer
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		name, addr, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("--initial-cluster: %q is not name=host:port", part)
+		}
+		if err := limits.CheckMemberName("--initial-cluster: a member name", name); err != nil {
+			return nil, flagError(err)
+		}
+		if err := limits.CheckAddr(fmt.Sprintf("--initial-cluster: %s's peer address", name), addr); err != nil {
+			return nil, flagError(err)
+		}
+		for _, p := range out {
+			switch {
+			case p.Name == name:
+				return nil, fmt.Errorf("--initial-cluster: member %q is named twice", name)
+			case p.PeerAddr == addr:
+				return nil, fmt.Errorf("--initial-cluster: %s and %s have one peer address, %s", p.Name, name, addr)
+			}
+		}
+		out = append(out, server.Peer{Name: name, PeerAddr: addr, ID: memberID(name)})
+	}
+	for i, p := range out {
+		for _, q := range out[:i] {
+			if p.ID == q.ID {
+				return nil, fmt.Errorf("--initial-cluster: %s and %s hash to one member id: rename one", q.Name, p.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// memberID is a member's Raft id, from its name, so that every member
+// derives every id from --initial-cluster alone, and a member that lost
+// its disk comes back under its name with its id.
+func memberID(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	if id := h.Sum64(); id != 0 {
+		return id
+	}
+	return 1 // raft's "none"
+}
+
+// clusterID identifies the queue, from its initial members: the
+// transport refuses a batch of another queue (a member pointed at the
+// wrong peers).
+func clusterID(members []server.Peer) uint64 {
+	parts := make([]string, len(members))
+	for i, m := range members {
+		parts[i] = m.Name + "=" + m.PeerAddr
+	}
+	slices.Sort(parts)
+	h := fnv.New64a()
+	h.Write([]byte(strings.Join(parts, ",")))
+	if id := h.Sum64(); id != 0 {
+		return id
+	}
+	return 1
+}
+
+// validateReplication checks the replication flags, when --initial-cluster
+// is given.
+func (c Config) validateReplication() error {
+	if c.InitialCluster == "" {
+		return nil
+	}
+	members, err := parseInitialCluster(c.InitialCluster)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(members, func(p server.Peer) bool { return p.Name == c.Name }) {
+		return fmt.Errorf("--initial-cluster does not name this member, --name %q", c.Name)
+	}
+	switch {
+	case c.PeerAddr == "":
+		return errors.New("--peer-addr is empty")
+	case c.HeartbeatInterval <= 0:
+		return fmt.Errorf("--heartbeat-interval must be positive, not %v", c.HeartbeatInterval)
+	case c.ElectionTimeout < minElectionHeartbeats*c.HeartbeatInterval:
+		return fmt.Errorf("--election-timeout (%v) must be at least %d times --heartbeat-interval (%v)", c.ElectionTimeout, minElectionHeartbeats, c.HeartbeatInterval)
+	}
+	return nil
+}
+
+// refuseSingleStore refuses to start a replicated member on a data
+// directory that holds a single member's store: its keys would be
+// silently ignored, as the member's state is the replicated log's.
+func refuseSingleStore(dir string) error {
+	segs, _ := filepath.Glob(filepath.Join(dir, "wal-*.log"))
+	snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*.snap"))
+	if len(segs)+len(snaps) == 0 {
+		return nil
+	}
+	return fmt.Errorf("--data-dir %s holds a single member's store (started without --initial-cluster); a replicated member keeps its log in %s and would ignore those keys: give it an empty --data-dir", dir, filepath.Join(dir, raftDir))
+}
+
+// mkdirRaft makes the replicated log's directory.
+func mkdirRaft(dir string) (string, error) {
+	p := filepath.Join(dir, raftDir)
+	if err := os.MkdirAll(p, 0o750); err != nil {
+		return "", fmt.Errorf("raft log directory: %w", err)
+	}
+	return p, nil
+}
