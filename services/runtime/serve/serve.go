@@ -140,6 +140,12 @@ type Options struct {
 	PeerAddr     string
 	RegisterPeer func(*grpc.Server)
 	OnPeerListen func(net.Addr)
+	// PeerAuthzPolicy, if set, is what the peer listener allows in place
+	// of AuthzPolicy (the members' port admits the members alone);
+	// PeerLimits are its waiting-Lease bounds in place of Limits (calls a
+	// member hands on were bounded where they arrived).
+	PeerAuthzPolicy *authz.Policy
+	PeerLimits      limits.Config
 }
 
 // Run serves until ctx is cancelled, then drains and returns nil; it returns
@@ -181,7 +187,18 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	peer, err := listenPeer(o, log, metrics, sec, lim)
+	peerSec, peerLim := sec, lim
+	if o.PeerAddr != "" {
+		if sec.authz != nil && o.PeerAuthzPolicy != nil {
+			if peerSec.authz, err = authz.New(authz.Options{Policy: o.PeerAuthzPolicy, Logger: log, Registerer: reg}); err != nil {
+				return err
+			}
+		}
+		if peerLim, err = limits.New(o.PeerLimits, reg); err != nil {
+			return fmt.Errorf("serve: peer limits: %w", err)
+		}
+	}
+	peer, err := listenPeer(o, log, metrics, peerSec, peerLim)
 	if err != nil {
 		g.close()
 		return err
