@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonrun/baton/client/certs"
+	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -19,12 +23,13 @@ import (
 // 50 ms heartbeats and a 500 ms election timeout, and a client of each.
 type replicated struct {
 	t     *testing.T
+	peers []string // the members' peer addresses
 	procs []*proc
 	qcs   []queuev1.QueueServiceClient
 	ccs   []queuev1.ClusterServiceClient
 }
 
-func newReplicated(t *testing.T) *replicated {
+func newReplicated(t *testing.T, extra ...string) *replicated {
 	r := &replicated{t: t}
 	peers := make([]string, 3)
 	var cluster []string
@@ -32,12 +37,17 @@ func newReplicated(t *testing.T) *replicated {
 		peers[i] = freePort(t)
 		cluster = append(cluster, fmt.Sprintf("m%d=%s", i+1, peers[i]))
 	}
+	r.peers = peers
 	for i := range peers {
-		p := newProc(t, "--name", fmt.Sprintf("m%d", i+1), "--peer-addr", peers[i], "--initial-cluster", strings.Join(cluster, ","),
-			"--heartbeat-interval", "50ms", "--election-timeout", "500ms")
+		args := []string{"--name", fmt.Sprintf("m%d", i+1), "--peer-addr", peers[i], "--initial-cluster", strings.Join(cluster, ","),
+			"--heartbeat-interval", "50ms", "--election-timeout", "500ms"}
+		p := newProc(t, append(args, extra...)...)
 		p.start()
-		conn := dial(t, p.grpcAddr)
 		r.procs = append(r.procs, p)
+		if len(extra) > 0 {
+			continue // TLS: the test dials
+		}
+		conn := dial(t, p.grpcAddr)
 		r.qcs = append(r.qcs, queuev1.NewQueueServiceClient(conn))
 		r.ccs = append(r.ccs, queuev1.NewClusterServiceClient(conn))
 	}
@@ -48,8 +58,10 @@ func newReplicated(t *testing.T) *replicated {
 // a member that is down: the caller tries another.
 func notLeader(err error) bool { return status.Code(err) == codes.Unavailable }
 
-// leader waits for a running member that answers an Add (to the queue
-// "probe"), and returns its index.
+// leader waits for a running member that says it leads (ClusterService
+// Status, answered by the member itself) and answers an Add (to the queue
+// "probe"), and returns its index. Any member answers the Add, forwarding
+// it: Status tells the leader.
 func (r *replicated) leader(ctx context.Context) int {
 	r.t.Helper()
 	for {
@@ -58,7 +70,14 @@ func (r *replicated) leader(ctx context.Context) int {
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			_, err := r.qcs[i].Add(cctx, &queuev1.AddRequest{Queue: "probe", Keys: []string{"p"}})
+			st, err := r.ccs[i].Status(cctx, &queuev1.StatusRequest{})
+			if err == nil && !st.GetMember().GetLeader() {
+				cancel()
+				continue
+			}
+			if err == nil {
+				_, err = r.qcs[i].Add(cctx, &queuev1.AddRequest{Queue: "probe", Keys: []string{"p"}})
+			}
 			cancel()
 			if err == nil {
 				return i
@@ -180,5 +199,132 @@ func TestReplicatedQueueSurvivesLeaderKills(t *testing.T) {
 	t.Logf("%d Adds acknowledged over 10 leader kills, %d offered at the end, %d lost", len(acked), len(offered), lost)
 	if lost > 0 {
 		t.Fatalf("%d acknowledged keys lost", lost)
+	}
+}
+
+// followersOf returns the indexes of the members other than lead.
+func followersOf(lead int) []int {
+	var out []int
+	for i := range 3 {
+		if i != lead {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// TestReplicatedFollowersForward: every member answers every call. A key
+// added through one follower is leased through the other and acked
+// through the first; a Lease waiting on a follower is woken by an Add on
+// another member; Inspect, List and Stats through a follower show the
+// leader's state, leases included.
+func TestReplicatedFollowersForward(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r := newReplicated(t)
+	lead := r.leader(ctx)
+	f := followersOf(lead)
+	a, b := r.qcs[f[0]], r.qcs[f[1]]
+	if _, err := a.Add(ctx, &queuev1.AddRequest{Queue: "fwd", Keys: []string{"k1"}}); err != nil {
+		t.Fatalf("Add through a follower: %v", err)
+	}
+	lr, err := b.Lease(ctx, &queuev1.LeaseRequest{Queue: "fwd", Worker: "w", MaxItems: 1})
+	if err != nil || len(lr.GetLeases()) != 1 || lr.GetLeases()[0].GetKey() != "k1" {
+		t.Fatalf("Lease through the other follower: %v %v", lr, err)
+	}
+	it, err := a.Inspect(ctx, &queuev1.InspectRequest{Queue: "fwd", Key: "k1"})
+	if err != nil || it.GetItem().GetState() != queuev1.ItemState_ITEM_STATE_LEASED || it.GetItem().GetWorker() != "w" {
+		t.Fatalf("Inspect through a follower: %v %v, want the leader's lease", it, err)
+	}
+	l := lr.GetLeases()[0]
+	ar, err := a.Ack(ctx, &queuev1.AckRequest{Queue: "fwd", Acks: []*queuev1.Ack{{Key: l.GetKey(), Token: l.GetToken(), Outcome: &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}}}}})
+	if err != nil || ar.GetResults()[0].GetStatus() != queuev1.AckStatus_ACK_STATUS_OK {
+		t.Fatalf("Ack through a follower: %v %v", ar, err)
+	}
+
+	woken := make(chan *queuev1.LeaseResponse, 1)
+	go func() {
+		lr, err := b.Lease(ctx, &queuev1.LeaseRequest{Queue: "fwd", Worker: "w", MaxItems: 1, Wait: durationpb.New(20 * time.Second)})
+		if err != nil {
+			t.Errorf("a waiting Lease through a follower: %v", err)
+		}
+		woken <- lr
+	}()
+	// The waiting Lease reaches the leader at some point; until then an
+	// Add lands before it, and it gets the key at once.
+	if _, err := r.qcs[lead].Add(ctx, &queuev1.AddRequest{Queue: "fwd", Keys: []string{"k2"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lr := <-woken:
+		if len(lr.GetLeases()) != 1 || lr.GetLeases()[0].GetKey() != "k2" {
+			t.Fatalf("the waiting Lease got %v, want k2", lr)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiting Lease through a follower was not woken by the Add")
+	}
+	list, err := a.List(ctx, &queuev1.ListRequest{Queue: "fwd"})
+	if err != nil || len(list.GetItems()) != 1 || list.GetItems()[0].GetKey() != "k2" {
+		t.Fatalf("List through a follower: %v %v", list, err)
+	}
+	st, err := b.Stats(ctx, &queuev1.StatsRequest{Queue: "fwd"})
+	if err != nil || len(st.GetQueues()) != 1 || st.GetQueues()[0].GetLeased() != 1 {
+		t.Fatalf("Stats through a follower: %v %v", st, err)
+	}
+}
+
+// TestReplicatedForwardingOverMTLS: with mutual TLS, a lease taken through
+// one follower is bound to the caller's identity on the leader, so the
+// same worker acks it through the other follower while another worker
+// gets LEASE_LOST; a worker that sets the forwarding metadata itself
+// claims nothing by it; and only members may call the peer listener.
+func TestReplicatedForwardingOverMTLS(t *testing.T) {
+	d := newTLSDir(t)
+	for _, name := range []string{"worker-1", "worker-2"} {
+		if _, err := certs.Issue(d.dir, certs.Leaf{Name: name, Roles: []string{tlsfiles.RoleWorker}, Hosts: []string{"127.0.0.1"}, Days: 1}, false, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r := newReplicated(t, d.serverArgs("queue")...)
+	conn := func(addr, name string) *grpc.ClientConn {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(d.source(t, d.dir, name).ClientCredentials("")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	for _, p := range r.procs {
+		c := conn(p.grpcAddr, "admin")
+		r.qcs = append(r.qcs, queuev1.NewQueueServiceClient(c))
+		r.ccs = append(r.ccs, queuev1.NewClusterServiceClient(c))
+	}
+	lead := r.leader(ctx)
+	f := followersOf(lead)
+	q := func(i int, name string) queuev1.QueueServiceClient {
+		return queuev1.NewQueueServiceClient(conn(r.procs[i].grpcAddr, name))
+	}
+	c := leaseCalls{t, ctx}
+	const queue = "bound"
+	if _, err := q(f[0], "observer").Add(ctx, &queuev1.AddRequest{Queue: queue, Keys: []string{"k"}}); err != nil {
+		t.Fatalf("Add through a follower: %v", err)
+	}
+	l := c.lease(q(f[0], "worker-1"), queue)
+	if st := c.ack(q(f[1], "worker-2"), queue, l); st != queuev1.AckStatus_ACK_STATUS_LEASE_LOST {
+		t.Errorf("worker-2's Ack of worker-1's lease, through the other follower: %v, want LEASE_LOST", st)
+	}
+	spoof := metadata.AppendToOutgoingContext(ctx, "baton-forwarded", "1", "baton-forwarded-holder", "worker-1")
+	ar, err := q(lead, "worker-2").Ack(spoof, &queuev1.AckRequest{Queue: queue, Acks: []*queuev1.Ack{{Key: l.GetKey(), Token: l.GetToken(), Outcome: &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}}}}})
+	if err != nil || ar.GetResults()[0].GetStatus() != queuev1.AckStatus_ACK_STATUS_LEASE_LOST {
+		t.Errorf("worker-2's Ack on the leader claiming to be forwarded for worker-1: %v %v, want LEASE_LOST", ar, err)
+	}
+	if st := c.ack(q(f[1], "worker-1"), queue, l); st != queuev1.AckStatus_ACK_STATUS_OK {
+		t.Errorf("worker-1's Ack of its lease through the other follower: %v, want OK", st)
+	}
+	_, err = queuev1.NewQueueServiceClient(conn(r.peers[lead], "worker-1")).Add(ctx, &queuev1.AddRequest{Queue: queue, Keys: []string{"x"}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a worker's Add on the leader's peer listener: %v, want PERMISSION_DENIED", err)
 	}
 }

@@ -8,10 +8,18 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	limits "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/tlsfiles"
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/server"
+	"github.com/batonrun/baton/services/runtime/authz"
+	"github.com/batonrun/baton/services/runtime/serve"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Raft timing defaults (docs/design.md: --heartbeat-interval,
@@ -136,4 +144,74 @@ func mkdirRaft(dir string) (string, error) {
 		return "", fmt.Errorf("raft log directory: %w", err)
 	}
 	return p, nil
+}
+
+// leaders dials the members' peer listeners, each once, for forwarding:
+// Leader returns the client of the member this one knows to lead, nil
+// while it leads itself or knows none.
+type leaders struct {
+	node  *replica.Node
+	addrs map[uint64]string
+	tls   *tlsfiles.Source
+	max   int // the largest request forwarded (--max-request-bytes)
+
+	mu    sync.Mutex
+	conns map[uint64]*grpc.ClientConn
+}
+
+func newLeaders(node *replica.Node, peers []server.Peer, tls *tlsfiles.Source, maxRequest int) *leaders {
+	l := &leaders{node: node, addrs: map[uint64]string{}, tls: tls, max: maxRequest, conns: map[uint64]*grpc.ClientConn{}}
+	for _, p := range peers {
+		l.addrs[p.ID] = p.PeerAddr
+	}
+	return l
+}
+
+func (l *leaders) Leader() queuev1.QueueServiceClient {
+	st := l.node.Status()
+	if st.IsLeader || st.Leader == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	conn := l.conns[st.Leader]
+	if conn == nil {
+		addr, ok := l.addrs[st.Leader]
+		if !ok {
+			return nil // a member --initial-cluster does not name
+		}
+		creds := insecure.NewCredentials()
+		if l.tls != nil {
+			// "": the leader's certificate is checked against the host of
+			// its peer address, as the raft transport checks it.
+			creds = l.tls.ClientCredentials("")
+		}
+		var err error
+		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(l.max), grpc.MaxCallRecvMsgSize(serve.MaxMessageBytes)))
+		if err != nil {
+			return nil // an address CheckAddr passed: cannot happen
+		}
+		l.conns[st.Leader] = conn
+	}
+	return queuev1.NewQueueServiceClient(conn)
+}
+
+// Close closes the connections.
+func (l *leaders) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, c := range l.conns {
+		c.Close()
+		delete(l.conns, id)
+	}
+}
+
+// peerPolicy is the peer listener's authorization: the members alone, to
+// raft traffic and to the QueueService calls they hand on.
+func peerPolicy() (*authz.Policy, error) {
+	return authz.Compile([]authz.Rule{{
+		Roles:   []string{tlsfiles.RoleQueuePeer},
+		Methods: []string{queuev1.RaftService_Send_FullMethodName, "/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*"},
+	}})
 }

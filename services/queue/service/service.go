@@ -317,9 +317,24 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	self := server.Self{Name: cfg.Name, ClientAddr: func() string { return advertise }, Peers: peers}
 	ready := func(context.Context) error { return b.Ready() }
 	var registerPeer func(*grpc.Server)
+	var peerPol *authz.Policy
 	peerAddr := ""
+	qs := server.New(b)
 	if node := b.Member(); node != nil {
-		peerAddr, registerPeer = cfg.PeerAddr, func(s *grpc.Server) { node.Register(s) }
+		fwd := newLeaders(node, peers, tlsSrc, cfg.MaxRequestBytes)
+		defer fwd.Close()
+		if peerPol, err = peerPolicy(); err != nil {
+			return err
+		}
+		// Clients call the forwarding service; the leader's peer listener
+		// serves the handed-on calls with this member's own.
+		own := qs
+		peerAddr = cfg.PeerAddr
+		registerPeer = func(s *grpc.Server) {
+			node.Register(s)
+			queuev1.RegisterQueueServiceServer(s, own)
+		}
+		qs = server.Forwarding(own, fwd.Leader)
 		ready = func(context.Context) error {
 			if err := b.Ready(); err != nil {
 				return err
@@ -334,14 +349,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	err = serve.Run(ctx, serve.Options{
 		Name: "baton-queue", GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr,
 		Register: func(s *grpc.Server) []string {
-			queuev1.RegisterQueueServiceServer(s, server.New(b))
+			queuev1.RegisterQueueServiceServer(s, qs)
 			queuev1.RegisterClusterServiceServer(s, server.NewCluster(b, self))
 			return []string{queuev1.QueueService_ServiceDesc.ServiceName, queuev1.ClusterService_ServiceDesc.ServiceName}
 		},
-		Ready:        ready,
-		PeerAddr:     peerAddr,
-		RegisterPeer: registerPeer,
-		OnPeerListen: cfg.OnPeerListen,
+		Ready:           ready,
+		PeerAddr:        peerAddr,
+		RegisterPeer:    registerPeer,
+		OnPeerListen:    cfg.OnPeerListen,
+		PeerAuthzPolicy: peerPol,
+		// Handed-on Leases were bounded on the member they reached; here
+		// they all share that member's one connection and identity.
+		PeerLimits: serverlimits.Config{
+			WaitingLeasesPerConnection: serve.MaxConcurrentStreams - 1,
+			WaitingLeasesPerIdentity:   authz.MaxWaitingLeases,
+		},
 		Registry:     reg,
 		GracePeriod:  cfg.GracePeriod,
 		MaxRecvBytes: cfg.MaxRequestBytes,

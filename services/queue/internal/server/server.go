@@ -70,6 +70,9 @@ var noCN = "\x00no CN"
 // one connection by pointer. A lease keeps that certificate in memory until
 // it ends.
 func holderOf(ctx context.Context) *string {
+	if h, ok := forwardedHolder(ctx); ok {
+		return h // a member handed the call on (forward.go)
+	}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return nil
