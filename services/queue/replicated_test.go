@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonrun/baton/client/certs"
+	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"google.golang.org/grpc"
@@ -326,5 +327,69 @@ func TestReplicatedForwardingOverMTLS(t *testing.T) {
 	_, err = queuev1.NewQueueServiceClient(conn(r.peers[lead], "worker-1")).Add(ctx, &queuev1.AddRequest{Queue: queue, Keys: []string{"x"}})
 	if status.Code(err) != codes.PermissionDenied {
 		t.Errorf("a worker's Add on the leader's peer listener: %v, want PERMISSION_DENIED", err)
+	}
+}
+
+// TestReplicatedClientFailsOver: the Go client given every member's
+// address keeps adding while the member it is connected to and then the
+// leader are SIGKILLed: each Add returns OK within a few seconds (the
+// client retries UNAVAILABLE on the next address), and every key it was
+// told was added is offered at the end.
+func TestReplicatedClientFailsOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r := newReplicated(t)
+	addrs := make([]string, len(r.procs))
+	for i, p := range r.procs {
+		addrs[i] = p.grpcAddr
+	}
+	c, err := queueclient.Dial(strings.Join(addrs, ","), queueclient.WithBackoff(queueclient.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lead := r.leader(ctx)
+	var added []string
+	add := func(n int) {
+		for range n {
+			k := fmt.Sprintf("k%05d", len(added))
+			actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := c.Add(actx, "q", []string{k}, queueclient.AddOptions{})
+			acancel()
+			if err != nil {
+				t.Fatalf("Add %s through the client: %v", k, err)
+			}
+			added = append(added, k)
+		}
+	}
+	add(50)
+	// The client's connection is to the first address it could reach:
+	// the first listed (pick_first).
+	r.procs[0].signal(syscall.SIGKILL, 10*time.Second)
+	add(50)
+	r.procs[0].start()
+	if lead != 0 {
+		r.procs[lead].signal(syscall.SIGKILL, 10*time.Second)
+		add(50)
+		r.procs[lead].start()
+	}
+	add(50)
+	offered := map[string]bool{}
+	for {
+		leases, err := c.Lease(ctx, "q", queueclient.LeaseOptions{Worker: "check", MaxItems: 1000, Duration: 5 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(leases) == 0 {
+			break
+		}
+		for _, l := range leases {
+			offered[l.Key] = true
+		}
+	}
+	for _, k := range added {
+		if !offered[k] {
+			t.Errorf("%s: added through the client, not offered", k)
+		}
 	}
 }
