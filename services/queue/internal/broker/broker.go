@@ -34,6 +34,7 @@ import (
 
 	limits "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/services/queue/internal/record"
+	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 )
@@ -94,6 +95,7 @@ type Broker struct {
 	// the journal is set, which Lead waits for.
 	names    record.Names
 	attached chan struct{}
+	node     *replica.Node
 
 	compacting atomic.Bool
 	walkStep   int // keys per locked step of a snapshot walk

@@ -53,7 +53,11 @@ func OpenReplicated(cfg Config, rcfg replica.Config, metrics *Metrics, log *slog
 	if err != nil {
 		return nil, fmt.Errorf("start the raft node: %w", err)
 	}
+	b.node = n
 	b.j = raftJournal{n: n, log: rcfg.Log}
+	if wrapJournal != nil {
+		b.j = wrapJournal(b.j)
+	}
 	b.tokens.j = b.j
 	close(b.attached)
 	b.wg.Add(1)
@@ -151,9 +155,8 @@ func (b *Broker) follow(replay func(apply func(records [][]byte, index uint64)) 
 func (b *Broker) Leading() bool { return b.leading.Load() }
 
 // Member is the replicated queue's node, or nil for a single member.
-func (b *Broker) Member() *replica.Node {
-	if j, ok := b.j.(raftJournal); ok {
-		return j.n
-	}
-	return nil
-}
+func (b *Broker) Member() *replica.Node { return b.node }
+
+// wrapJournal, set by a test alone, wraps a replicated member's journal:
+// the negative control answers before the commit through it.
+var wrapJournal func(journal) journal

@@ -369,18 +369,13 @@ func TestReplicatedFailover(t *testing.T) {
 	}
 }
 
-// TestReplicatedLeaderCutOff: a leader cut off from the others under
-// concurrent Adds loses its leadership; its callers get ErrLeadershipLost
-// or ErrNotLeader; every Add it acknowledged is held by the new leader; the
-// old leader rebuilds its state from the committed log and, healed,
-// converges with the others.
-func TestReplicatedLeaderCutOff(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	c := newRCluster(t)
-	lead := c.leader(0)
+// cutOffUnderAdds runs four adders on the leader of c, cuts the leader
+// off both ways once 200 Adds are acknowledged, and returns, once it has
+// stepped down and a new leader leads, the keys it acknowledged and the
+// two leaders.
+func cutOffUnderAdds(t *testing.T, ctx context.Context, c *rcluster) (acked []string, lead, next *rmember) {
+	lead = c.leader(0)
 	var mu sync.Mutex
-	var acked []string
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -411,16 +406,71 @@ func TestReplicatedLeaderCutOff(t *testing.T) {
 	within(t, 20*time.Second, "the cut-off leader stops leading", func() bool { return !lead.b.Leading() })
 	close(stop)
 	wg.Wait()
+	return acked, lead, c.leader(lead.id)
+}
+
+// lostOn returns the acknowledged keys the member does not hold.
+func lostOn(t *testing.T, m *rmember, acked []string) []string {
+	var lost []string
+	for _, k := range acked {
+		if v, err := m.b.Inspect("q", k); err != nil {
+			t.Fatal(err)
+		} else if v.State != workqueue.Pending {
+			lost = append(lost, k)
+		}
+	}
+	return lost
+}
+
+// TestReplicatedLeaderCutOff: a leader cut off from the others under
+// concurrent Adds loses its leadership; its callers get ErrLeadershipLost
+// or ErrNotLeader; every Add it acknowledged is held by the new leader; the
+// old leader rebuilds its state from the committed log and, healed,
+// converges with the others.
+func TestReplicatedLeaderCutOff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newRCluster(t)
+	acked, lead, next := cutOffUnderAdds(t, ctx, c)
 	if _, _, err := lead.b.Add(ctx, "q", []string{"late"}, 0, workqueue.Normal); !errors.Is(err, ErrNotLeader) {
 		t.Errorf("Add on the deposed leader: %v, want ErrNotLeader", err)
 	}
-	next := c.leader(lead.id)
-	for _, k := range acked {
-		if v, err := next.b.Inspect("q", k); err != nil || v.State != workqueue.Pending {
-			t.Fatalf("%s was acknowledged by the old leader; on the new one: %v %v", k, v.State, err)
-		}
+	if lost := lostOn(t, next, acked); len(lost) > 0 {
+		t.Fatalf("%d keys acknowledged by the old leader are not on the new one: %v", len(lost), lost[:min(10, len(lost))])
 	}
 	c.heal()
 	got := c.converge()
 	t.Logf("%d keys acknowledged, %d records agreed", len(acked), len(got))
+}
+
+// hasty answers every change at once, before its entry is committed: what
+// a broken build would do.
+type hasty struct{ journal }
+
+type done struct{}
+
+func (done) Wait(context.Context) error { return nil }
+
+func (h hasty) Append(recs []byte) (waiter, error) {
+	if _, err := h.journal.Append(recs); err != nil {
+		return nil, err
+	}
+	return done{}, nil
+}
+
+// TestReplicatedNegativeControl: the loss check of TestReplicatedLeaderCutOff
+// catches a build that answers before the majority commit: the cut-off
+// leader then acknowledges Adds that no other member ever gets.
+func TestReplicatedNegativeControl(t *testing.T) {
+	wrapJournal = func(j journal) journal { return hasty{j} }
+	t.Cleanup(func() { wrapJournal = nil })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newRCluster(t)
+	acked, _, next := cutOffUnderAdds(t, ctx, c)
+	lost := lostOn(t, next, acked)
+	if len(lost) == 0 {
+		t.Fatalf("a build answering before the commit lost none of %d acknowledged keys: the loss check cannot fail", len(acked))
+	}
+	t.Logf("answering before the commit: %d of %d acknowledged keys lost, as the check must see", len(lost), len(acked))
 }
