@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -543,6 +544,11 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, holder *string
 			for _, g := range grants {
 				obs.queueDur.Observe(float64(now-g.PendingSince) / 1e9)
 			}
+			if len(grants) > 0 {
+				if err := b.confirm(ctx); err != nil {
+					return nil, err
+				}
+			}
 			return grants, nil
 		}
 		sh.waiters.Add(1)
@@ -617,7 +623,7 @@ func (b *Broker) Ack(ctx context.Context, queue string, holder *string, acks []A
 
 // Extend extends holder's live leases to now+d; a zero expiry means
 // LEASE_LOST (a token that is not live, or a lease bound to another holder).
-func (b *Broker) Extend(queue string, holder *string, refs []AckItem, d time.Duration) ([]int64, error) {
+func (b *Broker) Extend(ctx context.Context, queue string, holder *string, refs []AckItem, d time.Duration) ([]int64, error) {
 	if d <= 0 {
 		d = b.cfg.DefaultLease
 	}
@@ -633,6 +639,11 @@ func (b *Broker) Extend(queue string, holder *string, refs []AckItem, d time.Dur
 		out[i], _ = sh.q.Extend(r.Key, r.Token, holder, d, now)
 	}
 	b.unlock(sh, before)
+	if slices.ContainsFunc(out, func(e int64) bool { return e != 0 }) {
+		if err := b.confirm(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 

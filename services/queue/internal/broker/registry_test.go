@@ -39,7 +39,7 @@ func callUnknown(t testing.TB, b *Broker, queue string) {
 	if ok, err := b.Ack(ctx, queue, nil, []AckItem{{Key: "k", Token: 7}}); err != nil || ok[0] {
 		t.Fatalf("Ack on %s: %v %v", queue, ok, err)
 	}
-	if exp, err := b.Extend(queue, nil, []AckItem{{Key: "k", Token: 7}}, time.Minute); err != nil || exp[0] != 0 {
+	if exp, err := b.Extend(t.Context(), queue, nil, []AckItem{{Key: "k", Token: 7}}, time.Minute); err != nil || exp[0] != 0 {
 		t.Fatalf("Extend on %s: %v", queue, exp)
 	}
 	if n, err := b.Forget(ctx, queue, []string{"k"}); err != nil || n != 0 {

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -160,3 +162,21 @@ func (b *Broker) Member() *replica.Node { return b.node }
 // wrapJournal, set by a test alone, wraps a replicated member's journal:
 // the negative control answers before the commit through it.
 var wrapJournal func(journal) journal
+
+// confirm is, on a replicated queue's leader, the majority's word that it
+// still leads, before it answers a Lease or an Extend from memory: such a
+// call writes nothing, so no commit would tell a leader cut off from the
+// others that a new leader has offered those keys again. A single member
+// needs none. Leases granted but not confirmed stay in memory until they
+// expire, or until Follow throws them away: leased to nobody, like a
+// worker's that crashed.
+func (b *Broker) confirm(ctx context.Context) error {
+	if b.node == nil {
+		return nil
+	}
+	err := b.node.Confirm(ctx)
+	if errors.Is(err, replica.ErrNotLeader) {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return err
+}

@@ -339,7 +339,7 @@ func TestReplicatedFailover(t *testing.T) {
 		}
 	}
 	old := []AckItem{{Key: grants[2].Key, Token: grants[2].Token}, {Key: grants[3].Key, Token: grants[3].Token}}
-	if exp, err := next.b.Extend("q", nil, old, time.Minute); err != nil || exp[0] != 0 || exp[1] != 0 {
+	if exp, err := next.b.Extend(ctx, "q", nil, old, time.Minute); err != nil || exp[0] != 0 || exp[1] != 0 {
 		t.Errorf("Extend with the old leader's tokens: %v %v, want the leases lost", exp, err)
 	}
 	regrants, err := next.b.Lease(ctx, "q", "w2", nil, 18, time.Minute, 0)
@@ -473,4 +473,37 @@ func TestReplicatedNegativeControl(t *testing.T) {
 		t.Fatalf("a build answering before the commit lost none of %d acknowledged keys: the loss check cannot fail", len(acked))
 	}
 	t.Logf("answering before the commit: %d of %d acknowledged keys lost, as the check must see", len(lost), len(acked))
+}
+
+// TestReplicatedDeposedLeaderGrantsNothing: a leader cut off from the
+// others still believes it leads until CheckQuorum deposes it, but a Lease
+// or an Extend it answers from memory must first be confirmed by a
+// majority: they fail, and no worker holds a key the new leader offers
+// again.
+func TestReplicatedDeposedLeaderGrantsNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newRCluster(t)
+	lead := c.leader(0)
+	if _, _, err := lead.b.Add(ctx, "q", keyNames("k", 5), 0, workqueue.Normal); err != nil {
+		t.Fatal(err)
+	}
+	held, err := lead.b.Lease(ctx, "q", "w", nil, 1, time.Minute, 0)
+	if err != nil || len(held) != 1 {
+		t.Fatalf("Lease on the leader: %v %v", held, err)
+	}
+	c.isolate(lead)
+	grants, err := lead.b.Lease(ctx, "q", "w", nil, 4, time.Minute, 0)
+	if err == nil || len(grants) > 0 {
+		t.Errorf("Lease on the cut-off leader: %d keys, %v; want none, and an error", len(grants), err)
+	}
+	exp, err := lead.b.Extend(ctx, "q", nil, []AckItem{{Key: held[0].Key, Token: held[0].Token}}, time.Minute)
+	if err == nil {
+		t.Errorf("Extend on the cut-off leader: %v, want an error", exp)
+	}
+	next := c.leader(lead.id)
+	regrants, err := next.b.Lease(ctx, "q", "w2", nil, 5, time.Minute, 0)
+	if err != nil || len(regrants) != 5 {
+		t.Fatalf("Lease on the new leader: %d, %v; want all 5", len(regrants), err)
+	}
 }

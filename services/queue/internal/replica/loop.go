@@ -57,6 +57,7 @@ func (n *Node) loop(tick <-chan time.Time) error {
 		}
 		for {
 			n.proposePending()
+			n.readPending()
 			if !n.rn.HasReady() {
 				break
 			}
@@ -103,6 +104,10 @@ func (n *Node) ready() error {
 			return err
 		}
 	}
+	// Confirmed once the ReadIndex's heartbeats came back from a
+	// majority; the broker needs no entry applied for it, only the
+	// leadership.
+	n.readDone(rd.ReadStates)
 	n.rn.Advance(rd)
 	n.observe(rd.SoftState)
 	return nil
@@ -248,6 +253,7 @@ func (n *Node) observe(soft *raft.SoftState) {
 	if len(n.inflight) > 0 {
 		n.failLost(bs)
 	}
+	n.readLost(bs)
 }
 
 // exit answers every caller with the loop's end and marks the node
@@ -268,6 +274,15 @@ func (n *Node) exit(err error) {
 		fail(b.calls, err)
 	}
 	fail(pending, err)
+	n.mu.Lock()
+	reads := n.reads
+	n.reads = nil
+	n.mu.Unlock()
+	fail(reads, err)
+	if n.read != nil {
+		fail(n.read.calls, err)
+		n.read = nil
+	}
 	n.statusMu.Lock()
 	n.status.IsLeader = false
 	n.statusMu.Unlock()

@@ -152,7 +152,8 @@ type Node struct {
 	// answered them all.
 	mu      sync.Mutex
 	pending []*call
-	last    *call // the latest enqueued in this leadership (Last)
+	reads   []*call // Confirm's callers not yet in a read
+	last    *call   // the latest enqueued in this leadership (Last)
 	closed  bool
 	err     error // why the node stopped; set before done is closed
 
@@ -168,6 +169,15 @@ type Node struct {
 	lastLead uint64
 	leading  bool   // Lead was called, Follow not since
 	leadTerm uint64 // the term Lead was called for
+	readSeq  uint64
+	read     *readBatch // the ReadIndex in flight, if any
+}
+
+// readBatch is one ReadIndex and the Confirm callers it answers.
+type readBatch struct {
+	seq   uint64
+	term  uint64
+	calls []*call
 }
 
 // call is one Propose waiting. res is written once, before done is

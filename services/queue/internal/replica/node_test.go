@@ -560,3 +560,47 @@ func TestConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestConfirm: the leader's Confirm returns once a majority confirms it
+// leads, many callers at once; a follower's is NotLeader; a leader cut off
+// from the others is never confirmed: its callers get ErrLeadershipLost
+// once it steps down.
+func TestConfirm(t *testing.T) {
+	c := newCluster(t)
+	lead := c.leader(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			if err := lead.node.Confirm(ctx); err != nil {
+				t.Errorf("Confirm on the leader: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, m := range c.members {
+		if m != lead {
+			if err := m.node.Confirm(ctx); !errors.Is(err, ErrNotLeader) {
+				t.Errorf("Confirm on follower %d: %v, want ErrNotLeader", m.id, err)
+			}
+		}
+	}
+	lead.unserve() // it hears nobody: its heartbeats go unanswered
+	lead.up = false
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() { errs <- lead.node.Confirm(ctx) }()
+	}
+	for range 8 {
+		if err := <-errs; !errors.Is(err, ErrLeadershipLost) && !errors.Is(err, ErrNotLeader) {
+			t.Errorf("Confirm on the cut-off leader: %v, want ErrLeadershipLost or ErrNotLeader", err)
+		}
+	}
+	l, err := net.Listen("tcp", lead.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead.serve(l)
+	lead.up = true
+}

@@ -221,3 +221,83 @@ func (c *call) finish(r result) {
 	c.res = r
 	close(c.done)
 }
+
+// Confirm returns nil once a majority of the members have confirmed, after
+// the call, that this member still leads (Raft's ReadIndex, one for all the
+// callers waiting at once): what a leader that answers from memory alone,
+// as the broker does a Lease, must know first, since a leader cut off from
+// the majority believes it leads until CheckQuorum deposes it. Errors:
+// *NotLeaderError, ErrLeadershipLost (it stopped leading meanwhile),
+// ErrStopped, or ctx's.
+func (n *Node) Confirm(ctx context.Context) error {
+	c := &call{done: make(chan struct{})}
+	n.mu.Lock()
+	if n.closed {
+		err := n.err
+		n.mu.Unlock()
+		return err
+	}
+	n.reads = append(n.reads, c)
+	n.mu.Unlock()
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case <-c.done:
+		return c.res.err
+	case <-ctx.Done():
+		return fmt.Errorf("replica: confirm leadership: %w", ctx.Err())
+	}
+}
+
+// readPending starts a ReadIndex for the Confirm callers waiting, unless
+// one is in flight (its callers came before it; the others wait for the
+// next). On the loop's goroutine.
+func (n *Node) readPending() {
+	if n.read != nil {
+		return
+	}
+	n.mu.Lock()
+	calls := n.reads
+	n.reads = nil
+	n.mu.Unlock()
+	if len(calls) == 0 {
+		return
+	}
+	bs := n.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader {
+		fail(calls, &NotLeaderError{Leader: bs.Lead})
+		return
+	}
+	n.readSeq++
+	var rctx [8]byte
+	binary.BigEndian.PutUint64(rctx[:], n.readSeq)
+	n.rn.ReadIndex(rctx[:])
+	n.read = &readBatch{seq: n.readSeq, term: bs.Term, calls: calls}
+}
+
+// readDone answers the read in flight once raft reports it confirmed.
+func (n *Node) readDone(states []raft.ReadState) {
+	if n.read == nil {
+		return
+	}
+	for _, rs := range states {
+		if len(rs.RequestCtx) == 8 && binary.BigEndian.Uint64(rs.RequestCtx) == n.read.seq {
+			for _, c := range n.read.calls {
+				c.finish(result{})
+			}
+			n.read = nil
+			return
+		}
+	}
+}
+
+// readLost fails the read in flight if this member no longer leads its
+// term: it is never confirmed.
+func (n *Node) readLost(bs raft.BasicStatus) {
+	if n.read != nil && (bs.RaftState != raft.StateLeader || bs.Term != n.read.term) {
+		fail(n.read.calls, ErrLeadershipLost)
+		n.read = nil
+	}
+}

@@ -321,7 +321,7 @@ func (s *server) Extend(ctx context.Context, req *queuev1.ExtendRequest) (*queue
 	if err := s.b.Err(); err != nil {
 		return nil, toStatus(err)
 	}
-	exp, err := s.b.Extend(req.GetQueue(), holderOf(ctx), refs, d)
+	exp, err := s.b.Extend(ctx, req.GetQueue(), holderOf(ctx), refs, d)
 	if err != nil {
 		return nil, toStatus(err)
 	}
