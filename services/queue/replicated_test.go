@@ -339,15 +339,7 @@ func TestReplicatedClientFailsOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	r := newReplicated(t)
-	addrs := make([]string, len(r.procs))
-	for i, p := range r.procs {
-		addrs[i] = p.grpcAddr
-	}
-	c, err := queueclient.Dial(strings.Join(addrs, ","), queueclient.WithBackoff(queueclient.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := r.client()
 	lead := r.leader(ctx)
 	var added []string
 	add := func(n int) {
@@ -374,19 +366,7 @@ func TestReplicatedClientFailsOver(t *testing.T) {
 		r.procs[lead].start()
 	}
 	add(50)
-	offered := map[string]bool{}
-	for {
-		leases, err := c.Lease(ctx, "q", queueclient.LeaseOptions{Worker: "check", MaxItems: 1000, Duration: 5 * time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(leases) == 0 {
-			break
-		}
-		for _, l := range leases {
-			offered[l.Key] = true
-		}
-	}
+	offered := offeredBy(t, ctx, c)
 	for _, k := range added {
 		if !offered[k] {
 			t.Errorf("%s: added through the client, not offered", k)
@@ -405,15 +385,7 @@ func TestReplicatedTwoOfThreeKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	r := newReplicated(t)
-	addrs := make([]string, len(r.procs))
-	for i, p := range r.procs {
-		addrs[i] = p.grpcAddr
-	}
-	c, err := queueclient.Dial(strings.Join(addrs, ","), queueclient.WithBackoff(queueclient.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := r.client()
 	var added []string
 	add := func(within time.Duration) {
 		t.Helper()
@@ -442,6 +414,32 @@ func TestReplicatedTwoOfThreeKilled(t *testing.T) {
 			add(10 * time.Second)
 		}
 	}
+	offered := offeredBy(t, ctx, c)
+	for _, k := range added {
+		if !offered[k] {
+			t.Errorf("%s: acknowledged, not offered after the kills", k)
+		}
+	}
+}
+
+// client is the Go client given every member's address, retrying
+// UNAVAILABLE quickly.
+func (r *replicated) client() *queueclient.Client {
+	addrs := make([]string, len(r.procs))
+	for i, p := range r.procs {
+		addrs[i] = p.grpcAddr
+	}
+	c, err := queueclient.Dial(strings.Join(addrs, ","), queueclient.WithBackoff(queueclient.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// offeredBy leases every key of the queue "q" through c, and returns them.
+func offeredBy(t *testing.T, ctx context.Context, c *queueclient.Client) map[string]bool {
+	t.Helper()
 	offered := map[string]bool{}
 	for {
 		leases, err := c.Lease(ctx, "q", queueclient.LeaseOptions{Worker: "check", MaxItems: 1000, Duration: 5 * time.Minute})
@@ -449,15 +447,10 @@ func TestReplicatedTwoOfThreeKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(leases) == 0 {
-			break
+			return offered
 		}
 		for _, l := range leases {
 			offered[l.Key] = true
-		}
-	}
-	for _, k := range added {
-		if !offered[k] {
-			t.Errorf("%s: acknowledged, not offered after the kills", k)
 		}
 	}
 }
