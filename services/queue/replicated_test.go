@@ -111,7 +111,7 @@ func (r *replicated) add(ctx context.Context, key string) bool {
 }
 
 // TestReplicatedQueueSurvivesLeaderKills: three real processes under two
-// concurrent adders; the leader, holding leases, is SIGKILLed ten times
+// concurrent adders; the leader, holding leases, is SIGKILLed fifty times
 // (and restarted from its disk before the next kill). After each kill a
 // new leader is elected, and the tokens of the killed leader get
 // LEASE_LOST there. At the end, every Add a member acknowledged is offered
@@ -142,7 +142,8 @@ func TestReplicatedQueueSurvivesLeaderKills(t *testing.T) {
 		})
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
-	for kill := range 10 {
+	const kills = 50
+	for kill := range kills {
 		lead := r.leader(ctx)
 		before := count()
 		for count() < before+50 && ctx.Err() == nil {
@@ -197,7 +198,7 @@ func TestReplicatedQueueSurvivesLeaderKills(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d Adds acknowledged over 10 leader kills, %d offered at the end, %d lost", len(acked), len(offered), lost)
+	t.Logf("%d Adds acknowledged over %d leader kills, %d offered at the end, %d lost", len(acked), kills, len(offered), lost)
 	if lost > 0 {
 		t.Fatalf("%d acknowledged keys lost", lost)
 	}
