@@ -338,11 +338,7 @@ func listenGRPC(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, se
 	if o.GRPCAddr == "" {
 		return g, nil
 	}
-	maxRecv := o.MaxRecvBytes
-	if maxRecv <= 0 {
-		maxRecv = DefaultMaxRecvBytes
-	}
-	g.srv = grpc.NewServer(append(serverOptions(log, metrics, maxRecv, sec.authz, lim), sec.grpcOpts...)...)
+	g.srv = newServer(o, log, metrics, sec, lim)
 	if o.Register != nil {
 		g.svcs = o.Register(g.srv)
 	}
@@ -365,11 +361,7 @@ func listenPeer(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, se
 	if o.PeerAddr == "" {
 		return p, nil
 	}
-	maxRecv := o.MaxRecvBytes
-	if maxRecv <= 0 {
-		maxRecv = DefaultMaxRecvBytes
-	}
-	p.srv = grpc.NewServer(append(serverOptions(log, metrics, maxRecv, sec.authz, lim), sec.grpcOpts...)...)
+	p.srv = newServer(o, log, metrics, sec, lim)
 	if o.RegisterPeer != nil {
 		o.RegisterPeer(p.srv)
 	}
@@ -474,6 +466,16 @@ func httpMux(o Options, reg *prometheus.Registry) *http.ServeMux {
 // call. The limiter runs after authorization (a refused call takes no
 // place) and inside the request log, whose line for a call it refuses
 // (RESOURCE_EXHAUSTED, at WARN) is that refusal's one log line.
+// newServer is a gRPC server with every Baton interceptor and o's message
+// bound, for the main listener and the peers' alike.
+func newServer(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, sec security, lim *limits.Limiter) *grpc.Server {
+	maxRecv := o.MaxRecvBytes
+	if maxRecv <= 0 {
+		maxRecv = DefaultMaxRecvBytes
+	}
+	return grpc.NewServer(append(serverOptions(log, metrics, maxRecv, sec.authz, lim), sec.grpcOpts...)...)
+}
+
 func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv int, az *authz.Authorizer, lim *limits.Limiter) []grpc.ServerOption {
 	recover := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)

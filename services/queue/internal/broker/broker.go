@@ -144,7 +144,7 @@ func Open(cfg Config, opts store.Options, metrics *Metrics, log *slog.Logger) (*
 	// again for nothing.
 	gc := debug.SetGCPercent(800)
 	st, err := store.Open(opts, func(r *record.Record) {
-		b.restore(r)
+		b.load(b.shardLocked(r.Queue), r)
 		if r.Kind != record.KindQueue {
 			restored++
 		}
@@ -200,12 +200,9 @@ func newBroker(cfg Config, metrics *Metrics, log *slog.Logger) *Broker {
 	return &Broker{cfg: cfg, log: log, metrics: metrics, queues: map[string]*shard{}, closed: make(chan struct{}), draining: make(chan struct{})}
 }
 
-// restore loads one stored record, as recovery and a follower do: the
-// queue it names exists from then on. b.mu is held exclusively, or the
-// broker is recovering.
-func (b *Broker) restore(r *record.Record) { b.load(b.shardLocked(r.Queue), r) }
-
-// load is restore into sh, the shard r names.
+// load restores one stored record into sh, the shard it names, as
+// recovery and a follower do: the queue exists from then on. b.mu is held
+// exclusively, or the broker is recovering.
 func (b *Broker) load(sh *shard, r *record.Record) {
 	if !sh.exists {
 		sh.exists = true
@@ -639,7 +636,7 @@ func (b *Broker) Extend(ctx context.Context, queue string, holder *string, refs 
 		out[i], _ = sh.q.Extend(r.Key, r.Token, holder, d, now)
 	}
 	b.unlock(sh, before)
-	if slices.ContainsFunc(out, func(e int64) bool { return e != 0 }) {
+	if b.node != nil && slices.ContainsFunc(out, func(e int64) bool { return e != 0 }) {
 		if err := b.confirm(ctx); err != nil {
 			return nil, err
 		}

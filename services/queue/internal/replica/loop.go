@@ -274,11 +274,7 @@ func (n *Node) exit(err error) {
 		fail(b.calls, err)
 	}
 	fail(pending, err)
-	n.mu.Lock()
-	reads := n.reads
-	n.reads = nil
-	n.mu.Unlock()
-	fail(reads, err)
+	fail(n.takeReads(), err)
 	if n.read != nil {
 		fail(n.read.calls, err)
 		n.read = nil

@@ -258,10 +258,7 @@ func (n *Node) readPending() {
 	if n.read != nil {
 		return
 	}
-	n.mu.Lock()
-	calls := n.reads
-	n.reads = nil
-	n.mu.Unlock()
+	calls := n.takeReads()
 	if len(calls) == 0 {
 		return
 	}
@@ -275,6 +272,15 @@ func (n *Node) readPending() {
 	binary.BigEndian.PutUint64(rctx[:], n.readSeq)
 	n.rn.ReadIndex(rctx[:])
 	n.read = &readBatch{seq: n.readSeq, term: bs.Term, calls: calls}
+}
+
+// takeReads hands the loop the Confirm callers waiting.
+func (n *Node) takeReads() []*call {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	calls := n.reads
+	n.reads = nil
+	return calls
 }
 
 // readDone answers the read in flight once raft reports it confirmed.
