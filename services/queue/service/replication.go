@@ -212,6 +212,6 @@ func (l *leaders) Close() {
 func peerPolicy() (*authz.Policy, error) {
 	return authz.Compile([]authz.Rule{{
 		Roles:   []string{tlsfiles.RoleQueuePeer},
-		Methods: []string{queuev1.RaftService_Send_FullMethodName, "/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*"},
+		Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, "/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*"},
 	}})
 }

@@ -142,6 +142,16 @@ func (s *server) register(srv *grpc.Server) {
 				s.calls.Add(1)
 				return ss.SendMsg(&queuev1.SendResponse{})
 			},
+		}, {
+			StreamName:    "SendSnapshot",
+			ClientStreams: true,
+			Handler: func(_ any, ss grpc.ServerStream) error {
+				if err := ss.RecvMsg(&queuev1.SendSnapshotRequest{}); err != nil {
+					return err
+				}
+				s.calls.Add(1)
+				return ss.SendMsg(&queuev1.SendSnapshotResponse{})
+			},
 		}},
 	}
 	for _, d := range []*grpc.ServiceDesc{&queue, &observer, &cluster, &raft} {
@@ -262,6 +272,17 @@ func call(ctx context.Context, conn *grpc.ClientConn, method, queue string) erro
 		}
 		_, err = st.CloseAndRecv()
 		return err
+	case method == queuev1.RaftService_SendSnapshot_FullMethodName:
+		st, err := queuev1.NewRaftServiceClient(conn).SendSnapshot(ctx)
+		if err != nil {
+			return err
+		}
+		if err := st.Send(&queuev1.SendSnapshotRequest{}); err != nil {
+			_, err = st.CloseAndRecv()
+			return err
+		}
+		_, err = st.CloseAndRecv()
+		return err
 	case method == healthpb.Health_Check_FullMethodName:
 		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 		return err
@@ -323,6 +344,7 @@ var contractTable = map[string][]string{
 	"/baton.queue.v1.ClusterService/MemberAdd":                  {"admin"},
 	"/baton.queue.v1.ClusterService/MemberRemove":               {"admin"},
 	"/baton.queue.v1.RaftService/Send":                          {"queue-peer"},
+	"/baton.queue.v1.RaftService/SendSnapshot":                  {"queue-peer"},
 	"/grpc.health.v1.Health/Check":                              nil, // any verified client
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": nil,
 }

@@ -386,6 +386,7 @@ func ExamplePolicy_Marshal() {
 	//   - roles: [queue-peer]
 	//     methods:
 	//       - /baton.queue.v1.RaftService/Send
+	//       - /baton.queue.v1.RaftService/SendSnapshot
 	//   - roles: [viewer, admin]
 	//     paths:
 	//       - /metrics

@@ -103,6 +103,97 @@ func (x *SendRequest) GetMessages() [][]byte {
 	return nil
 }
 
+// SendSnapshotRequest is one chunk of a snapshot message. The first chunk carries
+// the envelope (cluster_id, from, to, message, data_bytes) and the first
+// piece of data; every later chunk carries data alone.
+type SendSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As SendRequest's.
+	ClusterId uint64 `protobuf:"varint,1,opt,name=cluster_id,json=clusterId" json:"cluster_id,omitempty"`
+	From      uint64 `protobuf:"varint,2,opt,name=from" json:"from,omitempty"`
+	To        uint64 `protobuf:"varint,3,opt,name=to" json:"to,omitempty"`
+	// The raftpb.Message of type MsgSnap, marshalled, with its snapshot's data
+	// left out: the chunks' data, concatenated, is that data.
+	Message []byte `protobuf:"bytes,4,opt,name=message" json:"message,omitempty"`
+	// The length of the snapshot's data: the chunks' data adds up to it.
+	DataBytes     uint64 `protobuf:"varint,5,opt,name=data_bytes,json=dataBytes" json:"data_bytes,omitempty"`
+	Data          []byte `protobuf:"bytes,6,opt,name=data" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendSnapshotRequest) Reset() {
+	*x = SendSnapshotRequest{}
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendSnapshotRequest) ProtoMessage() {}
+
+func (x *SendSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SendSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SendSnapshotRequest) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *SendSnapshotRequest) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *SendSnapshotRequest) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *SendSnapshotRequest) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *SendSnapshotRequest) GetDataBytes() uint64 {
+	if x != nil {
+		return x.DataBytes
+	}
+	return 0
+}
+
+func (x *SendSnapshotRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // SendResponse ends a stream the sender closed.
 type SendResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -112,7 +203,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[1]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +215,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[1]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +228,45 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{1}
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{2}
+}
+
+// SendSnapshotResponse says the receiving member's Raft node has the
+// snapshot.
+type SendSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendSnapshotResponse) Reset() {
+	*x = SendSnapshotResponse{}
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendSnapshotResponse) ProtoMessage() {}
+
+func (x *SendSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SendSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{3}
 }
 
 var File_baton_queue_v1_raft_proto protoreflect.FileDescriptor
@@ -150,10 +279,21 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x1a\n" +
-	"\bmessages\x18\x04 \x03(\fR\bmessages\"\x0e\n" +
-	"\fSendResponse2R\n" +
+	"\bmessages\x18\x04 \x03(\fR\bmessages\"\xa5\x01\n" +
+	"\x13SendSnapshotRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\fR\amessage\x12\x1d\n" +
+	"\n" +
+	"data_bytes\x18\x05 \x01(\x04R\tdataBytes\x12\x12\n" +
+	"\x04data\x18\x06 \x01(\fR\x04data\"\x0e\n" +
+	"\fSendResponse\"\x16\n" +
+	"\x14SendSnapshotResponse2\xaf\x01\n" +
 	"\vRaftService\x12C\n" +
-	"\x04Send\x12\x1b.baton.queue.v1.SendRequest\x1a\x1c.baton.queue.v1.SendResponse(\x01B=Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1\x92\x03\x02\b\x02b\beditionsp\xe8\a"
+	"\x04Send\x12\x1b.baton.queue.v1.SendRequest\x1a\x1c.baton.queue.v1.SendResponse(\x01\x12[\n" +
+	"\fSendSnapshot\x12#.baton.queue.v1.SendSnapshotRequest\x1a$.baton.queue.v1.SendSnapshotResponse(\x01B=Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1\x92\x03\x02\b\x02b\beditionsp\xe8\a"
 
 var (
 	file_baton_queue_v1_raft_proto_rawDescOnce sync.Once
@@ -167,16 +307,20 @@ func file_baton_queue_v1_raft_proto_rawDescGZIP() []byte {
 	return file_baton_queue_v1_raft_proto_rawDescData
 }
 
-var file_baton_queue_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_baton_queue_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_baton_queue_v1_raft_proto_goTypes = []any{
-	(*SendRequest)(nil),  // 0: baton.queue.v1.SendRequest
-	(*SendResponse)(nil), // 1: baton.queue.v1.SendResponse
+	(*SendRequest)(nil),          // 0: baton.queue.v1.SendRequest
+	(*SendSnapshotRequest)(nil),  // 1: baton.queue.v1.SendSnapshotRequest
+	(*SendResponse)(nil),         // 2: baton.queue.v1.SendResponse
+	(*SendSnapshotResponse)(nil), // 3: baton.queue.v1.SendSnapshotResponse
 }
 var file_baton_queue_v1_raft_proto_depIdxs = []int32{
 	0, // 0: baton.queue.v1.RaftService.Send:input_type -> baton.queue.v1.SendRequest
-	1, // 1: baton.queue.v1.RaftService.Send:output_type -> baton.queue.v1.SendResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
+	1, // 1: baton.queue.v1.RaftService.SendSnapshot:input_type -> baton.queue.v1.SendSnapshotRequest
+	2, // 2: baton.queue.v1.RaftService.Send:output_type -> baton.queue.v1.SendResponse
+	3, // 3: baton.queue.v1.RaftService.SendSnapshot:output_type -> baton.queue.v1.SendSnapshotResponse
+	2, // [2:4] is the sub-list for method output_type
+	0, // [0:2] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -193,7 +337,7 @@ func file_baton_queue_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_queue_v1_raft_proto_rawDesc), len(file_baton_queue_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

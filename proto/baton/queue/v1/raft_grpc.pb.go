@@ -24,7 +24,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RaftService_Send_FullMethodName = "/baton.queue.v1.RaftService/Send"
+	RaftService_Send_FullMethodName         = "/baton.queue.v1.RaftService/Send"
+	RaftService_SendSnapshot_FullMethodName = "/baton.queue.v1.RaftService/SendSnapshot"
 )
 
 // RaftServiceClient is the client API for RaftService service.
@@ -44,8 +45,17 @@ type RaftServiceClient interface {
 	// (to), or from a sender this member's configuration does not hold, ends
 	// the stream with FAILED_PRECONDITION and delivers none of its messages.
 	// Snapshots travel here inline while one fits in a request; a larger one
-	// will have a streaming RPC of its own, in chunks.
+	// goes by SendSnapshot.
 	Send(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SendRequest, SendResponse], error)
+	// SendSnapshot takes one snapshot message too large for a Send request, in
+	// chunks, and answers once the receiving member's Raft node has it (it is
+	// then the receiver's to save and restore). It is a call of its own, not
+	// a part of Send's stream, so that appends and heartbeats never queue
+	// behind a large snapshot. The first chunk is checked as a Send batch is
+	// (FAILED_PRECONDITION); a snapshot larger than the receiver accepts is
+	// RESOURCE_EXHAUSTED, and chunks that do not add up to data_bytes are
+	// INVALID_ARGUMENT. Nothing of a refused or broken call reaches the node.
+	SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SendSnapshotRequest, SendSnapshotResponse], error)
 }
 
 type raftServiceClient struct {
@@ -69,6 +79,19 @@ func (c *raftServiceClient) Send(ctx context.Context, opts ...grpc.CallOption) (
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftService_SendClient = grpc.ClientStreamingClient[SendRequest, SendResponse]
 
+func (c *raftServiceClient) SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SendSnapshotRequest, SendSnapshotResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RaftService_ServiceDesc.Streams[1], RaftService_SendSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SendSnapshotRequest, SendSnapshotResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RaftService_SendSnapshotClient = grpc.ClientStreamingClient[SendSnapshotRequest, SendSnapshotResponse]
+
 // RaftServiceServer is the server API for RaftService service.
 // All implementations must embed UnimplementedRaftServiceServer
 // for forward compatibility.
@@ -86,8 +109,17 @@ type RaftServiceServer interface {
 	// (to), or from a sender this member's configuration does not hold, ends
 	// the stream with FAILED_PRECONDITION and delivers none of its messages.
 	// Snapshots travel here inline while one fits in a request; a larger one
-	// will have a streaming RPC of its own, in chunks.
+	// goes by SendSnapshot.
 	Send(grpc.ClientStreamingServer[SendRequest, SendResponse]) error
+	// SendSnapshot takes one snapshot message too large for a Send request, in
+	// chunks, and answers once the receiving member's Raft node has it (it is
+	// then the receiver's to save and restore). It is a call of its own, not
+	// a part of Send's stream, so that appends and heartbeats never queue
+	// behind a large snapshot. The first chunk is checked as a Send batch is
+	// (FAILED_PRECONDITION); a snapshot larger than the receiver accepts is
+	// RESOURCE_EXHAUSTED, and chunks that do not add up to data_bytes are
+	// INVALID_ARGUMENT. Nothing of a refused or broken call reaches the node.
+	SendSnapshot(grpc.ClientStreamingServer[SendSnapshotRequest, SendSnapshotResponse]) error
 	mustEmbedUnimplementedRaftServiceServer()
 }
 
@@ -100,6 +132,9 @@ type UnimplementedRaftServiceServer struct{}
 
 func (UnimplementedRaftServiceServer) Send(grpc.ClientStreamingServer[SendRequest, SendResponse]) error {
 	return status.Error(codes.Unimplemented, "method Send not implemented")
+}
+func (UnimplementedRaftServiceServer) SendSnapshot(grpc.ClientStreamingServer[SendSnapshotRequest, SendSnapshotResponse]) error {
+	return status.Error(codes.Unimplemented, "method SendSnapshot not implemented")
 }
 func (UnimplementedRaftServiceServer) mustEmbedUnimplementedRaftServiceServer() {}
 func (UnimplementedRaftServiceServer) testEmbeddedByValue()                     {}
@@ -129,6 +164,13 @@ func _RaftService_Send_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftService_SendServer = grpc.ClientStreamingServer[SendRequest, SendResponse]
 
+func _RaftService_SendSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftServiceServer).SendSnapshot(&grpc.GenericServerStream[SendSnapshotRequest, SendSnapshotResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RaftService_SendSnapshotServer = grpc.ClientStreamingServer[SendSnapshotRequest, SendSnapshotResponse]
+
 // RaftService_ServiceDesc is the grpc.ServiceDesc for RaftService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -140,6 +182,11 @@ var RaftService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Send",
 			Handler:       _RaftService_Send_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "SendSnapshot",
+			Handler:       _RaftService_SendSnapshot_Handler,
 			ClientStreams: true,
 		},
 	},

@@ -78,8 +78,16 @@
 //     the member learns the new term. Stopping instead would turn a full
 //     disk, which the single member survives, into a crash loop.
 //
-// Snapshots are not handled yet: no member compacts its log (that needs
-// the broker's state as the snapshot's data), so no leader ever sends one.
-// New refuses a log that holds one, and a Ready that brings one stops the
-// node, rather than applying entries on top of a state it never restored.
+// Snapshots: the state machine's owner decides when to compact (the
+// broker, by the log's size) and hands Compact the state as of an applied
+// index; the loop then writes it as the log's snapshot and drops the
+// entries before it (store.RaftLog.CreateSnapshot), between two Readys.
+// The state is taken while it keeps changing and may hold later changes
+// too, which is sound only for a state machine whose entries, applied
+// again over it, end in the same state (the broker's records say what a
+// key is, as the store's snapshots already rely on). A member that falls
+// behind the leader's first entry is sent the snapshot (the transport
+// streams a large one in chunks); Restore loads it, after Save made it the
+// log's, and entries follow it. A restart restores the log's snapshot in
+// New, and Follow's replay starts from it.
 package replica

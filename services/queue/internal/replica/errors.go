@@ -25,6 +25,10 @@ var (
 	// ErrDropped: raft refused the proposal (a leadership transfer in
 	// progress): nothing of it is in the log; the caller may try again.
 	ErrDropped = errors.New("replica: proposal dropped by raft, not in the log")
+	// ErrCompactRefused: Compact's index is not one a snapshot may be
+	// taken at now (not applied yet, not past the last snapshot, or before
+	// the last configuration change); the log is unchanged.
+	ErrCompactRefused = errors.New("replica: compaction refused")
 )
 
 // NotLeaderError is ErrNotLeader with the leader this member knows of.

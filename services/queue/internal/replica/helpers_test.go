@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 )
 
@@ -63,6 +65,42 @@ func (a *applied) follow(replay func(apply func(records [][]byte, index uint64))
 	a.records, a.index, a.entries, a.last = nil, map[string]uint64{}, 0, 0
 	a.mu.Unlock()
 	return replay(a.apply)
+}
+
+// restore replaces the state machine with one of encode's.
+func (a *applied) restore(data []byte, index uint64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.hooked = append(a.hooked, fmt.Sprintf("restore %d", index))
+	a.records, a.index, a.entries, a.last = nil, map[string]uint64{}, 0, index
+	if len(data) == 0 {
+		return nil
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		rec, at, ok := strings.Cut(line, "@")
+		i, err := strconv.ParseUint(at, 10, 64)
+		if !ok || err != nil {
+			return fmt.Errorf("snapshot line %q", line)
+		}
+		a.records = append(a.records, rec)
+		a.index[rec] = i
+	}
+	return nil
+}
+
+// encode is the state machine's snapshot: every record with its index,
+// and the index it is as of.
+func (a *applied) encode() ([]byte, uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var b strings.Builder
+	for i, r := range a.records {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "%s@%d", r, a.index[r])
+	}
+	return []byte(b.String()), a.last
 }
 
 func (a *applied) hooks() []string {
@@ -206,7 +244,7 @@ func (m *member) start(lis net.Listener) {
 	m.reg = prometheus.NewRegistry()
 	m.node, err = New(Config{
 		ID: m.id, ClusterID: testCluster, Peers: m.peers, Log: m.rlog, Apply: m.sm.apply,
-		Lead: m.sm.lead, Follow: m.sm.follow,
+		Lead: m.sm.lead, Follow: m.sm.follow, Restore: m.sm.restore,
 		TickInterval: testTick, Logger: logger, Registerer: m.reg,
 	})
 	if err != nil {
@@ -315,8 +353,9 @@ func (c *cluster) agree(n int) []string {
 	return want
 }
 
-// gauge reads a metric of m's registry (0 when absent).
-func (m *member) gauge(name string) float64 {
+// gauge reads a metric of m's registry (0 when absent); with labels
+// (name, value, ...), the series that has them.
+func (m *member) gauge(name string, labels ...string) float64 {
 	families, err := m.reg.Gather()
 	if err != nil {
 		m.t.Fatal(err)
@@ -325,7 +364,15 @@ func (m *member) gauge(name string) float64 {
 		if f.GetName() != name {
 			continue
 		}
+	series:
 		for _, mm := range f.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !slices.ContainsFunc(mm.GetLabel(), func(l *dto.LabelPair) bool {
+					return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}) {
+					continue series
+				}
+			}
 			if c := mm.GetCounter(); c != nil {
 				return c.GetValue()
 			}

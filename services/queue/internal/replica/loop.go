@@ -53,6 +53,12 @@ func (n *Node) loop(tick <-chan time.Time) error {
 			n.rn.ReportUnreachable(id)
 		case r := <-n.snapc:
 			n.rn.ReportSnapshot(r.id, r.status)
+		case c := <-n.compactc:
+			err := n.compact(c.index, c.data)
+			c.done <- err
+			if errors.Is(err, store.ErrStopped) {
+				return fmt.Errorf("%w: %w", ErrStopped, err)
+			}
 		case <-n.kick:
 		}
 		for {
@@ -82,16 +88,17 @@ func (n *Node) step(m raftpb.Message) {
 // ready handles one Ready in order: save, send, apply, Advance.
 func (n *Node) ready() error {
 	rd := n.rn.Ready()
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		// No member compacts yet (doc.go), so no leader sends one; if one
-		// does, applying entries after it on a state never restored would
-		// diverge from the others.
-		return fmt.Errorf("replica: a snapshot at %d arrived, and this node cannot restore one yet", rd.Snapshot.Metadata.Index)
-	}
 	if err := n.save(rd); err != nil {
 		return err
 	}
-	if n.leading {
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		// A leader's snapshot: this member had fallen behind its
+		// compacted log. It replaces the whole state, so it also ends a
+		// leadership (a member that receives one follows already).
+		if err := n.restore(&rd.Snapshot); err != nil {
+			return err
+		}
+	} else if n.leading {
 		if bs := n.rn.BasicStatus(); bs.RaftState != raft.StateLeader || bs.Term != n.leadTerm {
 			if err := n.follow(); err != nil {
 				return err
@@ -170,13 +177,13 @@ func (n *Node) apply(e *raftpb.Entry) error {
 		if err := cc.Unmarshal(e.Data); err != nil {
 			return fmt.Errorf("entry %d: configuration change: %w", e.Index, err)
 		}
-		n.applyConfChange(cc.AsV2())
+		n.applyConfChange(cc.AsV2(), e.Index)
 	case raftpb.EntryConfChangeV2:
 		var cc raftpb.ConfChangeV2
 		if err := cc.Unmarshal(e.Data); err != nil {
 			return fmt.Errorf("entry %d: configuration change: %w", e.Index, err)
 		}
-		n.applyConfChange(cc)
+		n.applyConfChange(cc, e.Index)
 	}
 	n.applied = e.Index
 	return nil
@@ -186,8 +193,8 @@ func (n *Node) apply(e *raftpb.Entry) error {
 // points the transport at the members it adds and away from those it
 // removes. An added member's address is the change's Context when it adds
 // that one member alone (bootstrap puts each address there), else Peers'.
-func (n *Node) applyConfChange(cc raftpb.ConfChangeV2) {
-	n.rn.ApplyConfChange(cc)
+func (n *Node) applyConfChange(cc raftpb.ConfChangeV2, index uint64) {
+	n.confState, n.confIndex = *n.rn.ApplyConfChange(cc), index
 	adds := 0
 	for _, c := range cc.Changes {
 		if c.Type == raftpb.ConfChangeAddNode || c.Type == raftpb.ConfChangeAddLearnerNode {
@@ -315,11 +322,24 @@ func (n *Node) follow() error {
 	return nil
 }
 
-// replay hands apply every entry applied so far that holds records, in
-// log order, from the log's first; on the loop's goroutine, so nothing is
-// applied meanwhile.
+// replay rebuilds the state machine as of applied, on the loop's
+// goroutine, so nothing is applied meanwhile: the log's snapshot, if it
+// has been compacted, to Restore, then every entry after it that holds
+// records, in log order, to apply.
 func (n *Node) replay(apply func(records [][]byte, index uint64)) error {
 	storage := n.cfg.Log.MemoryStorage()
+	snap, err := storage.Snapshot()
+	if err != nil {
+		return err
+	}
+	if !raft.IsEmptySnap(snap) {
+		if n.cfg.Restore == nil {
+			return fmt.Errorf("the log holds a snapshot at %d, and the state machine has no Restore", snap.Metadata.Index)
+		}
+		if err := n.cfg.Restore(snap.Data, snap.Metadata.Index); err != nil {
+			return fmt.Errorf("restore the snapshot at %d: %w", snap.Metadata.Index, err)
+		}
+	}
 	first, err := storage.FirstIndex()
 	if err != nil {
 		return err
@@ -342,5 +362,53 @@ func (n *Node) replay(apply func(records [][]byte, index uint64)) error {
 			apply(recs, e.Index)
 		}
 	}
+	return nil
+}
+
+// restore loads a snapshot a leader sent, once Save has made it the log's:
+// the state machine's Restore replaces everything it held, and entries
+// are applied from the snapshot's index on.
+func (n *Node) restore(snap *raftpb.Snapshot) error {
+	if n.cfg.Restore == nil {
+		return fmt.Errorf("replica: a snapshot at %d arrived, and the state machine has no Restore", snap.Metadata.Index)
+	}
+	n.leading = false
+	n.mu.Lock()
+	n.last = nil
+	n.mu.Unlock()
+	start := time.Now()
+	if err := n.cfg.Restore(snap.Data, snap.Metadata.Index); err != nil {
+		return fmt.Errorf("restore the snapshot at %d: %w", snap.Metadata.Index, err)
+	}
+	n.applied = snap.Metadata.Index
+	n.confState, n.confIndex = snap.Metadata.ConfState, snap.Metadata.Index
+	n.m.snapshotsRestored.Inc()
+	n.log.Info("restored a snapshot the leader sent", "index", snap.Metadata.Index, "bytes", len(snap.Data), "took", time.Since(start))
+	return nil
+}
+
+// compact makes data the log's snapshot at index and drops the entries up
+// to it (Compact), on the loop's goroutine: between two Readys, so no
+// Save, apply or replay runs meanwhile.
+func (n *Node) compact(index uint64, data []byte) error {
+	snap, err := n.cfg.Log.MemoryStorage().Snapshot()
+	if err != nil {
+		return err
+	}
+	switch {
+	case index > n.applied:
+		return fmt.Errorf("%w: index %d is beyond the applied %d", ErrCompactRefused, index, n.applied)
+	case index <= snap.Metadata.Index:
+		return fmt.Errorf("%w: index %d is not past the last snapshot's %d", ErrCompactRefused, index, snap.Metadata.Index)
+	case index < n.confIndex:
+		return fmt.Errorf("%w: index %d is before the configuration change at %d", ErrCompactRefused, index, n.confIndex)
+	}
+	start := time.Now()
+	cs := n.confState
+	if err := n.cfg.Log.CreateSnapshot(index, &cs, data); err != nil {
+		return fmt.Errorf("replica: compact the log at %d: %w", index, err)
+	}
+	n.m.snapshotsCreated.Inc()
+	n.log.Info("log compacted", "index", index, "snapshot_bytes", len(data), "took", time.Since(start))
 	return nil
 }

@@ -12,6 +12,7 @@ const (
 	TermMetric          = "baton_queue_raft_term"
 	IsLeaderMetric      = "baton_queue_raft_is_leader"
 	CommitLagMetric     = "baton_queue_raft_commit_lag_entries"
+	SnapshotsMetric     = "baton_queue_raft_snapshots_total"
 )
 
 // metrics are the node's; the Ready loop sets them after each Ready.
@@ -21,6 +22,10 @@ type metrics struct {
 	term          prometheus.Gauge
 	isLeader      prometheus.Gauge
 	commitLag     prometheus.Gauge
+	// snapshotsCreated and snapshotsRestored are SnapshotsMetric's
+	// series {op="created"} (Compact) and {op="restored"} (a leader's).
+	snapshotsCreated, snapshotsRestored prometheus.Counter
+	snapshots                           *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -34,7 +39,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "1 while this member is the leader, else 0."}),
 		commitLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: CommitLagMetric,
 			Help: "Entries this member knows are committed but has not applied yet."}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{Name: SnapshotsMetric,
+			Help: "Snapshots this member made of its state to compact its log (op=created), and snapshots a leader sent it that replaced its state (op=restored)."}, []string{"op"}),
 	}
+	m.snapshotsCreated = m.snapshots.WithLabelValues("created")
+	m.snapshotsRestored = m.snapshots.WithLabelValues("restored")
 	if reg == nil {
 		return m, nil
 	}
@@ -52,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.leaderChanges, m.term, m.isLeader, m.commitLag}
+	return []prometheus.Collector{m.leaderChanges, m.term, m.isLeader, m.commitLag, m.snapshots}
 }
 
 func (m *metrics) unregister() {

@@ -78,6 +78,17 @@ type Config struct {
 	// rebuilds it from the entries applied so far, which replay hands to
 	// apply in log order, as a restart would. An error stops the node.
 	Follow func(replay func(apply func(records [][]byte, index uint64)) error) error
+	// Restore, if set, loads a snapshot: the state machine discards all
+	// it holds and takes data (what some member's Compact was given) as
+	// its state as of index. It is called in New for a log that holds a
+	// snapshot, on the Ready loop when a leader sends one (this member
+	// had fallen behind the leader's compacted log, or lost its disk), and
+	// first in Follow's replay when the log has been compacted. Apply is
+	// then called for the entries after index. Like Apply it must not
+	// wait for a Propose. Without it, a snapshot stops the node: entries
+	// applied on top of a state never restored would diverge. An error
+	// stops the node.
+	Restore func(data []byte, index uint64) error
 
 	// TickInterval is one Raft tick; 0 means DefaultTickInterval.
 	TickInterval time.Duration
@@ -142,6 +153,7 @@ type Node struct {
 	recvc    chan raftpb.Message
 	unreachc chan uint64
 	snapc    chan snapReport
+	compactc chan *compaction
 	kick     chan struct{} // buffered 1: proposals wait in pending
 	stop     chan struct{} // closed by Close
 	stopOnce sync.Once
@@ -171,6 +183,19 @@ type Node struct {
 	leadTerm uint64 // the term Lead was called for
 	readSeq  uint64
 	read     *readBatch // the ReadIndex in flight, if any
+	// The configuration as of applied, and the index of the entry (or
+	// snapshot) that last changed it: a snapshot at an index carries the
+	// configuration of that index, so Compact refuses one from before
+	// the last change.
+	confState raftpb.ConfState
+	confIndex uint64
+}
+
+// compaction is one Compact waiting for the loop.
+type compaction struct {
+	index uint64
+	data  []byte
+	done  chan error // buffered 1
 }
 
 // readBatch is one ReadIndex and the Confirm callers it answers.
@@ -216,12 +241,14 @@ func New(cfg Config) (*Node, error) {
 	}
 	log = log.With("member", cfg.ID)
 	storage := cfg.Log.MemoryStorage()
-	if snap, err := storage.Snapshot(); err != nil {
+	snap, err := storage.Snapshot()
+	if err != nil {
 		return nil, fmt.Errorf("replica: read the log's snapshot: %w", err)
-	} else if !raft.IsEmptySnap(snap) {
-		return nil, fmt.Errorf("replica: the log holds a snapshot at %d, and this node cannot restore one yet", snap.Metadata.Index)
 	}
-	hs, _, err := storage.InitialState()
+	if !raft.IsEmptySnap(snap) && cfg.Restore == nil {
+		return nil, fmt.Errorf("replica: the log holds a snapshot at %d, and the state machine has no Restore", snap.Metadata.Index)
+	}
+	hs, cs, err := storage.InitialState()
 	if err != nil {
 		return nil, fmt.Errorf("replica: read the log's state: %w", err)
 	}
@@ -243,10 +270,22 @@ func New(cfg Config) (*Node, error) {
 		recvc:       make(chan raftpb.Message, 1024),
 		unreachc:    make(chan uint64, 64),
 		snapc:       make(chan snapReport, 16),
+		compactc:    make(chan *compaction),
 		kick:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		inflight:    map[uint64]*batch{},
+		confState:   cs,
+	}
+	if !raft.IsEmptySnap(snap) {
+		// The state as of the snapshot first; raft hands the entries
+		// after it to the Ready loop as committed.
+		start := time.Now()
+		if err := cfg.Restore(snap.Data, snap.Metadata.Index); err != nil {
+			return nil, fmt.Errorf("replica: restore the log's snapshot at %d: %w", snap.Metadata.Index, err)
+		}
+		n.applied, n.confIndex = snap.Metadata.Index, snap.Metadata.Index
+		log.Info("restored the log's snapshot", "index", snap.Metadata.Index, "bytes", len(snap.Data), "took", time.Since(start))
 	}
 	n.rn, err = raft.NewRawNode(&raft.Config{
 		ID:              cfg.ID,
@@ -300,7 +339,7 @@ func New(cfg Config) (*Node, error) {
 		n.m.unregister()
 		return nil, fmt.Errorf("replica: %w", err)
 	}
-	n.status = Status{ID: cfg.ID, Term: hs.Term, Commit: hs.Commit}
+	n.status = Status{ID: cfg.ID, Term: hs.Term, Commit: hs.Commit, Applied: n.applied}
 	log.Info("raft node started", "fresh", fresh, "term", hs.Term, "commit", hs.Commit, "last_index", last)
 	go n.run()
 	return n, nil

@@ -512,8 +512,8 @@ func TestSaveFailureStopsTheNode(t *testing.T) {
 	}
 }
 
-// TestNewRefusesASnapshot: a log that holds a snapshot is refused, since
-// the node cannot restore the state machine from one yet.
+// TestNewRefusesASnapshot: a log that holds a snapshot is refused when
+// the state machine cannot restore one.
 func TestNewRefusesASnapshot(t *testing.T) {
 	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: t.TempDir()})
 	if err != nil {
@@ -527,9 +527,84 @@ func TestNewRefusesASnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = New(Config{ID: 1, ClusterID: testCluster, Peers: map[uint64]string{1: "127.0.0.1:1"}, Log: rlog, Apply: func([][]byte, uint64) {}})
-	if err == nil || !strings.Contains(err.Error(), "snapshot") {
+	if err == nil || !strings.Contains(err.Error(), "no Restore") {
 		t.Fatalf("New on a log with a snapshot: %v", err)
 	}
+}
+
+// TestCompactAndCatchUp: members compact their logs with their state as
+// the snapshot; a member that was down while the others compacted is sent
+// the leader's snapshot, restores it and applies what follows; a restarted
+// member restores its own; and every
+// member ends with the same records at the same indexes.
+func TestCompactAndCatchUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newCluster(t)
+	lead := c.leader(0)
+	propose := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := lead.node.Propose(ctx, []byte(fmt.Sprintf("r%03d", i))); err != nil {
+				t.Fatalf("propose %d: %v", i, err)
+			}
+		}
+	}
+	compact := func(m *member) {
+		t.Helper()
+		data, index := m.sm.encode()
+		if err := m.node.Compact(ctx, index, data); err != nil {
+			t.Fatalf("member %d: Compact at %d: %v", m.id, index, err)
+		}
+	}
+	propose(0, 40)
+	c.agree(40)
+	var behind *member
+	for _, m := range c.members {
+		if m != lead {
+			behind = m
+			break
+		}
+	}
+	behind.stop()
+	propose(40, 80)
+	for _, m := range c.members {
+		if m.up {
+			eventually(t, "80 applied", func() bool { return m.sm.len() >= 80 })
+			compact(m)
+			if got := m.gauge(SnapshotsMetric, "op", "created"); got != 1 {
+				t.Fatalf("member %d: %s = %v after one compaction", m.id, SnapshotsMetric, got)
+			}
+		}
+	}
+	// The same index again is refused, and changes nothing.
+	data, index := lead.sm.encode()
+	if err := lead.node.Compact(ctx, index, data); !errors.Is(err, ErrCompactRefused) {
+		t.Fatalf("Compact at the snapshot's own index: %v, want ErrCompactRefused", err)
+	}
+	if err := lead.node.Compact(ctx, index+1000, data); !errors.Is(err, ErrCompactRefused) {
+		t.Fatalf("Compact beyond the applied index: %v, want ErrCompactRefused", err)
+	}
+	propose(80, 90)
+
+	// Behind the leader's first entry: only the snapshot can catch it up.
+	behind.start(nil)
+	c.agree(90)
+	if h := behind.sm.hooks(); !slices.ContainsFunc(h, func(s string) bool { return strings.HasPrefix(s, "restore ") }) {
+		t.Fatalf("member %d caught up without a snapshot: hooks %v", behind.id, h)
+	}
+	if got := behind.gauge(SnapshotsMetric, "op", "restored"); got != 1 {
+		t.Fatalf("member %d: %s = %v after catching up", behind.id, SnapshotsMetric, got)
+	}
+
+	// A restart restores the member's own snapshot, then the entries
+	// after it.
+	lead.stop()
+	lead.start(nil)
+	lead = c.leader(0)
+	propose(90, 100)
+	c.agree(100)
+
 }
 
 // TestConfigRefused: what New refuses before starting anything.

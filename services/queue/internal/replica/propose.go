@@ -307,3 +307,35 @@ func (n *Node) readLost(bs raft.BasicStatus) {
 		n.read = nil
 	}
 }
+
+// Compact makes data, the state machine's state as of index (an applied
+// index), the log's snapshot, and drops every entry up to index from the
+// log, on disk and in memory. A member that falls behind the log's start
+// is then sent the snapshot, and a restart restores it before applying
+// the entries after it.
+//
+// data may reflect changes of entries after index too, if applying those
+// entries again over it ends in the same state (the broker's records say
+// what a key is, not what happened to it, so they do): the snapshot is
+// taken while the state keeps changing, as the store's are. The node
+// keeps data; the caller must not change it.
+//
+// Errors: ErrCompactRefused for an index it may not use now, and the
+// log's (store.ErrNoSpace changes nothing; store.ErrStopped stops the
+// node), ErrStopped, or ctx's.
+func (n *Node) Compact(ctx context.Context, index uint64, data []byte) error {
+	c := &compaction{index: index, data: data, done: make(chan error, 1)}
+	select {
+	case n.compactc <- c:
+	case <-n.done:
+		return n.Err()
+	case <-ctx.Done():
+		return fmt.Errorf("replica: compact: %w", ctx.Err())
+	}
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("replica: compact: %w", ctx.Err())
+	}
+}

@@ -31,9 +31,9 @@
 // goroutines, never from Send.
 //
 // Snapshots travel inline while one fits in a request (a small queue's
-// does). A larger one is refused and reported failed, so the leader tries
-// again later rather than wedging; snapshots of a large queue will get a
-// streaming RPC of their own, in chunks, beside Send (as rafthttp sends
-// them on a separate request so that appends and heartbeats do not queue
-// behind them).
+// does). A larger one goes by SendSnapshot, a call of its own in chunks of
+// a megabyte (snapshot.go), so that appends and heartbeats never queue
+// behind it, as rafthttp sends snapshots on a request of their own; the
+// receiver hands it to the node only once every chunk has arrived, and the
+// call's outcome is the ReportSnapshot owed.
 package transport

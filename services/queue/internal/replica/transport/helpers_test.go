@@ -138,6 +138,7 @@ type memberOpts struct {
 	maxRecv   int              // the server's MaxRecvMsgSize and the Config's MaxMessageBytes
 	queueLen  int
 	clusterID uint64
+	maxSnap   int64
 	recv      func(context.Context, raftpb.Message) // instead of the inbox
 	// The hooks, instead of recording them in reports.
 	reportUnreachable func(uint64)
@@ -177,6 +178,7 @@ func startMember(t *testing.T, id uint64, lis net.Listener, peers map[uint64]str
 		TLS:               o.tls,
 		MaxMessageBytes:   o.maxRecv,
 		QueueLength:       o.queueLen,
+		MaxSnapshotBytes:  o.maxSnap,
 		ReportUnreachable: unreachable,
 		ReportSnapshot:    m.reports.reportSnapshot,
 		Logger:            slog.New(slog.NewTextHandler(m.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
@@ -53,6 +54,9 @@ type peer struct {
 	snapMu    sync.Mutex
 	snapshots []raft.SnapshotStatus
 	snapReady chan struct{}
+	// snapSending is set while a SendSnapshot call to the peer is under
+	// way (snapshot.go).
+	snapSending atomic.Bool
 }
 
 // newPeer dials (lazily) id at addr and starts its goroutines. t.mu must

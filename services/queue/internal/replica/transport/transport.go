@@ -56,6 +56,11 @@ type Config struct {
 	// QueueLength is each peer's send queue, in messages; 0 means
 	// DefaultQueueLength.
 	QueueLength int
+	// MaxSnapshotBytes is the largest snapshot (its data) this member
+	// accepts from a peer by SendSnapshot; 0 means
+	// DefaultMaxSnapshotBytes. A snapshot that fits one request comes by
+	// Send, within MaxMessageBytes.
+	MaxSnapshotBytes int64
 	// ReportUnreachable, if set, is told that a peer could not be reached
 	// (a message to it was dropped, or its stream broke): raft.Node's and
 	// RawNode's ReportUnreachable. Called from the transport's goroutines,
@@ -113,8 +118,11 @@ func New(cfg Config, recv func(context.Context, raftpb.Message)) (*Transport, er
 		return nil, errors.New("transport: no member id (Raft ids start at 1)")
 	case recv == nil:
 		return nil, errors.New("transport: no recv")
-	case cfg.MaxMessageBytes < 0 || cfg.QueueLength < 0:
-		return nil, errors.New("transport: a negative MaxMessageBytes or QueueLength")
+	case cfg.MaxMessageBytes < 0 || cfg.QueueLength < 0 || cfg.MaxSnapshotBytes < 0:
+		return nil, errors.New("transport: a negative MaxMessageBytes, QueueLength or MaxSnapshotBytes")
+	}
+	if cfg.MaxSnapshotBytes == 0 {
+		cfg.MaxSnapshotBytes = DefaultMaxSnapshotBytes
 	}
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = serve.DefaultMaxRecvBytes
@@ -181,9 +189,10 @@ func (t *Transport) Register(srv grpc.ServiceRegistrar) {
 }
 
 // Send queues msgs for their peers (each message's To) and returns without
-// waiting for the network. A message to a member this transport does not
-// know, one larger than a request may be, and one whose peer's queue is
-// full are dropped and counted. Messages to this member itself are the
+// waiting for the network. A snapshot larger than a request may be is sent
+// by a SendSnapshot call of its own (snapshot.go). A message to a member
+// this transport does not know, any other larger than a request may be,
+// and one whose peer's queue is full are dropped and counted. Messages to this member itself are the
 // caller's to handle and are dropped too.
 func (t *Transport) Send(msgs []raftpb.Message) {
 	t.mu.RLock()
@@ -198,7 +207,12 @@ func (t *Transport) Send(msgs []raftpb.Message) {
 			t.m.dropped(peerLabel(m.To), outbound, reasonUnknownPeer, 1)
 			continue
 		}
-		if n := framedSize(m.Size()); n > t.maxBatch {
+		n := framedSize(m.Size())
+		if n > t.maxBatch && m.Type == raftpb.MsgSnap {
+			p.sendLarge(m)
+			continue
+		}
+		if n > t.maxBatch {
 			t.m.dropped(p.label, outbound, reasonOversize, 1)
 			t.logOversize(m, n)
 			if m.Type == raftpb.MsgSnap {

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"slices"
@@ -157,8 +158,9 @@ func TestPeerDown(t *testing.T) {
 }
 
 // TestOversize checks that a message larger than the peer's server takes
-// is refused at Send and counted (a snapshot also reported failed), while
-// batches of small messages stay within the limit and are delivered.
+// is refused at Send and counted, while a snapshot that large goes by
+// SendSnapshot instead, and batches of small messages stay within the
+// limit and are delivered.
 func TestOversize(t *testing.T) {
 	const limit = 4096
 	ms := three(t, memberOpts{maxRecv: limit})
@@ -169,11 +171,11 @@ func TestOversize(t *testing.T) {
 		{Type: raftpb.MsgSnap, From: 1, To: 2, Term: 1, Snapshot: &raftpb.Snapshot{Data: big, Metadata: raftpb.SnapshotMetadata{Index: 1, Term: 1}}},
 	})
 	oversize := map[string]string{"peer": "2", "direction": "out", "reason": reasonOversize}
-	if got := m1.counter(t, DroppedMetric, oversize); got != 2 {
-		t.Errorf("%s{reason=oversize} = %v, want 2", DroppedMetric, got)
+	if got := m1.counter(t, DroppedMetric, oversize); got != 1 {
+		t.Errorf("%s{reason=oversize} = %v, want 1 (the append)", DroppedMetric, got)
 	}
-	eventually(t, "the oversize snapshot reported failed", func() bool {
-		return slices.Equal(m1.reports.snapshotsOf(2), []raft.SnapshotStatus{raft.SnapshotFailure})
+	eventually(t, "the large snapshot delivered and reported finished", func() bool {
+		return slices.Equal(m1.reports.snapshotsOf(2), []raft.SnapshotStatus{raft.SnapshotFinish}) && m2.inbox.len() == 1
 	})
 	if !strings.Contains(m1.logs.String(), "larger than a peer accepts") {
 		t.Errorf("no WARN for the refused message: %s", m1.logs.String())
@@ -186,12 +188,113 @@ func TestOversize(t *testing.T) {
 		msgs = append(msgs, raftpb.Message{Type: raftpb.MsgApp, From: 1, To: 2, Term: 1, Index: uint64(i), Entries: []raftpb.Entry{{Index: uint64(i) + 1, Term: 1, Data: make([]byte, 100)}}})
 	}
 	m1.tr.Send(msgs)
-	eventually(t, "every small message delivered", func() bool { return m2.inbox.len() == 1000 })
+	eventually(t, "every small message delivered", func() bool { return m2.inbox.len() == 1001 })
 	if got := m1.counter(t, ConnectsMetric, map[string]string{"peer": "2"}); got != 1 {
 		t.Errorf("%s = %v, want 1: a batch broke the stream", ConnectsMetric, got)
 	}
-	if got := m1.counter(t, DroppedMetric, nil); got != 2 {
-		t.Errorf("%s = %v in all, want only the 2 oversize", DroppedMetric, got)
+	if got := m1.counter(t, DroppedMetric, nil); got != 1 {
+		t.Errorf("%s = %v in all, want only the oversize append", DroppedMetric, got)
+	}
+}
+
+// TestLargeSnapshot checks SendSnapshot under mutual TLS and the default
+// role table: a snapshot many requests long arrives whole, metadata and
+// data, and is reported finished; one larger than the receiver accepts is
+// refused and reported failed; and a call whose chunks do not match its
+// envelope delivers nothing.
+func TestLargeSnapshot(t *testing.T) {
+	p := newPKI(t)
+	const limit = 16 << 10
+	lis1, lis2, lis3 := listen(t), listen(t), listen(t)
+	a1, a2, a3 := lis1.Addr().String(), lis2.Addr().String(), lis3.Addr().String()
+	m1 := startMember(t, 1, lis1, map[uint64]string{2: a2, 3: a3}, memberOpts{tls: p.source(t, "queue-1"), maxRecv: limit})
+	m2 := startMember(t, 2, lis2, map[uint64]string{1: a1, 3: a3}, memberOpts{tls: p.source(t, "queue-2"), maxRecv: limit})
+	m3 := startMember(t, 3, lis3, map[uint64]string{1: a1, 2: a2}, memberOpts{tls: p.source(t, "queue-3"), maxRecv: limit, maxSnap: 64 << 10})
+
+	data := make([]byte, 200<<10) // about 25 chunks of this limit's
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	snap := &raftpb.Snapshot{Data: data, Metadata: raftpb.SnapshotMetadata{Index: 42, Term: 3, ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}}}}
+	m1.tr.Send([]raftpb.Message{
+		{Type: raftpb.MsgSnap, From: 1, To: 2, Term: 3, Snapshot: snap},
+		{Type: raftpb.MsgSnap, From: 1, To: 3, Term: 3, Snapshot: snap},
+	})
+	eventually(t, "the snapshot reported finished to member 2", func() bool {
+		return slices.Equal(m1.reports.snapshotsOf(2), []raft.SnapshotStatus{raft.SnapshotFinish})
+	})
+	m2.inbox.mu.Lock()
+	got := slices.Clone(m2.inbox.msgs)
+	m2.inbox.mu.Unlock()
+	if len(got) != 1 || got[0].Type != raftpb.MsgSnap || got[0].Snapshot == nil {
+		t.Fatalf("member 2 received %v, want the snapshot", got)
+	}
+	if s := got[0].Snapshot; !bytes.Equal(s.Data, data) || s.Metadata.Index != 42 || s.Metadata.Term != 3 || !slices.Equal(s.Metadata.ConfState.Voters, []uint64{1, 2, 3}) {
+		t.Fatalf("member 2's snapshot differs: index %d term %d voters %v, %d bytes", s.Metadata.Index, s.Metadata.Term, s.Metadata.ConfState.Voters, len(s.Data))
+	}
+	// Member 3 takes at most 64 KiB.
+	eventually(t, "the snapshot reported failed to member 3", func() bool {
+		return slices.Equal(m1.reports.snapshotsOf(3), []raft.SnapshotStatus{raft.SnapshotFailure})
+	})
+	if m3.inbox.len() != 0 {
+		t.Fatalf("member 3 received %d messages from a refused snapshot", m3.inbox.len())
+	}
+	if !strings.Contains(m1.logs.String(), "ResourceExhausted") {
+		t.Errorf("the refusal's code is not in the sender's log: %s", m1.logs.String())
+	}
+
+	// Bad calls, as a peer with a bug would make them.
+	conn, err := grpc.NewClient(a2, grpc.WithTransportCredentials(p.source(t, "queue-1").ClientCredentials("")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	env := func(typ raftpb.MessageType) []byte {
+		b, err := (&raftpb.Message{Type: typ, From: 1, To: 2, Term: 3, Snapshot: &raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: 43, Term: 3}}}).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	call := func(reqs ...*queuev1.SendSnapshotRequest) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		st, err := queuev1.NewRaftServiceClient(conn).SendSnapshot(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range reqs {
+			if err := st.Send(r); err != nil {
+				break
+			}
+		}
+		_, err = st.CloseAndRecv()
+		return err
+	}
+	for _, c := range []struct {
+		what string
+		reqs []*queuev1.SendSnapshotRequest
+		code codes.Code
+	}{
+		{"no chunk", nil, codes.InvalidArgument},
+		{"another cluster", []*queuev1.SendSnapshotRequest{{ClusterId: 7, From: 1, To: 2, Message: env(raftpb.MsgSnap), DataBytes: 1, Data: []byte{1}}}, codes.FailedPrecondition},
+		{"not a snapshot", []*queuev1.SendSnapshotRequest{{ClusterId: testCluster, From: 1, To: 2, Message: env(raftpb.MsgApp), DataBytes: 1, Data: []byte{1}}}, codes.InvalidArgument},
+		{"short", []*queuev1.SendSnapshotRequest{{ClusterId: testCluster, From: 1, To: 2, Message: env(raftpb.MsgSnap), DataBytes: 3, Data: []byte{1}}, {Data: []byte{2}}}, codes.InvalidArgument},
+		{"long", []*queuev1.SendSnapshotRequest{{ClusterId: testCluster, From: 1, To: 2, Message: env(raftpb.MsgSnap), DataBytes: 2, Data: []byte{1}}, {Data: []byte{2, 3}}}, codes.InvalidArgument},
+	} {
+		if err := call(c.reqs...); status.Code(err) != c.code {
+			t.Errorf("%s: %v, want %v", c.what, err, c.code)
+		}
+	}
+	if n := m2.inbox.len(); n != 1 {
+		t.Errorf("member 2 holds %d messages after the bad calls, want the one snapshot", n)
+	}
+	// And a good one by hand, for the control.
+	if err := call(&queuev1.SendSnapshotRequest{ClusterId: testCluster, From: 1, To: 2, Message: env(raftpb.MsgSnap), DataBytes: 2, Data: []byte{1}}, &queuev1.SendSnapshotRequest{Data: []byte{2}}); err != nil {
+		t.Fatalf("a good call by hand: %v", err)
+	}
+	if n := m2.inbox.len(); n != 2 {
+		t.Errorf("member 2 holds %d messages after the good call, want 2", n)
 	}
 }
 
