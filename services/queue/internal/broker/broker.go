@@ -97,6 +97,11 @@ type Broker struct {
 	names    record.Names
 	attached chan struct{}
 	node     *replica.Node
+	// gen counts the replacements of a replicated member's state (Lead,
+	// Follow, Restore), for a compaction to tell whether its walk saw one
+	// state throughout; snapBytes is the last snapshot's size.
+	gen       atomic.Uint64
+	snapBytes atomic.Int64
 
 	compacting atomic.Bool
 	walkStep   int // keys per locked step of a snapshot walk
@@ -870,7 +875,14 @@ func (b *Broker) maybeCompact() {
 		defer b.wg.Done()
 		defer b.compacting.Store(false)
 		start := time.Now()
-		if err := b.j.Snapshot(b.walk); err != nil {
+		snapshot := b.j.Snapshot
+		if b.node != nil {
+			snapshot = b.compactReplicated
+		}
+		if err := snapshot(b.walk); errors.Is(err, errStateReplaced) {
+			b.log.Info("snapshot abandoned", "error", err)
+			return
+		} else if err != nil {
 			b.log.Error("snapshot failed; the log keeps growing until one succeeds", "error", err)
 			return
 		}
@@ -893,6 +905,11 @@ func (b *Broker) housekeeping() {
 		}
 		if b.j.NoSpace() && b.j.Err() == nil {
 			b.j.ProbeSpace()
+		}
+		if b.node != nil {
+			// A replicated queue's followers take no calls to compact
+			// after; every member compacts its own log.
+			b.maybeCompact()
 		}
 		b.dropEmpty(time.Now().UnixNano())
 	}

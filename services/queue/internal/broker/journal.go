@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/batonrun/baton/services/queue/internal/record"
 	"github.com/batonrun/baton/services/queue/internal/replica"
@@ -55,8 +56,9 @@ func (j storeJournal) Append(recs []byte) (waiter, error) {
 // raftJournal is a replicated queue's log, through this member's node,
 // which the broker owns (with the node's RaftLog) and closes.
 type raftJournal struct {
-	n   *replica.Node
-	log *store.RaftLog
+	n         *replica.Node
+	log       *store.RaftLog
+	snapBytes *atomic.Int64 // the broker's
 }
 
 // ErrNotLeader is returned by every call on a member of a replicated queue
@@ -87,13 +89,17 @@ func (j raftJournal) Durable() uint64            { return j.n.Status().Applied }
 func (j raftJournal) Err() error                 { return j.n.Err() }
 func (j raftJournal) NoSpace() bool              { return j.log.NoSpace() }
 func (j raftJournal) ProbeSpace()                {} // the node retries its save itself
-func (j raftJournal) WALBytes() (int64, int64)   { return 0, 0 }
 func (j raftJournal) Repairs() int               { return j.log.Repairs() }
 
-// Snapshot is not called: WALBytes never asks for one. The replicated log
-// is compacted by Raft snapshots, not by the member's own.
+// WALBytes is the Raft log's payload since its last snapshot began it, and
+// that snapshot's size (the broker's: it knows what it gave the node).
+func (j raftJournal) WALBytes() (int64, int64) { return j.log.Bytes(), j.snapBytes.Load() }
+
+// Snapshot is not called: the broker compacts a replicated log itself
+// (compactReplicated), since only it knows whether its memory is the
+// log's.
 func (j raftJournal) Snapshot(func(emit func([]byte) error) error) error {
-	return errors.New("broker: a replicated queue's log is not compacted by store snapshots")
+	return errors.New("broker: a replicated queue's log is compacted by compactReplicated")
 }
 
 func (j raftJournal) Close() error {

@@ -50,13 +50,13 @@ func OpenReplicated(cfg Config, rcfg replica.Config, metrics *Metrics, log *slog
 	b := newBroker(cfg, metrics, log)
 	b.names = record.Names{}
 	b.attached = make(chan struct{})
-	rcfg.Apply, rcfg.Lead, rcfg.Follow = b.apply, b.lead, b.follow
+	rcfg.Apply, rcfg.Lead, rcfg.Follow, rcfg.Restore = b.apply, b.lead, b.follow, b.restore
 	n, err := replica.New(rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("start the raft node: %w", err)
 	}
 	b.node = n
-	b.j = raftJournal{n: n, log: rcfg.Log}
+	b.j = raftJournal{n: n, log: rcfg.Log, snapBytes: &b.snapBytes}
 	if wrapJournal != nil {
 		b.j = wrapJournal(b.j)
 	}
@@ -105,6 +105,7 @@ func (b *Broker) lead(term uint64) {
 	<-b.attached // timers armed here write to the journal
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.gen.Add(1)
 	b.tokens.epoch.Store(term)
 	b.tokens.seq.Store(0)
 	now := time.Now().UnixNano()
@@ -123,8 +124,35 @@ func (b *Broker) lead(term uint64) {
 
 // follow is the node's Follow (see above).
 func (b *Broker) follow(replay func(apply func(records [][]byte, index uint64)) error) error {
+	b.discard()
+	start := time.Now()
+	if err := replay(b.apply); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	queues := len(b.queues)
+	b.mu.RUnlock()
+	b.log.Warn("no longer leading the queue: its state is rebuilt from the committed log", "queues", queues, "took", time.Since(start))
+	return nil
+}
+
+// restore is the node's Restore: the state becomes a snapshot's, which is
+// the records of a state walk (compactReplicated's), loaded as a
+// follower loads an entry's.
+func (b *Broker) restore(data []byte, index uint64) error {
+	b.discard()
+	b.apply([][]byte{data}, index)
+	b.snapBytes.Store(int64(len(data)))
+	return nil
+}
+
+// discard throws the state away, as a member that follows from now on:
+// waiting Leases are woken to find ErrNotLeader, timers stop.
+func (b *Broker) discard() {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.leading.Store(false)
+	b.gen.Add(1)
 	old := b.queues
 	b.queues = map[string]*shard{}
 	b.existing.Store(0)
@@ -140,15 +168,64 @@ func (b *Broker) follow(replay func(apply func(records [][]byte, index uint64)) 
 		}
 		sh.mu.Unlock()
 	}
-	b.mu.Unlock()
-	start := time.Now()
-	if err := replay(b.apply); err != nil {
+}
+
+// errStateReplaced ends a compaction whose walk may have seen a state
+// that is not the log's: leadership began or ended, or a snapshot
+// replaced the state, while it ran.
+var errStateReplaced = errors.New("broker: the state was replaced during the walk; the next compaction tries again")
+
+// compactReplicated compacts a replicated member's Raft log (maybeCompact
+// calls it once the log has grown enough): the state is walked as a
+// single member's snapshot is, while it keeps changing, and handed to the
+// node as the snapshot at the index applied before the walk began. The
+// walk may see changes of later entries too; replaying those over it ends
+// in the same state, since a record says what a key is (as the store's
+// snapshots rely on). A follower's memory is the committed state, so that
+// is all. A leader's runs ahead of the commit, so it waits, after the
+// walk, until everything enqueued by then is committed: only then is
+// every change the walk saw in the log, and the snapshot a state of the
+// log's. If leadership changed meanwhile, or a snapshot replaced the
+// state, the walk is thrown away.
+func (b *Broker) compactReplicated(walk func(emit func([]byte) error) error) error {
+	gen := b.gen.Load()
+	leading := b.leading.Load()
+	index := b.node.Status().Applied
+	var data []byte
+	if err := walk(func(p []byte) error { data = append(data, p...); return nil }); err != nil {
 		return err
 	}
-	b.mu.RLock()
-	queues := len(b.queues)
-	b.mu.RUnlock()
-	b.log.Warn("no longer leading the queue: its state is rebuilt from the committed log", "queues", queues, "took", time.Since(start))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() { // Close waits for this compaction: end its waits
+		select {
+		case <-b.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if leading {
+		w, err := b.j.Append(nil)
+		if err == nil {
+			err = w.Wait(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("wait for the commit of what the walk saw: %w", err)
+		}
+	}
+	if b.gen.Load() != gen {
+		return errStateReplaced
+	}
+	err := b.node.Compact(ctx, index, data)
+	if errors.Is(err, replica.ErrCompactRefused) {
+		// A snapshot at or past index came meanwhile: nothing to do.
+		b.log.Debug("compaction skipped", "error", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	b.snapBytes.Store(int64(len(data)))
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,6 +62,8 @@ type rmember struct {
 type rcluster struct {
 	t       *testing.T
 	members map[uint64]*rmember
+	// compactBytes is the members' Config.CompactBytes (0: the default).
+	compactBytes int64
 	// isolated is the member cut off both ways (0: none): every member's
 	// server refuses its raft streams, and its own server refuses all.
 	isolated atomic.Uint64
@@ -96,9 +99,12 @@ func (s *cutServerStream) RecvMsg(m any) error {
 	return nil
 }
 
-func newRCluster(t *testing.T) *rcluster {
+func newRCluster(t *testing.T, compactBytes ...int64) *rcluster {
 	t.Helper()
 	c := &rcluster{t: t, members: map[uint64]*rmember{}}
+	if len(compactBytes) > 0 {
+		c.compactBytes = compactBytes[0]
+	}
 	peers := map[uint64]string{}
 	lis := map[uint64]net.Listener{}
 	for id := uint64(1); id <= 3; id++ {
@@ -142,7 +148,7 @@ func (c *rcluster) start(m *rmember, lis net.Listener) {
 	if err != nil {
 		t.Fatalf("member %d: %v", m.id, err)
 	}
-	m.b, err = OpenReplicated(Config{Queue: workqueue.DefaultConfig()}, replica.Config{
+	m.b, err = OpenReplicated(Config{Queue: workqueue.DefaultConfig(), CompactBytes: c.compactBytes}, replica.Config{
 		ID: m.id, ClusterID: 0xba70, Peers: m.peers, Log: rlog, TickInterval: 50 * time.Millisecond, Logger: logger,
 	}, nil, logger)
 	if err != nil {
@@ -282,6 +288,16 @@ func (c *rcluster) converge() []string {
 		return true
 	})
 	return want
+}
+
+// snapshotIndex is the index of m's log's snapshot, 0 for none.
+func snapshotIndex(t *testing.T, m *rmember) uint64 {
+	t.Helper()
+	snap, err := m.b.j.(raftJournal).log.MemoryStorage().Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.Metadata.Index
 }
 
 func keyNames(prefix string, n int) []string {
@@ -537,7 +553,9 @@ func TestReplicatedRandomOperations(t *testing.T) {
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("seed %d", seed)
-	c := newRCluster(t)
+	// Logs are compacted every half kilobyte: snapshots are taken on
+	// leaders and followers between the steps, and restarts restore them.
+	c := newRCluster(t, 512)
 	present := map[string]bool{}
 	dirty := map[string]bool{}
 	leased := map[string]uint64{}
@@ -621,4 +639,86 @@ func TestReplicatedRandomOperations(t *testing.T) {
 		check(step, what)
 	}
 	c.converge()
+	for _, m := range c.members {
+		if snapshotIndex(t, m) == 0 {
+			t.Errorf("member %d never compacted its log", m.id)
+		}
+	}
+}
+
+// TestReplicatedCatchUpFromSnapshot: a follower that was down while the
+// others compacted past what it holds catches up from the leader's
+// snapshot, one too large for a request (SendSnapshot's chunks), then from
+// the entries after it; a leader restarted restores its own snapshot; and
+// every member ends with the same state.
+func TestReplicatedCatchUpFromSnapshot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := newRCluster(t) // compacted by hand below
+	lead := c.leader(0)
+	if _, _, err := lead.b.Add(ctx, "q", keyNames("early-", 10), 0, workqueue.Normal); err != nil {
+		t.Fatal(err)
+	}
+	c.converge()
+	var behind *rmember
+	for _, m := range c.members {
+		if m != lead {
+			behind = m
+			break
+		}
+	}
+	c.stop(behind)
+	held := snapshotIndex(t, behind)
+	// Far more than one request holds (1.5 MiB): 40,000 keys of about 60
+	// bytes each in a snapshot.
+	long := strings.Repeat("x", 40)
+	for i := range 40 {
+		keys := make([]string, 1000)
+		for j := range keys {
+			keys[j] = fmt.Sprintf("bulk-%s-%02d-%04d", long, i, j)
+		}
+		if _, _, err := lead.b.Add(ctx, "q", keys, 0, workqueue.Normal); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grants, err := lead.b.Lease(ctx, "q", "w", nil, 500, time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := make([]AckItem, len(grants))
+	for i, g := range grants {
+		acks[i] = AckItem{Key: g.Key, Token: g.Token}
+	}
+	if _, err := lead.b.Ack(ctx, "q", nil, acks); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.b.compactReplicated(lead.b.walk); err != nil {
+		t.Fatalf("compacting the leader's log: %v", err)
+	}
+	first := snapshotIndex(t, lead)
+	if first == 0 {
+		t.Fatal("the leader's log has no snapshot after compacting")
+	}
+	c.start(behind, nil)
+	want := c.converge()
+	if len(want) != 1+10+40000-500 {
+		t.Fatalf("the members hold %d records, want %d", len(want), 1+10+40000-500)
+	}
+	if got := snapshotIndex(t, behind); got <= held || got < first {
+		t.Errorf("member %d's log has its snapshot at %d (at %d before, the leader's at %d): it did not catch up from one", behind.id, got, held, first)
+	}
+	if !strings.Contains(lead.logs.String(), "snapshot sent") {
+		t.Errorf("the leader's log does not show a snapshot sent by SendSnapshot")
+	}
+
+	// A restart restores the member's own snapshot, then the entries
+	// after it.
+	c.stop(lead)
+	c.start(lead, nil)
+	if _, _, err := c.leader(0).b.Add(ctx, "q", []string{"late"}, 0, workqueue.Normal); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.converge(); len(got) != len(want)+1 {
+		t.Fatalf("after the restart the members hold %d records, want %d", len(got), len(want)+1)
+	}
 }
