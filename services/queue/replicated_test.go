@@ -3,6 +3,11 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,14 +50,38 @@ func newReplicated(t *testing.T, extra ...string) *replicated {
 		p := newProc(t, append(args, extra...)...)
 		p.start()
 		r.procs = append(r.procs, p)
-		if len(extra) > 0 {
+		if slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--tls") }) {
 			continue // TLS: the test dials
 		}
 		conn := dial(t, p.grpcAddr)
 		r.qcs = append(r.qcs, queuev1.NewQueueServiceClient(conn))
 		r.ccs = append(r.ccs, queuev1.NewClusterServiceClient(conn))
 	}
+	r.settle()
 	return r
+}
+
+// settle waits until every member serves and knows a leader: a member
+// with an empty log serves once it knows its Raft id (it first asks the
+// others whether the queue is new), and forwards once it knows the
+// leader.
+func (r *replicated) settle() {
+	r.t.Helper()
+	for i, cc := range r.ccs {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(r.t.Context(), time.Second)
+			st, err := cc.Status(ctx, &queuev1.StatusRequest{})
+			cancel()
+			if err == nil && st.GetLeaderName() != "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				r.t.Fatalf("member m%d knows no leader after 30 s: %v %v", i+1, st, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 // notLeader reports whether err is a member's refusal for not leading, or
@@ -303,6 +332,7 @@ func TestReplicatedForwardingOverMTLS(t *testing.T) {
 		r.qcs = append(r.qcs, queuev1.NewQueueServiceClient(c))
 		r.ccs = append(r.ccs, queuev1.NewClusterServiceClient(c))
 	}
+	r.settle()
 	lead := r.leader(ctx)
 	f := followersOf(lead)
 	q := func(i int, name string) queuev1.QueueServiceClient {
@@ -454,4 +484,95 @@ func offeredBy(t *testing.T, ctx context.Context, c *queueclient.Client) map[str
 			offered[l.Key] = true
 		}
 	}
+}
+
+// TestReplicatedMemberLosesItsDisk: a follower is SIGKILLed and its data
+// directory deleted while the others go on, past a compaction of their
+// logs (--compact-bytes at its floor). Started again on the empty
+// directory, it finds that the queue is in use and rejoins under a new
+// Raft id, catches up by the leader's snapshot and counts again: with the
+// other follower killed, writes still commit. Every acknowledged Add is
+// offered at the end, and ClusterService lists three members.
+func TestReplicatedMemberLosesItsDisk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r := newReplicated(t, "--compact-bytes", "65536")
+	c := r.client()
+	var added []string
+	add := func(n int, within time.Duration) {
+		t.Helper()
+		for range n {
+			k := fmt.Sprintf("k%05d-%s", len(added), strings.Repeat("x", 200))
+			actx, acancel := context.WithTimeout(ctx, within)
+			_, err := c.Add(actx, "q", []string{k}, queueclient.AddOptions{})
+			acancel()
+			if err != nil {
+				t.Fatalf("Add %d within %v: %v", len(added), within, err)
+			}
+			added = append(added, k)
+		}
+	}
+	add(100, 10*time.Second)
+	lead := r.leader(ctx)
+	f := followersOf(lead)
+	lost, other := f[0], f[1]
+	r.procs[lost].signal(syscall.SIGKILL, 10*time.Second)
+	if err := os.RemoveAll(r.procs[lost].dir); err != nil {
+		t.Fatal(err)
+	}
+	// Past --compact-bytes, so the leader's log no longer starts at 1.
+	add(600, 10*time.Second)
+	r.procs[lost].start()
+	// Caught up: it has applied as far as the leader had committed.
+	st, err := r.ccs[lead].Status(ctx, &queuev1.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ls, err := r.ccs[lost].Status(ctx, &queuev1.StatusRequest{})
+		if err == nil && ls.GetMember().GetAppliedIndex() >= st.GetCommitIndex() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s the member that lost its disk has not caught up: %v %v", ls, err)
+		}
+	}
+	// By the leader's snapshot: its log was compacted past the start.
+	resp, err := http.Get("http://" + r.procs[lost].httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `baton_queue_raft_snapshots_total{op="restored"} 1`) {
+		t.Errorf("the rejoined member did not restore one snapshot:\n%s", grepLines(string(metrics), "baton_queue_raft_snapshots_total"))
+	}
+	r.procs[other].signal(syscall.SIGKILL, 10*time.Second)
+	add(20, 10*time.Second) // needs the rejoined member's vote and disk
+	offered := offeredBy(t, ctx, c)
+	for _, k := range added {
+		if !offered[k] {
+			t.Errorf("%s: acknowledged, not offered", k[:6])
+		}
+	}
+	ml, err := r.ccs[lost].MemberList(ctx, &queuev1.MemberListRequest{})
+	if err != nil || len(ml.GetMembers()) != 3 {
+		t.Fatalf("MemberList on the rejoined member: %v, %v; want three members", ml, err)
+	}
+	p := r.procs[lost]
+	logs, err := os.ReadFile(filepath.Join(p.logDir, fmt.Sprintf("run-%03d.log", p.n)))
+	if err != nil || !strings.Contains(string(logs), "rejoined under a new Raft id") {
+		t.Errorf("the rejoined member's log does not say it rejoined (%v):\n%s", err, logs)
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for line := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -150,21 +150,16 @@ func mkdirRaft(dir string) (string, error) {
 // Leader returns the client of the member this one knows to lead, nil
 // while it leads itself or knows none.
 type leaders struct {
-	node  *replica.Node
-	addrs map[uint64]string
-	tls   *tlsfiles.Source
-	max   int // the largest request forwarded (--max-request-bytes)
+	node *replica.Node
+	tls  *tlsfiles.Source
+	max  int // the largest request forwarded (--max-request-bytes)
 
 	mu    sync.Mutex
 	conns map[uint64]*grpc.ClientConn
 }
 
-func newLeaders(node *replica.Node, peers []server.Peer, tls *tlsfiles.Source, maxRequest int) *leaders {
-	l := &leaders{node: node, addrs: map[uint64]string{}, tls: tls, max: maxRequest, conns: map[uint64]*grpc.ClientConn{}}
-	for _, p := range peers {
-		l.addrs[p.ID] = p.PeerAddr
-	}
-	return l
+func newLeaders(node *replica.Node, tls *tlsfiles.Source, maxRequest int) *leaders {
+	return &leaders{node: node, tls: tls, max: maxRequest, conns: map[uint64]*grpc.ClientConn{}}
 }
 
 func (l *leaders) Leader() queuev1.QueueServiceClient {
@@ -176,9 +171,14 @@ func (l *leaders) Leader() queuev1.QueueServiceClient {
 	defer l.mu.Unlock()
 	conn := l.conns[st.Leader]
 	if conn == nil {
-		addr, ok := l.addrs[st.Leader]
-		if !ok {
-			return nil // a member --initial-cluster does not name
+		addr := ""
+		for _, m := range l.node.Members() {
+			if m.ID == st.Leader {
+				addr = m.Addr
+			}
+		}
+		if addr == "" {
+			return nil // a member this one has no address of
 		}
 		creds := insecure.NewCredentials()
 		if l.tls != nil {
@@ -212,6 +212,6 @@ func (l *leaders) Close() {
 func peerPolicy() (*authz.Policy, error) {
 	return authz.Compile([]authz.Rule{{
 		Roles:   []string{tlsfiles.RoleQueuePeer},
-		Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, "/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*"},
+		Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName, "/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*"},
 	}})
 }

@@ -52,6 +52,11 @@ type Config struct {
 	// EmptyQueueRetention is how long an empty queue with no waiting worker
 	// is kept before it is forgotten (--empty-queue-retention).
 	EmptyQueueRetention time.Duration
+	// CompactBytes is how far the log grows (and past twice the last
+	// snapshot) before it is compacted by a snapshot (--compact-bytes):
+	// the store's on a single member, the Raft log's on each member of a
+	// replicated queue.
+	CompactBytes int64
 	// MaxWaitingLeases bounds the waiting Leases (long polls) of one client
 	// identity, over all its connections, unless the --authz-policy's
 	// limits give its roles another bound (--max-waiting-leases).
@@ -97,6 +102,7 @@ func DefaultConfig() Config {
 		BackoffBase: 5 * time.Millisecond, BackoffMax: 1000 * time.Second,
 		DefaultLease: limits.DefaultLease, MaxRequestBytes: limits.DefaultMaxRequestBytes,
 		MaxQueues: broker.DefaultMaxQueues, EmptyQueueRetention: broker.DefaultEmptyRetention,
+		CompactBytes:            broker.DefaultCompactBytes,
 		MaxWaitingLeases:        serverlimits.DefaultWaitingLeasesPerIdentity,
 		MaxWaitingLeasesPerConn: serverlimits.DefaultWaitingLeasesPerConnection,
 		GracePeriod:             10 * time.Second,
@@ -163,6 +169,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DefaultLease, "default-lease", c.DefaultLease, "lease length when a worker asks for none")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request accepted, in bytes (larger ones get RESOURCE_EXHAUSTED)")
 	fs.IntVar(&c.MaxQueues, "max-queues", c.MaxQueues, "most queues that may exist at once (an Add that would make one more gets RESOURCE_EXHAUSTED)")
+	fs.Int64Var(&c.CompactBytes, "compact-bytes", c.CompactBytes, "compact the log with a snapshot once it has grown past this many bytes and twice the last snapshot")
 	fs.DurationVar(&c.EmptyQueueRetention, "empty-queue-retention", c.EmptyQueueRetention, "how long an empty queue no worker waits on keeps its counters before it is forgotten")
 	fs.IntVar(&c.MaxWaitingLeases, "max-waiting-leases", c.MaxWaitingLeases, "most Leases waiting for work one client identity (certificate CN) may have in flight over all its connections; the --authz-policy's limits may set it per role (more get RESOURCE_EXHAUSTED)")
 	fs.IntVar(&c.MaxWaitingLeasesPerConn, "max-waiting-leases-per-conn", c.MaxWaitingLeasesPerConn, "most Leases waiting for work one connection may have in flight (more get RESOURCE_EXHAUSTED)")
@@ -207,6 +214,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--max-request-bytes must be in [%d, %d], not %d", minRequestBytes, maxRequestBytes, c.MaxRequestBytes)
 	case c.MaxQueues < 1:
 		return fmt.Errorf("--max-queues must be at least 1, not %d", c.MaxQueues)
+	case c.CompactBytes < minCompactBytes:
+		return fmt.Errorf("--compact-bytes must be at least %d, not %d", minCompactBytes, c.CompactBytes)
 	case c.EmptyQueueRetention < time.Second:
 		return fmt.Errorf("--empty-queue-retention must be at least 1s, not %v", c.EmptyQueueRetention)
 	case c.MaxWaitingLeases < 1 || c.MaxWaitingLeases > authz.MaxWaitingLeases:
@@ -233,6 +242,10 @@ func (c Config) Validate() error {
 	return c.TLS.ValidateServe()
 }
 
+// minCompactBytes keeps --compact-bytes from asking for a snapshot at
+// nearly every write.
+const minCompactBytes = 64 << 10
+
 // Run recovers the store and serves until ctx is cancelled. It returns an
 // error if the store cannot be recovered (corruption names file and offset)
 // or stops after a write failure.
@@ -255,14 +268,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	wq.BackoffBase, wq.BackoffMax, wq.MaxAttempts = cfg.BackoffBase, cfg.BackoffMax, uint32(cfg.MaxAttempts)
 	metrics := broker.NewMetrics()
 	reg := prometheus.NewRegistry()
-	bcfg := broker.Config{Queue: wq, DefaultLease: cfg.DefaultLease, MaxQueues: cfg.MaxQueues, EmptyRetention: cfg.EmptyQueueRetention}
+	bcfg := broker.Config{Queue: wq, DefaultLease: cfg.DefaultLease, MaxQueues: cfg.MaxQueues, EmptyRetention: cfg.EmptyQueueRetention, CompactBytes: cfg.CompactBytes}
 	var b *broker.Broker
 	var peers []server.Peer
 	if cfg.InitialCluster == "" {
 		b, err = broker.Open(bcfg, store.Options{Dir: cfg.DataDir}, metrics, log)
 	} else {
 		peers, _ = parseInitialCluster(cfg.InitialCluster) // Validate parsed it
-		b, err = openMember(cfg, bcfg, peers, tlsSrc, metrics, reg, log)
+		b, err = openMember(ctx, cfg, bcfg, peers, tlsSrc, metrics, reg, log)
 	}
 	if err != nil {
 		return err
@@ -321,7 +334,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	peerAddr := ""
 	qs := server.New(b)
 	if node := b.Member(); node != nil {
-		fwd := newLeaders(node, peers, tlsSrc, cfg.MaxRequestBytes)
+		fwd := newLeaders(node, tlsSrc, cfg.MaxRequestBytes)
 		defer fwd.Close()
 		if peerPol, err = peerPolicy(); err != nil {
 			return err
@@ -387,7 +400,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 // openMember opens this member's Raft log in --data-dir and starts the
 // broker on it.
-func openMember(cfg Config, bcfg broker.Config, peers []server.Peer, tlsSrc *tlsfiles.Source, metrics *broker.Metrics, reg *prometheus.Registry, log *slog.Logger) (*broker.Broker, error) {
+func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []server.Peer, tlsSrc *tlsfiles.Source, metrics *broker.Metrics, reg *prometheus.Registry, log *slog.Logger) (*broker.Broker, error) {
 	if err := refuseSingleStore(cfg.DataDir); err != nil {
 		return nil, err
 	}
@@ -399,14 +412,22 @@ func openMember(cfg Config, bcfg broker.Config, peers []server.Peer, tlsSrc *tls
 	if err != nil {
 		return nil, fmt.Errorf("open the raft log: %w", err)
 	}
-	addrs := make(map[uint64]string, len(peers))
-	for _, p := range peers {
-		addrs[p.ID] = p.PeerAddr
+	id, join, members, err := decideMember(ctx, cfg, dir, rlog, peers, tlsSrc, log)
+	if err != nil {
+		rlog.Close()
+		return nil, err
+	}
+	addrs := make(map[uint64]string, len(members))
+	names := make(map[uint64]string, len(members))
+	for _, m := range members {
+		addrs[m.ID], names[m.ID] = m.Addr, m.Name
 	}
 	b, err := broker.OpenReplicated(bcfg, replica.Config{
-		ID:            memberID(cfg.Name),
+		ID:            id,
 		ClusterID:     clusterID(peers),
 		Peers:         addrs,
+		Names:         names,
+		Join:          join,
 		Log:           rlog,
 		TickInterval:  cfg.HeartbeatInterval,
 		HeartbeatTick: 1,

@@ -153,6 +153,7 @@ func (s *server) register(srv *grpc.Server) {
 				return ss.SendMsg(&queuev1.SendSnapshotResponse{})
 			},
 		}},
+		Methods: []grpc.MethodDesc{s.unary(queuev1.RaftService_ServiceDesc.ServiceName, "Join", &queuev1.JoinRequest{})},
 	}
 	for _, d := range []*grpc.ServiceDesc{&queue, &observer, &cluster, &raft} {
 		srv.RegisterService(d, struct{}{})
@@ -345,6 +346,7 @@ var contractTable = map[string][]string{
 	"/baton.queue.v1.ClusterService/MemberRemove":               {"admin"},
 	"/baton.queue.v1.RaftService/Send":                          {"queue-peer"},
 	"/baton.queue.v1.RaftService/SendSnapshot":                  {"queue-peer"},
+	"/baton.queue.v1.RaftService/Join":                          {"queue-peer"},
 	"/grpc.health.v1.Health/Check":                              nil, // any verified client
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": nil,
 }

@@ -387,6 +387,7 @@ func ExamplePolicy_Marshal() {
 	//     methods:
 	//       - /baton.queue.v1.RaftService/Send
 	//       - /baton.queue.v1.RaftService/SendSnapshot
+	//       - /baton.queue.v1.RaftService/Join
 	//   - roles: [viewer, admin]
 	//     paths:
 	//       - /metrics

@@ -26,6 +26,216 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// JoinRequest is a member with an empty log asking about, or asking to
+// rejoin, its queue.
+type JoinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As SendRequest's.
+	ClusterId uint64 `protobuf:"varint,1,opt,name=cluster_id,json=clusterId" json:"cluster_id,omitempty"`
+	// The asking member's --name and --peer-addr (as --initial-cluster gives
+	// it).
+	Name     string `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
+	PeerAddr string `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr" json:"peer_addr,omitempty"`
+	// false: only ask; true: rejoin (the leader alone does it).
+	Replace       bool `protobuf:"varint,4,opt,name=replace" json:"replace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *JoinRequest) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *JoinRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
+// JoinResponse says what the asked member knows, and, after a rejoin, the
+// asking member's new Raft id and the configuration it joins.
+type JoinResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asked member's log holds a leader's entry: the queue has been in
+	// use, so a member with an empty log has lost its disk rather than never
+	// started.
+	Initialized bool `protobuf:"varint,1,opt,name=initialized" json:"initialized,omitempty"`
+	// The peer address of the leader the asked member knows, empty for none.
+	LeaderAddr string `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr" json:"leader_addr,omitempty"`
+	// After a rejoin: the new Raft id, and every member with its id.
+	Id            uint64        `protobuf:"varint,3,opt,name=id" json:"id,omitempty"`
+	Members       []*JoinMember `protobuf:"bytes,4,rep,name=members" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinResponse) Reset() {
+	*x = JoinResponse{}
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinResponse) ProtoMessage() {}
+
+func (x *JoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
+func (*JoinResponse) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *JoinResponse) GetInitialized() bool {
+	if x != nil {
+		return x.Initialized
+	}
+	return false
+}
+
+func (x *JoinResponse) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+func (x *JoinResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *JoinResponse) GetMembers() []*JoinMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// JoinMember is one member of the configuration.
+type JoinMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
+	PeerAddr      string                 `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr" json:"peer_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinMember) Reset() {
+	*x = JoinMember{}
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinMember) ProtoMessage() {}
+
+func (x *JoinMember) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinMember.ProtoReflect.Descriptor instead.
+func (*JoinMember) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *JoinMember) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *JoinMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JoinMember) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
 // SendRequest is one batch: the messages a sender had queued for one peer
 // when it wrote to the stream.
 type SendRequest struct {
@@ -47,7 +257,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[0]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -59,7 +269,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[0]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -72,7 +282,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{0}
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SendRequest) GetClusterId() uint64 {
@@ -124,7 +334,7 @@ type SendSnapshotRequest struct {
 
 func (x *SendSnapshotRequest) Reset() {
 	*x = SendSnapshotRequest{}
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[1]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -136,7 +346,7 @@ func (x *SendSnapshotRequest) String() string {
 func (*SendSnapshotRequest) ProtoMessage() {}
 
 func (x *SendSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[1]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -149,7 +359,7 @@ func (x *SendSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SendSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{1}
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SendSnapshotRequest) GetClusterId() uint64 {
@@ -203,7 +413,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[2]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +425,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[2]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +438,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{2}
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 // SendSnapshotResponse says the receiving member's Raft node has the
@@ -241,7 +451,7 @@ type SendSnapshotResponse struct {
 
 func (x *SendSnapshotResponse) Reset() {
 	*x = SendSnapshotResponse{}
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[3]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -253,7 +463,7 @@ func (x *SendSnapshotResponse) String() string {
 func (*SendSnapshotResponse) ProtoMessage() {}
 
 func (x *SendSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[3]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -266,14 +476,31 @@ func (x *SendSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SendSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 var File_baton_queue_v1_raft_proto protoreflect.FileDescriptor
 
 const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x19baton/queue/v1/raft.proto\x12\x0ebaton.queue.v1\"l\n" +
+	"\x19baton/queue/v1/raft.proto\x12\x0ebaton.queue.v1\"w\n" +
+	"\vJoinRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\x12\x18\n" +
+	"\areplace\x18\x04 \x01(\bR\areplace\"\x97\x01\n" +
+	"\fJoinResponse\x12 \n" +
+	"\vinitialized\x18\x01 \x01(\bR\vinitialized\x12\x1f\n" +
+	"\vleader_addr\x18\x02 \x01(\tR\n" +
+	"leaderAddr\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x124\n" +
+	"\amembers\x18\x04 \x03(\v2\x1a.baton.queue.v1.JoinMemberR\amembers\"M\n" +
+	"\n" +
+	"JoinMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\"l\n" +
 	"\vSendRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
@@ -290,10 +517,11 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"data_bytes\x18\x05 \x01(\x04R\tdataBytes\x12\x12\n" +
 	"\x04data\x18\x06 \x01(\fR\x04data\"\x0e\n" +
 	"\fSendResponse\"\x16\n" +
-	"\x14SendSnapshotResponse2\xaf\x01\n" +
+	"\x14SendSnapshotResponse2\xf2\x01\n" +
 	"\vRaftService\x12C\n" +
 	"\x04Send\x12\x1b.baton.queue.v1.SendRequest\x1a\x1c.baton.queue.v1.SendResponse(\x01\x12[\n" +
-	"\fSendSnapshot\x12#.baton.queue.v1.SendSnapshotRequest\x1a$.baton.queue.v1.SendSnapshotResponse(\x01B=Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1\x92\x03\x02\b\x02b\beditionsp\xe8\a"
+	"\fSendSnapshot\x12#.baton.queue.v1.SendSnapshotRequest\x1a$.baton.queue.v1.SendSnapshotResponse(\x01\x12A\n" +
+	"\x04Join\x12\x1b.baton.queue.v1.JoinRequest\x1a\x1c.baton.queue.v1.JoinResponseB=Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1\x92\x03\x02\b\x02b\beditionsp\xe8\a"
 
 var (
 	file_baton_queue_v1_raft_proto_rawDescOnce sync.Once
@@ -307,23 +535,29 @@ func file_baton_queue_v1_raft_proto_rawDescGZIP() []byte {
 	return file_baton_queue_v1_raft_proto_rawDescData
 }
 
-var file_baton_queue_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_baton_queue_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_baton_queue_v1_raft_proto_goTypes = []any{
-	(*SendRequest)(nil),          // 0: baton.queue.v1.SendRequest
-	(*SendSnapshotRequest)(nil),  // 1: baton.queue.v1.SendSnapshotRequest
-	(*SendResponse)(nil),         // 2: baton.queue.v1.SendResponse
-	(*SendSnapshotResponse)(nil), // 3: baton.queue.v1.SendSnapshotResponse
+	(*JoinRequest)(nil),          // 0: baton.queue.v1.JoinRequest
+	(*JoinResponse)(nil),         // 1: baton.queue.v1.JoinResponse
+	(*JoinMember)(nil),           // 2: baton.queue.v1.JoinMember
+	(*SendRequest)(nil),          // 3: baton.queue.v1.SendRequest
+	(*SendSnapshotRequest)(nil),  // 4: baton.queue.v1.SendSnapshotRequest
+	(*SendResponse)(nil),         // 5: baton.queue.v1.SendResponse
+	(*SendSnapshotResponse)(nil), // 6: baton.queue.v1.SendSnapshotResponse
 }
 var file_baton_queue_v1_raft_proto_depIdxs = []int32{
-	0, // 0: baton.queue.v1.RaftService.Send:input_type -> baton.queue.v1.SendRequest
-	1, // 1: baton.queue.v1.RaftService.SendSnapshot:input_type -> baton.queue.v1.SendSnapshotRequest
-	2, // 2: baton.queue.v1.RaftService.Send:output_type -> baton.queue.v1.SendResponse
-	3, // 3: baton.queue.v1.RaftService.SendSnapshot:output_type -> baton.queue.v1.SendSnapshotResponse
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	2, // 0: baton.queue.v1.JoinResponse.members:type_name -> baton.queue.v1.JoinMember
+	3, // 1: baton.queue.v1.RaftService.Send:input_type -> baton.queue.v1.SendRequest
+	4, // 2: baton.queue.v1.RaftService.SendSnapshot:input_type -> baton.queue.v1.SendSnapshotRequest
+	0, // 3: baton.queue.v1.RaftService.Join:input_type -> baton.queue.v1.JoinRequest
+	5, // 4: baton.queue.v1.RaftService.Send:output_type -> baton.queue.v1.SendResponse
+	6, // 5: baton.queue.v1.RaftService.SendSnapshot:output_type -> baton.queue.v1.SendSnapshotResponse
+	1, // 6: baton.queue.v1.RaftService.Join:output_type -> baton.queue.v1.JoinResponse
+	4, // [4:7] is the sub-list for method output_type
+	1, // [1:4] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_baton_queue_v1_raft_proto_init() }
@@ -337,7 +571,7 @@ func file_baton_queue_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_queue_v1_raft_proto_rawDesc), len(file_baton_queue_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

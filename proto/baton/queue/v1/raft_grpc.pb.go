@@ -26,6 +26,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RaftService_Send_FullMethodName         = "/baton.queue.v1.RaftService/Send"
 	RaftService_SendSnapshot_FullMethodName = "/baton.queue.v1.RaftService/SendSnapshot"
+	RaftService_Join_FullMethodName         = "/baton.queue.v1.RaftService/Join"
 )
 
 // RaftServiceClient is the client API for RaftService service.
@@ -56,6 +57,18 @@ type RaftServiceClient interface {
 	// RESOURCE_EXHAUSTED, and chunks that do not add up to data_bytes are
 	// INVALID_ARGUMENT. Nothing of a refused or broken call reaches the node.
 	SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SendSnapshotRequest, SendSnapshotResponse], error)
+	// Join is how a member that lost its disk comes back under its name. A
+	// member that starts with an empty log first asks every other member
+	// whether the queue has ever had a leader (replace false: nothing
+	// changes). If one has, it asks the leader to take it back (replace
+	// true): the leader removes the Raft id its name had from the
+	// configuration, adds a fresh one, and answers it with the members, once
+	// both changes are applied. A fresh id, because the old one's log and
+	// vote are lost: Raft must not mistake the empty member for the one it
+	// was. name and peer_addr must be a member's as the configuration holds
+	// it (FAILED_PRECONDITION otherwise, and for a member that is not the
+	// leader, which answers leader_addr instead).
+	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 }
 
 type raftServiceClient struct {
@@ -92,6 +105,16 @@ func (c *raftServiceClient) SendSnapshot(ctx context.Context, opts ...grpc.CallO
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftService_SendSnapshotClient = grpc.ClientStreamingClient[SendSnapshotRequest, SendSnapshotResponse]
 
+func (c *raftServiceClient) Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JoinResponse)
+	err := c.cc.Invoke(ctx, RaftService_Join_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RaftServiceServer is the server API for RaftService service.
 // All implementations must embed UnimplementedRaftServiceServer
 // for forward compatibility.
@@ -120,6 +143,18 @@ type RaftServiceServer interface {
 	// RESOURCE_EXHAUSTED, and chunks that do not add up to data_bytes are
 	// INVALID_ARGUMENT. Nothing of a refused or broken call reaches the node.
 	SendSnapshot(grpc.ClientStreamingServer[SendSnapshotRequest, SendSnapshotResponse]) error
+	// Join is how a member that lost its disk comes back under its name. A
+	// member that starts with an empty log first asks every other member
+	// whether the queue has ever had a leader (replace false: nothing
+	// changes). If one has, it asks the leader to take it back (replace
+	// true): the leader removes the Raft id its name had from the
+	// configuration, adds a fresh one, and answers it with the members, once
+	// both changes are applied. A fresh id, because the old one's log and
+	// vote are lost: Raft must not mistake the empty member for the one it
+	// was. name and peer_addr must be a member's as the configuration holds
+	// it (FAILED_PRECONDITION otherwise, and for a member that is not the
+	// leader, which answers leader_addr instead).
+	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	mustEmbedUnimplementedRaftServiceServer()
 }
 
@@ -135,6 +170,9 @@ func (UnimplementedRaftServiceServer) Send(grpc.ClientStreamingServer[SendReques
 }
 func (UnimplementedRaftServiceServer) SendSnapshot(grpc.ClientStreamingServer[SendSnapshotRequest, SendSnapshotResponse]) error {
 	return status.Error(codes.Unimplemented, "method SendSnapshot not implemented")
+}
+func (UnimplementedRaftServiceServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
 }
 func (UnimplementedRaftServiceServer) mustEmbedUnimplementedRaftServiceServer() {}
 func (UnimplementedRaftServiceServer) testEmbeddedByValue()                     {}
@@ -171,13 +209,36 @@ func _RaftService_SendSnapshot_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftService_SendSnapshotServer = grpc.ClientStreamingServer[SendSnapshotRequest, SendSnapshotResponse]
 
+func _RaftService_Join_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JoinRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServiceServer).Join(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RaftService_Join_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServiceServer).Join(ctx, req.(*JoinRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RaftService_ServiceDesc is the grpc.ServiceDesc for RaftService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var RaftService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "baton.queue.v1.RaftService",
 	HandlerType: (*RaftServiceServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Join",
+			Handler:    _RaftService_Join_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Send",

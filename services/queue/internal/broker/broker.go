@@ -55,7 +55,7 @@ type Config struct {
 	// DefaultLease is the lease length when a caller gives none.
 	DefaultLease time.Duration
 	// CompactBytes snapshots once the log has grown past both this and twice
-	// the last snapshot (64 MiB when 0).
+	// the last snapshot (DefaultCompactBytes when 0).
 	CompactBytes int64
 	// MaxQueues bounds the queues that exist at once (DefaultMaxQueues
 	// when 0): an Add that would make one more is refused.
@@ -68,6 +68,7 @@ type Config struct {
 
 // Defaults of Config.
 const (
+	DefaultCompactBytes   = 64 << 20
 	DefaultMaxQueues      = 1000
 	DefaultEmptyRetention = 10 * time.Minute
 )
@@ -102,6 +103,9 @@ type Broker struct {
 	// state throughout; snapBytes is the last snapshot's size.
 	gen       atomic.Uint64
 	snapBytes atomic.Int64
+	// wantSnapshot is set when the node needs a snapshot whatever the
+	// log's size (a member that rejoined is not in the last one).
+	wantSnapshot atomic.Bool
 
 	compacting atomic.Bool
 	walkStep   int // keys per locked step of a snapshot walk
@@ -191,7 +195,7 @@ func newBroker(cfg Config, metrics *Metrics, log *slog.Logger) *Broker {
 		cfg.DefaultLease = 30 * time.Second
 	}
 	if cfg.CompactBytes <= 0 {
-		cfg.CompactBytes = 64 << 20
+		cfg.CompactBytes = DefaultCompactBytes
 	}
 	if cfg.MaxQueues <= 0 {
 		cfg.MaxQueues = DefaultMaxQueues
@@ -867,9 +871,11 @@ func (b *Broker) walkShard(sh *shard, buf *[]byte, emit func([]byte) error) erro
 
 func (b *Broker) maybeCompact() {
 	wal, snap := b.j.WALBytes()
-	if wal < b.cfg.CompactBytes || wal < 2*snap || !b.compacting.CompareAndSwap(false, true) {
+	grown := wal >= b.cfg.CompactBytes && wal >= 2*snap
+	if !grown && !b.wantSnapshot.Load() || !b.compacting.CompareAndSwap(false, true) {
 		return
 	}
+	b.wantSnapshot.Store(false)
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()

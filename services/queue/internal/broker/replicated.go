@@ -51,6 +51,9 @@ func OpenReplicated(cfg Config, rcfg replica.Config, metrics *Metrics, log *slog
 	b.names = record.Names{}
 	b.attached = make(chan struct{})
 	rcfg.Apply, rcfg.Lead, rcfg.Follow, rcfg.Restore = b.apply, b.lead, b.follow, b.restore
+	// Housekeeping compacts within a second; the node asks again until
+	// it has a snapshot with every member.
+	rcfg.RequestSnapshot = func() { b.wantSnapshot.Store(true) }
 	n, err := replica.New(rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("start the raft node: %w", err)

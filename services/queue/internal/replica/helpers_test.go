@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,7 +178,10 @@ type member struct {
 	id    uint64
 	dir   string
 	addr  string
+	name  string
 	peers map[uint64]string
+	names map[uint64]string
+	join  bool // start with Config.Join (it rejoined under a new id)
 	logs  *logBuffer
 
 	node   *Node
@@ -186,6 +191,9 @@ type member struct {
 	srv    *grpc.Server
 	served chan struct{}
 	up     bool
+
+	compacting atomic.Bool
+	live       atomic.Pointer[Node] // node, for the Ready loop's hooks
 }
 
 // cluster is three members.
@@ -206,8 +214,9 @@ func newCluster(t *testing.T) *cluster {
 		}
 		lis[id], peers[id] = l, l.Addr().String()
 	}
+	names := map[uint64]string{1: "m1", 2: "m2", 3: "m3"}
 	for id := uint64(1); id <= 3; id++ {
-		m := &member{t: t, id: id, dir: t.TempDir(), addr: peers[id], peers: peers, logs: &logBuffer{}}
+		m := &member{t: t, id: id, dir: t.TempDir(), addr: peers[id], name: names[id], peers: peers, names: names, logs: &logBuffer{}}
 		c.members[id] = m
 		m.start(lis[id])
 	}
@@ -243,15 +252,39 @@ func (m *member) start(lis net.Listener) {
 	m.sm = newApplied()
 	m.reg = prometheus.NewRegistry()
 	m.node, err = New(Config{
-		ID: m.id, ClusterID: testCluster, Peers: m.peers, Log: m.rlog, Apply: m.sm.apply,
-		Lead: m.sm.lead, Follow: m.sm.follow, Restore: m.sm.restore,
+		ID: m.id, ClusterID: testCluster, Peers: m.peers, Names: m.names, Join: m.join, Log: m.rlog, Apply: m.sm.apply,
+		Lead: m.sm.lead, Follow: m.sm.follow, Restore: m.sm.restore, RequestSnapshot: m.requestSnapshot,
 		TickInterval: testTick, Logger: logger, Registerer: m.reg,
 	})
 	if err != nil {
 		t.Fatalf("member %d: %v", m.id, err)
 	}
+	m.live.Store(m.node)
 	m.serve(lis)
 	m.up = true
+}
+
+// requestSnapshot compacts the member's log with its state, off the
+// Ready loop that asked, once at a time.
+func (m *member) requestSnapshot() {
+	if !m.compacting.CompareAndSwap(false, true) {
+		return
+	}
+	node, sm := m.live.Load(), m.sm
+	go func() {
+		defer m.compacting.Store(false)
+		if node == nil { // New is still running: raft asks again
+			return
+		}
+		// At the applied index, which counts configuration changes the
+		// state machine never sees, once the state machine holds no
+		// record past it (else raft asks again).
+		applied := node.Status().Applied
+		data, last := sm.encode()
+		if last <= applied {
+			_ = node.Compact(context.Background(), applied, data)
+		}
+	}()
 }
 
 // serve starts a gRPC server for the node on lis.

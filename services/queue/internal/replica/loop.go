@@ -53,6 +53,8 @@ func (n *Node) loop(tick <-chan time.Time) error {
 			n.rn.ReportUnreachable(id)
 		case r := <-n.snapc:
 			n.rn.ReportSnapshot(r.id, r.status)
+		case c := <-n.confc:
+			n.proposeConf(c)
 		case c := <-n.compactc:
 			err := n.compact(c.index, c.data)
 			c.done <- err
@@ -178,12 +180,14 @@ func (n *Node) apply(e *raftpb.Entry) error {
 			return fmt.Errorf("entry %d: configuration change: %w", e.Index, err)
 		}
 		n.applyConfChange(cc.AsV2(), e.Index)
+		n.confApplied(e.Data)
 	case raftpb.EntryConfChangeV2:
 		var cc raftpb.ConfChangeV2
 		if err := cc.Unmarshal(e.Data); err != nil {
 			return fmt.Errorf("entry %d: configuration change: %w", e.Index, err)
 		}
 		n.applyConfChange(cc, e.Index)
+		n.confApplied(e.Data)
 	}
 	n.applied = e.Index
 	return nil
@@ -202,26 +206,34 @@ func (n *Node) applyConfChange(cc raftpb.ConfChangeV2, index uint64) {
 		}
 	}
 	for _, c := range cc.Changes {
-		if c.NodeID == n.cfg.ID {
-			if c.Type == raftpb.ConfChangeRemoveNode {
-				n.log.Warn("this member was removed from the configuration")
-			}
-			continue
-		}
 		switch c.Type {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-			addr := n.cfg.Peers[c.NodeID]
-			if adds == 1 && len(cc.Context) > 0 {
-				addr = string(cc.Context)
+			var ctx []byte
+			if adds == 1 {
+				ctx = cc.Context
 			}
-			if addr == "" {
+			m, ok := n.memberOf(c.NodeID, ctx)
+			if !ok {
 				n.log.Error("a member was added with no address: nothing is sent to it", "peer", c.NodeID)
 				continue
 			}
-			if err := n.tr.AddPeer(c.NodeID, addr); err != nil {
-				n.log.Error("could not add a peer to the transport", "peer", c.NodeID, "addr", addr, "error", err)
+			n.membersMu.Lock()
+			n.members[c.NodeID] = m
+			n.membersMu.Unlock()
+			if c.NodeID == n.cfg.ID {
+				continue
+			}
+			if err := n.tr.AddPeer(c.NodeID, m.Addr); err != nil {
+				n.log.Error("could not add a peer to the transport", "peer", c.NodeID, "addr", m.Addr, "error", err)
 			}
 		case raftpb.ConfChangeRemoveNode:
+			n.membersMu.Lock()
+			delete(n.members, c.NodeID)
+			n.membersMu.Unlock()
+			if c.NodeID == n.cfg.ID {
+				n.log.Warn("this member was removed from the configuration")
+				continue
+			}
 			n.tr.RemovePeer(c.NodeID)
 		}
 	}
@@ -261,6 +273,7 @@ func (n *Node) observe(soft *raft.SoftState) {
 		n.failLost(bs)
 	}
 	n.readLost(bs)
+	n.confLost(bs)
 }
 
 // exit answers every caller with the loop's end and marks the node
@@ -282,6 +295,11 @@ func (n *Node) exit(err error) {
 	}
 	fail(pending, err)
 	fail(n.takeReads(), err)
+	if n.conf != nil {
+		n.conf.err = err
+		close(n.conf.done)
+		n.conf = nil
+	}
 	if n.read != nil {
 		fail(n.read.calls, err)
 		n.read = nil
@@ -336,7 +354,11 @@ func (n *Node) replay(apply func(records [][]byte, index uint64)) error {
 		if n.cfg.Restore == nil {
 			return fmt.Errorf("the log holds a snapshot at %d, and the state machine has no Restore", snap.Metadata.Index)
 		}
-		if err := n.cfg.Restore(snap.Data, snap.Metadata.Index); err != nil {
+		_, state, err := parseSnapshotData(snap.Data)
+		if err != nil {
+			return err
+		}
+		if err := n.cfg.Restore(state, snap.Metadata.Index); err != nil {
 			return fmt.Errorf("restore the snapshot at %d: %w", snap.Metadata.Index, err)
 		}
 	}
@@ -377,7 +399,12 @@ func (n *Node) restore(snap *raftpb.Snapshot) error {
 	n.last = nil
 	n.mu.Unlock()
 	start := time.Now()
-	if err := n.cfg.Restore(snap.Data, snap.Metadata.Index); err != nil {
+	members, state, err := parseSnapshotData(snap.Data)
+	if err != nil {
+		return fmt.Errorf("the snapshot at %d: %w", snap.Metadata.Index, err)
+	}
+	n.setMembers(members)
+	if err := n.cfg.Restore(state, snap.Metadata.Index); err != nil {
 		return fmt.Errorf("restore the snapshot at %d: %w", snap.Metadata.Index, err)
 	}
 	n.applied = snap.Metadata.Index
@@ -405,6 +432,9 @@ func (n *Node) compact(index uint64, data []byte) error {
 	}
 	start := time.Now()
 	cs := n.confState
+	n.membersMu.Lock()
+	data = snapshotData(n.members, data)
+	n.membersMu.Unlock()
 	if err := n.cfg.Log.CreateSnapshot(index, &cs, data); err != nil {
 		return fmt.Errorf("replica: compact the log at %d: %w", index, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,14 @@ type Config struct {
 	// configuration is the log's, and Peers only gives the addresses of
 	// members whose configuration entries carry none.
 	Peers map[uint64]string
+	// Names are the members' names by Raft id (Peers'); those that
+	// configuration changes add carry their own.
+	Names map[uint64]string
+	// Join starts a member whose log is empty without bootstrapping it:
+	// a member that rejoined under a new id (Replace) and waits for the
+	// leader to send it the log. Peers are then the members Replace
+	// returned.
+	Join bool
 	// Log is the member's durable Raft log, opened by the caller, who
 	// closes it after Close. The node is its only writer.
 	Log *store.RaftLog
@@ -89,6 +98,12 @@ type Config struct {
 	// applied on top of a state never restored would diverge. An error
 	// stops the node.
 	Restore func(data []byte, index uint64) error
+	// RequestSnapshot, if set, is called on the Ready loop when a member
+	// needs a snapshot the log does not have: the last one predates a
+	// configuration change, so a member it added is not in it (raft would
+	// send it, and the member ignore it, forever). The state machine
+	// should Compact soon; it must not wait for it here.
+	RequestSnapshot func()
 
 	// TickInterval is one Raft tick; 0 means DefaultTickInterval.
 	TickInterval time.Duration
@@ -154,6 +169,7 @@ type Node struct {
 	unreachc chan uint64
 	snapc    chan snapReport
 	compactc chan *compaction
+	confc    chan *confCall
 	kick     chan struct{} // buffered 1: proposals wait in pending
 	stop     chan struct{} // closed by Close
 	stopOnce sync.Once
@@ -189,6 +205,11 @@ type Node struct {
 	// the last change.
 	confState raftpb.ConfState
 	confIndex uint64
+	conf      *confCall // the configuration change in flight, if any
+
+	membersMu sync.Mutex
+	members   map[uint64]Member // members.go
+	replaceMu sync.Mutex        // one Replace at a time
 }
 
 // compaction is one Compact waiting for the loop.
@@ -271,17 +292,27 @@ func New(cfg Config) (*Node, error) {
 		unreachc:    make(chan uint64, 64),
 		snapc:       make(chan snapReport, 16),
 		compactc:    make(chan *compaction),
+		confc:       make(chan *confCall),
+		members:     map[uint64]Member{},
 		kick:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		inflight:    map[uint64]*batch{},
 		confState:   cs,
 	}
+	for id, addr := range cfg.Peers {
+		n.members[id] = Member{ID: id, Name: cfg.Names[id], Addr: addr}
+	}
 	if !raft.IsEmptySnap(snap) {
 		// The state as of the snapshot first; raft hands the entries
 		// after it to the Ready loop as committed.
 		start := time.Now()
-		if err := cfg.Restore(snap.Data, snap.Metadata.Index); err != nil {
+		members, state, err := parseSnapshotData(snap.Data)
+		if err != nil {
+			return nil, fmt.Errorf("replica: the log's snapshot at %d: %w", snap.Metadata.Index, err)
+		}
+		n.members = members
+		if err := cfg.Restore(state, snap.Metadata.Index); err != nil {
 			return nil, fmt.Errorf("replica: restore the log's snapshot at %d: %w", snap.Metadata.Index, err)
 		}
 		n.applied, n.confIndex = snap.Metadata.Index, snap.Metadata.Index
@@ -291,7 +322,7 @@ func New(cfg Config) (*Node, error) {
 		ID:              cfg.ID,
 		ElectionTick:    cfg.ElectionTick,
 		HeartbeatTick:   cfg.HeartbeatTick,
-		Storage:         storage,
+		Storage:         nodeStorage{MemoryStorage: storage, n: n},
 		MaxSizePerMsg:   cfg.MaxSizePerMsg,
 		MaxInflightMsgs: cfg.MaxInflightMsgs,
 		// A follower never proposes: Propose answers ErrNotLeader before
@@ -305,7 +336,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
-	if fresh {
+	if fresh && !cfg.Join {
 		peers := make([]raft.Peer, 0, len(cfg.Peers))
 		for id, addr := range cfg.Peers {
 			peers = append(peers, raft.Peer{ID: id, Context: []byte(addr)})
@@ -314,10 +345,10 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("replica: bootstrap: %w", err)
 		}
 	}
-	others := make(map[uint64]string, len(cfg.Peers)-1)
-	for id, addr := range cfg.Peers {
+	others := make(map[uint64]string, len(n.members))
+	for id, m := range n.members {
 		if id != cfg.ID {
-			others[id] = addr
+			others[id] = m.Addr
 		}
 	}
 	if n.m, err = newMetrics(cfg.Registerer); err != nil {
@@ -332,6 +363,7 @@ func New(cfg Config) (*Node, error) {
 		QueueLength:       cfg.SendQueueLength,
 		ReportUnreachable: n.reportUnreachable,
 		ReportSnapshot:    n.reportSnapshot,
+		Join:              n.join,
 		Logger:            log,
 		Registerer:        cfg.Registerer,
 	}, n.recv)
@@ -340,7 +372,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
 	n.status = Status{ID: cfg.ID, Term: hs.Term, Commit: hs.Commit, Applied: n.applied}
-	log.Info("raft node started", "fresh", fresh, "term", hs.Term, "commit", hs.Commit, "last_index", last)
+	log.Info("raft node started", "fresh", fresh, "join", cfg.Join && fresh, "term", hs.Term, "commit", hs.Commit, "last_index", last)
 	go n.run()
 	return n, nil
 }
@@ -468,4 +500,32 @@ func (n *Node) reportSnapshot(id uint64, status raft.SnapshotStatus) {
 	case n.snapc <- snapReport{id, status}:
 	case <-n.done:
 	}
+}
+
+// nodeStorage is the log's storage as raft reads it, but for a snapshot
+// that does not hold every member of the configuration: raft sends a
+// snapshot only to a member behind the log's first entry, and one added
+// after the snapshot (a member that rejoined) ignores a snapshot without
+// itself. Raft is told it is not available yet, and the state machine is
+// asked for a new one. Only raft calls it, on the Ready loop.
+type nodeStorage struct {
+	*raft.MemoryStorage
+	n *Node
+}
+
+func (s nodeStorage) Snapshot() (raftpb.Snapshot, error) {
+	snap, err := s.MemoryStorage.Snapshot()
+	if err != nil || raft.IsEmptySnap(snap) {
+		return snap, err
+	}
+	have := append(slices.Clone(snap.Metadata.ConfState.Voters), snap.Metadata.ConfState.Learners...)
+	for _, id := range append(slices.Clone(s.n.confState.Voters), s.n.confState.Learners...) {
+		if !slices.Contains(have, id) {
+			if s.n.cfg.RequestSnapshot != nil {
+				s.n.cfg.RequestSnapshot()
+			}
+			return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
+		}
+	}
+	return snap, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -13,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
 )
 
 // acks are the records whose Propose succeeded, with the index returned.
@@ -532,24 +535,27 @@ func TestNewRefusesASnapshot(t *testing.T) {
 	}
 }
 
+// proposeRange proposes the records r<from> to r<to-1> on lead, one by one.
+func proposeRange(t *testing.T, ctx context.Context, lead *member, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if _, err := lead.node.Propose(ctx, []byte(fmt.Sprintf("r%03d", i))); err != nil {
+			t.Fatalf("propose %d: %v", i, err)
+		}
+	}
+}
+
 // TestCompactAndCatchUp: members compact their logs with their state as
 // the snapshot; a member that was down while the others compacted is sent
 // the leader's snapshot, restores it and applies what follows; a restarted
-// member restores its own; and every
-// member ends with the same records at the same indexes.
+// member restores its own; and every member ends with the same records at
+// the same indexes.
 func TestCompactAndCatchUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	c := newCluster(t)
 	lead := c.leader(0)
-	propose := func(from, to int) {
-		t.Helper()
-		for i := from; i < to; i++ {
-			if _, err := lead.node.Propose(ctx, []byte(fmt.Sprintf("r%03d", i))); err != nil {
-				t.Fatalf("propose %d: %v", i, err)
-			}
-		}
-	}
+	propose := func(from, to int) { t.Helper(); proposeRange(t, ctx, lead, from, to) }
 	compact := func(m *member) {
 		t.Helper()
 		data, index := m.sm.encode()
@@ -605,6 +611,145 @@ func TestCompactAndCatchUp(t *testing.T) {
 	propose(90, 100)
 	c.agree(100)
 
+}
+
+// serveEmpty serves the empty responder on addr, as a member with an
+// empty log does while Rejoin runs, until the returned stop.
+func serveEmpty(t *testing.T, addr string) (stop func()) {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	srv := grpc.NewServer()
+	queuev1.RegisterRaftServiceServer(srv, NewEmptyResponder(testCluster))
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	return func() { srv.Stop(); <-done }
+}
+
+// TestRejoinAfterLostDisk: a follower whose disk is wiped finds, by
+// Rejoin, that the queue has been in use, and the leader takes it back
+// under a new Raft id (the old one leaves the configuration); started
+// with Join on its empty log, it catches up from the leader's compacted
+// log and takes part again: with it, the cluster commits after the other
+// follower stops. A Replace for an address that is not the member's is
+// refused and changes nothing.
+func TestRejoinAfterLostDisk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newCluster(t)
+	lead := c.leader(0)
+	propose := func(from, to int) { t.Helper(); proposeRange(t, ctx, lead, from, to) }
+	propose(0, 30)
+	c.agree(30)
+	var lost, other *member
+	for _, m := range c.members {
+		switch {
+		case m == lead:
+		case lost == nil:
+			lost = m
+		default:
+			other = m
+		}
+	}
+	lost.stop()
+	if err := os.RemoveAll(lost.dir); err != nil {
+		t.Fatal(err)
+	}
+	propose(30, 40)
+	for _, m := range []*member{lead, other} {
+		eventually(t, "40 applied", func() bool { return m.sm.len() >= 40 })
+		data, index := m.sm.encode()
+		if err := m.node.Compact(ctx, index, data); err != nil {
+			t.Fatalf("member %d: Compact: %v", m.id, err)
+		}
+	}
+
+	if _, _, err := lead.node.Replace(ctx, lost.name, "127.0.0.1:1"); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("Replace with another address: %v, want ErrNotMember", err)
+	}
+	if _, _, err := lead.node.Replace(ctx, lead.name, lead.addr); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("Replace of the leader itself: %v, want ErrNotMember", err)
+	}
+
+	stop := serveEmpty(t, lost.addr)
+	peers := map[string]string{}
+	for _, m := range c.members {
+		if m != lost {
+			peers[m.name] = m.addr
+		}
+	}
+	d, err := Rejoin(ctx, JoinConfig{ClusterID: testCluster, Name: lost.name, Addr: lost.addr, Peers: peers, Retry: 50 * time.Millisecond})
+	stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Bootstrap || d.ID == 0 || d.ID == lost.id {
+		t.Fatalf("Rejoin decided %+v for a member that lost its disk (old id %d)", d, lost.id)
+	}
+	oldID := lost.id
+	lost.peers, lost.names = map[uint64]string{}, map[uint64]string{}
+	for _, m := range d.Members {
+		lost.peers[m.ID], lost.names[m.ID] = m.Addr, m.Name
+		if m.ID == oldID {
+			t.Errorf("the members after the rejoin still hold the old id %d", oldID)
+		}
+	}
+	if lost.peers[d.ID] != lost.addr {
+		t.Fatalf("the members after the rejoin: %+v, want %s at %s under id %d", d.Members, lost.name, lost.addr, d.ID)
+	}
+	delete(c.members, oldID)
+	lost.id, lost.join = d.ID, true
+	c.members[d.ID] = lost
+	lost.start(nil)
+	c.agree(40)
+	if h := lost.sm.hooks(); !slices.ContainsFunc(h, func(s string) bool { return strings.HasPrefix(s, "restore ") }) {
+		t.Errorf("the rejoined member caught up without the snapshot: hooks %v", h)
+	}
+	// It counts: with the other follower down, the leader and it commit.
+	other.stop()
+	propose(40, 50)
+	if got := lost.sm.len(); got < 40 {
+		t.Fatalf("the rejoined member applied %d records", got)
+	}
+	eventually(t, "the rejoined member applied 50", func() bool { return lost.sm.len() >= 50 })
+	for _, m := range lead.node.Members() {
+		if m.ID == oldID {
+			t.Errorf("the leader's members still hold the old id %d", oldID)
+		}
+	}
+}
+
+// TestRejoinNewQueue: members with empty logs, answering by the empty
+// responder, decide that the queue is new once a majority is empty, and
+// not before.
+func TestRejoinNewQueue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	addrs := make([]string, 3)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = l.Addr().String()
+		l.Close()
+	}
+	cfg := JoinConfig{ClusterID: testCluster, Name: "m1", Addr: addrs[0], Peers: map[string]string{"m2": addrs[1], "m3": addrs[2]}, Retry: 20 * time.Millisecond}
+	// Nobody answers: no decision.
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancelShort()
+	if d, err := Rejoin(short, cfg); err == nil {
+		t.Fatalf("with no member answering, Rejoin decided %+v", d)
+	}
+	// One other empty member makes a majority of three.
+	stop := serveEmpty(t, addrs[1])
+	defer stop()
+	d, err := Rejoin(ctx, cfg)
+	if err != nil || !d.Bootstrap {
+		t.Fatalf("with two of three empty: %+v, %v; want Bootstrap", d, err)
+	}
 }
 
 // TestConfigRefused: what New refuses before starting anything.

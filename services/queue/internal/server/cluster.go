@@ -34,8 +34,9 @@ type Self struct {
 	// bound gRPC address (known only once the listener is open, before
 	// the first call is served).
 	ClientAddr func() string
-	// Peers are the members of a replicated queue (--initial-cluster),
-	// this one included; nil for a single member.
+	// Peers are the initial members of a replicated queue
+	// (--initial-cluster), this one included; nil for a single member.
+	// The members now are the node's (replica.Node.Members).
 	Peers []Peer
 }
 
@@ -87,29 +88,31 @@ func (c *cluster) Status(context.Context, *queuev1.StatusRequest) (*queuev1.Stat
 		return &queuev1.StatusResponse{Member: m, LeaderName: m.GetName(), CommitIndex: m.GetAppliedIndex(), MemberCount: 1}, nil
 	}
 	st := node.Status()
-	resp := &queuev1.StatusResponse{CommitIndex: st.Commit, MemberCount: uint32(len(c.self.Peers))}
-	for _, m := range c.replicated() {
+	members := c.replicated()
+	resp := &queuev1.StatusResponse{CommitIndex: st.Commit, MemberCount: uint32(len(members))}
+	for _, m := range members {
 		if m.GetName() == c.self.Name {
 			resp.Member = m
 		}
-	}
-	for _, p := range c.self.Peers {
-		if p.ID == st.Leader {
-			resp.LeaderName = p.Name
+		if m.GetLeader() {
+			resp.LeaderName = m.GetName()
 		}
 	}
 	return resp, nil
 }
 
 // replicated lists the members of a replicated queue as this one sees
-// them: the leader it knows, and its own term and applied index (another
-// member's it does not know, so they are 0; nor their client addresses,
-// which they do not tell each other yet).
+// them (its configuration: a member that rejoined after losing its disk
+// is there under its new Raft id): the leader it knows, and its own term
+// and applied index (another member's it does not know, so they are 0;
+// nor their client addresses, which they do not tell each other yet).
 func (c *cluster) replicated() []*queuev1.Member {
-	st := c.b.Member().Status()
-	out := make([]*queuev1.Member, 0, len(c.self.Peers))
-	for _, p := range c.self.Peers {
-		m := &queuev1.Member{Name: p.Name, PeerAddr: p.PeerAddr, Leader: p.ID == st.Leader}
+	node := c.b.Member()
+	st := node.Status()
+	members := node.Members()
+	out := make([]*queuev1.Member, 0, len(members))
+	for _, p := range members {
+		m := &queuev1.Member{Name: p.Name, PeerAddr: p.Addr, Leader: p.ID == st.Leader}
 		if p.Name == c.self.Name {
 			m.ClientAddr, m.Term, m.AppliedIndex = c.self.ClientAddr(), st.Term, st.Applied
 		}

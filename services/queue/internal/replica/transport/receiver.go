@@ -25,18 +25,26 @@ type receiver struct {
 
 var errClosed = status.Error(codes.Unavailable, "transport: this member's Raft transport is closed")
 
-// Send receives one sender's stream. The batches are read on a goroutine
-// Close waits for, so that Close can end the call (by returning here,
-// which ends the stream and with it that goroutine's Recv) without
-// owning the gRPC server, and no recv runs after Close.
+// Send receives one sender's stream.
 func (r *receiver) Send(st queuev1.RaftService_SendServer) error {
+	return r.serve(st.Context(), func(ctx context.Context) error { return r.receive(ctx, st) },
+		func() error { return st.SendAndClose(&queuev1.SendResponse{}) })
+}
+
+// serve runs a client stream's reading on a goroutine Close waits for, so
+// that Close can end the call (by returning here, which ends the stream
+// and with it that goroutine's Recv) without owning the gRPC server, and
+// no recv runs after Close. Once read succeeds, answer closes the stream:
+// only here, never on the reading goroutine, since the stream may not be
+// written once the handler has returned.
+func (r *receiver) serve(stream context.Context, read func(context.Context) error, answer func() error) error {
 	t := r.t
-	ctx, cancel := context.WithCancel(st.Context())
+	ctx, cancel := context.WithCancel(stream)
 	defer cancel()
 	defer context.AfterFunc(t.ctx, cancel)()
 	done := make(chan error, 1)
 	t.mu.RLock()
-	started := t.goroutine(func() { done <- r.receive(ctx, st) })
+	started := t.goroutine(func() { done <- read(ctx) })
 	t.mu.RUnlock()
 	if !started {
 		return errClosed
@@ -46,9 +54,7 @@ func (r *receiver) Send(st queuev1.RaftService_SendServer) error {
 		if err != nil {
 			return err
 		}
-		// Only here, never on the reading goroutine: the stream may not be
-		// written once this handler has returned.
-		return st.SendAndClose(&queuev1.SendResponse{})
+		return answer()
 	case <-ctx.Done():
 		if t.ctx.Err() != nil {
 			return errClosed
@@ -114,4 +120,16 @@ func (r *receiver) check(req *queuev1.SendRequest) (label, reason string, err er
 		return peerLabel(req.GetFrom()), reasonWrongMember, fmt.Errorf("transport: a batch for member %d reached member %d: its address in %d's configuration is stale", req.GetTo(), t.cfg.ID, req.GetFrom())
 	}
 	return "", "", nil
+}
+
+// Join checks the cluster id and hands the request to Config.Join.
+func (r *receiver) Join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.JoinResponse, error) {
+	t := r.t
+	if req.GetClusterId() != t.cfg.ClusterID {
+		return nil, status.Errorf(codes.FailedPrecondition, "transport: a join of cluster %d reached member %d of cluster %d", req.GetClusterId(), t.cfg.ID, t.cfg.ClusterID)
+	}
+	if t.cfg.Join == nil {
+		return nil, status.Error(codes.Unimplemented, "transport: this member takes no joins")
+	}
+	return t.cfg.Join(ctx, req)
 }

@@ -104,32 +104,10 @@ func (p *peer) sendSnapshot(m *raftpb.Message) error {
 	return nil
 }
 
-// SendSnapshot receives one snapshot in chunks, on a goroutine Close waits
-// for, as Send does.
+// SendSnapshot receives one snapshot in chunks, as Send does a stream.
 func (r *receiver) SendSnapshot(st queuev1.RaftService_SendSnapshotServer) error {
-	t := r.t
-	ctx, cancel := context.WithCancel(st.Context())
-	defer cancel()
-	defer context.AfterFunc(t.ctx, cancel)()
-	done := make(chan error, 1)
-	t.mu.RLock()
-	started := t.goroutine(func() { done <- r.receiveSnapshot(ctx, st) })
-	t.mu.RUnlock()
-	if !started {
-		return errClosed
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			return err
-		}
-		return st.SendAndClose(&queuev1.SendSnapshotResponse{})
-	case <-ctx.Done():
-		if t.ctx.Err() != nil {
-			return errClosed
-		}
-		return status.FromContextError(ctx.Err()).Err()
-	}
+	return r.serve(st.Context(), func(ctx context.Context) error { return r.receiveSnapshot(ctx, st) },
+		func() error { return st.SendAndClose(&queuev1.SendSnapshotResponse{}) })
 }
 
 // receiveSnapshot checks the envelope, gathers the data and hands the

@@ -73,6 +73,10 @@ type Config struct {
 	// snapshot was dropped waits for the follower to answer before it
 	// tries again. Called as ReportUnreachable is.
 	ReportSnapshot func(id uint64, status raft.SnapshotStatus)
+	// Join, if set, answers RaftService.Join once the request's cluster id
+	// is checked (the node's: membership is not the transport's). Nil
+	// answers UNIMPLEMENTED.
+	Join func(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.JoinResponse, error)
 	// Logger receives stream failures and refusals; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the transport's metrics (metrics.go); nil

@@ -1,0 +1,321 @@
+package replica
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Members. The node keeps every member's name and peer address by Raft id:
+// the initial ones from Config (Peers, Names), the others from the
+// configuration changes that added them, whose context is "name=addr"
+// (bootstrap's entries carry the address alone, and the name is Names').
+// The map is part of every snapshot (snapshotData), since the entries
+// that added a member are compacted away with the rest.
+//
+// A member that lost its disk must not come back under its old Raft id:
+// the leader remembers how far that id's log reached and would send it a
+// commit index its empty log does not hold (etcd raft panics on that), and
+// the vote it cast before the loss is forgotten, so it could vote twice in
+// one term. So it rejoins under its name with a new id: Replace, on the
+// leader, removes the old id from the configuration and adds the new one,
+// one change at a time (a configuration of two in between, whose majority
+// is both); the member starts with Config.Join and an empty log, and the
+// leader catches it up by snapshot or entries.
+
+// Member is one member of the configuration.
+type Member struct {
+	ID   uint64
+	Name string
+	Addr string // its peer address
+}
+
+// ErrNotMember: Replace was asked for a name and address that are not a
+// member's.
+var ErrNotMember = errors.New("replica: no member has that name and address")
+
+// Members returns the members of the configuration as this member knows
+// them, by id.
+func (n *Node) Members() []Member {
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	out := make([]Member, 0, len(n.members))
+	for _, m := range n.members {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Initialized reports whether this member's log holds an entry of a
+// leader or a snapshot: whether the queue has been in use, as far as it
+// knows. Bootstrap's own entries are of term 1, before any election.
+func (n *Node) Initialized() bool {
+	ms := n.cfg.Log.MemoryStorage()
+	if snap, err := ms.Snapshot(); err == nil && !raft.IsEmptySnap(snap) {
+		return true
+	}
+	last, err := ms.LastIndex()
+	if err != nil || last == 0 {
+		return false
+	}
+	t, err := ms.Term(last)
+	return err == nil && t > 1
+}
+
+// confCall is one configuration change waiting to be applied.
+type confCall struct {
+	cc   raftpb.ConfChangeV2
+	data []byte // as proposed, to find it when applied
+	term uint64
+	done chan struct{}
+	err  error
+}
+
+// changeConf proposes cc on the leader and waits until it is applied here.
+func (n *Node) changeConf(ctx context.Context, cc raftpb.ConfChangeV2) error {
+	c := &confCall{cc: cc, done: make(chan struct{})}
+	select {
+	case n.confc <- c:
+	case <-n.done:
+		return n.Err()
+	case <-ctx.Done():
+		return fmt.Errorf("replica: configuration change: %w", ctx.Err())
+	}
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return fmt.Errorf("replica: configuration change: %w", ctx.Err())
+	}
+}
+
+// proposeConf is changeConf's part on the loop.
+func (n *Node) proposeConf(c *confCall) {
+	bs := n.rn.BasicStatus()
+	switch {
+	case bs.RaftState != raft.StateLeader || !n.leading:
+		c.err = &NotLeaderError{Leader: bs.Lead}
+	case n.conf != nil:
+		c.err = errors.New("replica: another configuration change is under way")
+	}
+	if c.err == nil {
+		var err error
+		if c.data, err = c.cc.Marshal(); err == nil {
+			err = n.rn.ProposeConfChange(c.cc)
+		}
+		if err != nil {
+			c.err = fmt.Errorf("%w: %w", ErrDropped, err)
+		}
+	}
+	if c.err != nil {
+		close(c.done)
+		return
+	}
+	c.term = bs.Term
+	n.conf = c
+}
+
+// confApplied answers the change in flight if data is it.
+func (n *Node) confApplied(data []byte) {
+	if n.conf != nil && string(n.conf.data) == string(data) {
+		close(n.conf.done)
+		n.conf = nil
+	}
+}
+
+// confLost fails the change in flight if this member no longer leads its
+// term: it may or may not be applied later.
+func (n *Node) confLost(bs raft.BasicStatus) {
+	if n.conf != nil && (bs.RaftState != raft.StateLeader || bs.Term != n.conf.term) {
+		n.conf.err = ErrLeadershipLost
+		close(n.conf.done)
+		n.conf = nil
+	}
+}
+
+// Replace takes back a member that lost its disk (see above): on the
+// leader, it removes the id name has from the configuration, if it has
+// one, adds a fresh id for name at addr, and returns it and the members
+// once both changes are applied here. name and addr must be a member's
+// (ErrNotMember); this member's own name is refused.
+func (n *Node) Replace(ctx context.Context, name, addr string) (uint64, []Member, error) {
+	n.replaceMu.Lock()
+	defer n.replaceMu.Unlock()
+	// The name's address is the configuration's, or, for a name whose id
+	// was removed by a Replace that did not get to add the new one, the
+	// initial one's (Peers and Names).
+	var old uint64
+	known := false
+	for _, m := range n.Members() {
+		if m.Name == name {
+			if m.Addr != addr {
+				return 0, nil, fmt.Errorf("%w: %s is at %s, not %s", ErrNotMember, name, m.Addr, addr)
+			}
+			old, known = m.ID, true
+		}
+	}
+	if !known {
+		for id, nm := range n.cfg.Names {
+			if nm == name && n.cfg.Peers[id] == addr {
+				known = true
+			}
+		}
+	}
+	if !known {
+		return 0, nil, fmt.Errorf("%w: no member is %s at %s", ErrNotMember, name, addr)
+	}
+	if old == n.cfg.ID {
+		return 0, nil, fmt.Errorf("%w: %s is this member, the leader, which has its disk", ErrNotMember, name)
+	}
+	if old != 0 {
+		cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: old}}, Context: []byte(name)}
+		if err := n.changeConf(ctx, cc); err != nil {
+			return 0, nil, fmt.Errorf("remove %s's old id %d: %w", name, old, err)
+		}
+		n.log.Warn("removed a member's old id: it rejoins under a new one", "name", name, "old_id", old)
+	}
+	id, err := n.freshID()
+	if err != nil {
+		return 0, nil, err
+	}
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: id}}, Context: []byte(name + "=" + addr)}
+	if err := n.changeConf(ctx, cc); err != nil {
+		return 0, nil, fmt.Errorf("add %s under id %d: %w", name, id, err)
+	}
+	n.log.Warn("a member rejoined under a new id", "name", name, "id", id, "addr", addr)
+	return id, n.Members(), nil
+}
+
+// freshID is a random Raft id no member has.
+func (n *Node) freshID() (uint64, error) {
+	for {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("replica: a new member id: %w", err)
+		}
+		id := binary.BigEndian.Uint64(b[:])
+		n.membersMu.Lock()
+		_, taken := n.members[id]
+		n.membersMu.Unlock()
+		if id != 0 && !taken {
+			return id, nil
+		}
+	}
+}
+
+// memberOf reads a configuration change's context for the member it adds:
+// "name=addr", or bootstrap's address alone, named from Names.
+func (n *Node) memberOf(id uint64, ctx []byte) (Member, bool) {
+	if name, addr, ok := strings.Cut(string(ctx), "="); ok {
+		return Member{ID: id, Name: name, Addr: addr}, true
+	}
+	addr := string(ctx)
+	if addr == "" {
+		addr = n.cfg.Peers[id]
+	}
+	if addr == "" {
+		return Member{}, false
+	}
+	return Member{ID: id, Name: n.cfg.Names[id], Addr: addr}, true
+}
+
+// Snapshot data is the members, then the state machine's:
+//
+//	version  1 byte, snapshotVersion
+//	count    uvarint
+//	members  each: uvarint id, uvarint-length name, uvarint-length addr
+//	state    the rest: what Compact was given
+const snapshotVersion = 1
+
+func snapshotData(members map[uint64]Member, state []byte) []byte {
+	b := make([]byte, 0, 1+16+len(members)*48+len(state))
+	b = append(b, snapshotVersion)
+	b = binary.AppendUvarint(b, uint64(len(members)))
+	ids := make([]uint64, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		m := members[id]
+		b = binary.AppendUvarint(b, id)
+		b = binary.AppendUvarint(b, uint64(len(m.Name)))
+		b = append(b, m.Name...)
+		b = binary.AppendUvarint(b, uint64(len(m.Addr)))
+		b = append(b, m.Addr...)
+	}
+	return append(b, state...)
+}
+
+// parseSnapshotData splits snapshotData's; state aliases data.
+func parseSnapshotData(data []byte) (members map[uint64]Member, state []byte, err error) {
+	bad := func(what string) error { return fmt.Errorf("%w: snapshot: %s", errBadEntry, what) }
+	if len(data) < 1 || data[0] != snapshotVersion {
+		return nil, nil, bad("unknown version")
+	}
+	off := 1
+	uv := func() (uint64, bool) {
+		v, k := binary.Uvarint(data[off:])
+		if k <= 0 {
+			return 0, false
+		}
+		off += k
+		return v, true
+	}
+	str := func() (string, bool) {
+		l, ok := uv()
+		if !ok || l > uint64(len(data)-off) {
+			return "", false
+		}
+		s := string(data[off : off+int(l)])
+		off += int(l)
+		return s, true
+	}
+	count, ok := uv()
+	if !ok || count > uint64(len(data)) {
+		return nil, nil, bad("member count")
+	}
+	members = make(map[uint64]Member, count)
+	for range count {
+		id, ok1 := uv()
+		name, ok2 := str()
+		addr, ok3 := str()
+		if !ok1 || !ok2 || !ok3 || id == 0 {
+			return nil, nil, bad("a member")
+		}
+		members[id] = Member{ID: id, Name: name, Addr: addr}
+	}
+	return members, data[off:], nil
+}
+
+// setMembers makes members the node's, and points the transport at them.
+func (n *Node) setMembers(members map[uint64]Member) {
+	n.membersMu.Lock()
+	old := n.members
+	n.members = members
+	n.membersMu.Unlock()
+	if n.tr == nil {
+		return // New: the transport is made from them
+	}
+	for id := range old {
+		if _, ok := members[id]; !ok && id != n.cfg.ID {
+			n.tr.RemovePeer(id)
+		}
+	}
+	for id, m := range members {
+		if id == n.cfg.ID {
+			continue
+		}
+		if err := n.tr.AddPeer(id, m.Addr); err != nil {
+			n.log.Error("could not add a peer to the transport", "peer", id, "addr", m.Addr, "error", err)
+		}
+	}
+}

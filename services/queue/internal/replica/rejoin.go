@@ -1,0 +1,221 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/batonrun/baton/client/tlsfiles"
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// join is the transport's Join (the node's side of RaftService.Join).
+func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.JoinResponse, error) {
+	resp := &queuev1.JoinResponse{Initialized: n.Initialized()}
+	st := n.Status()
+	if st.Leader != 0 {
+		n.membersMu.Lock()
+		resp.LeaderAddr = n.members[st.Leader].Addr
+		n.membersMu.Unlock()
+	}
+	if !req.GetReplace() || !st.IsLeader {
+		return resp, nil
+	}
+	id, members, err := n.Replace(ctx, req.GetName(), req.GetPeerAddr())
+	switch {
+	case errors.Is(err, ErrNotMember):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case err != nil:
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	resp.Id = id
+	for _, m := range members {
+		resp.Members = append(resp.Members, &queuev1.JoinMember{Id: m.ID, Name: m.Name, PeerAddr: m.Addr})
+	}
+	return resp, nil
+}
+
+// JoinConfig is what a member with an empty log needs to find out whether
+// it is new or lost its disk (Rejoin).
+type JoinConfig struct {
+	ClusterID uint64
+	// Name and Addr are this member's name and peer address.
+	Name, Addr string
+	// Peers are the other initial members' peer addresses, by name.
+	Peers map[string]string
+	// TLS dials them with mutual TLS, as the transport does; nil is
+	// plaintext.
+	TLS *tlsfiles.Source
+	// Retry is the pause between rounds; 0 means 100 ms. Members started
+	// together must each see the others empty before the first election
+	// ends (an election timeout at least), or the later ones find the
+	// queue in use and rejoin under a new id: harmless, but not needed.
+	Retry  time.Duration
+	Logger *slog.Logger
+}
+
+// Decision is Rejoin's: bootstrap the queue as a new member (ID is the
+// caller's own), or start with Config.Join under ID among Members.
+type Decision struct {
+	Bootstrap bool
+	ID        uint64
+	Members   []Member
+}
+
+// Rejoin decides how a member whose log is empty starts, asking the other
+// members in rounds until it can tell, or ctx ends:
+//
+//   - If any of them has been in use (its log holds a leader's entry),
+//     this member lost its disk: it asks the leader to take it back under
+//     a new id (Replace), and starts with Config.Join under it.
+//   - If a majority of the members, this one counted, are empty, the queue
+//     is new: it bootstraps. A majority, because with fewer answers a
+//     member that lost its disk while the others are down could not tell
+//     that it has; and a majority can only be empty if the queue never
+//     committed anything (every commit is on a majority's disks), or if
+//     more disks were lost than a majority survives.
+//   - Otherwise it waits for more members to answer.
+//
+// The one case it cannot tell apart is a disk lost before the queue's
+// first election ended: its vote in that election is forgotten. Nothing
+// had been committed then.
+func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	retry := cfg.Retry
+	if retry <= 0 {
+		retry = 100 * time.Millisecond
+	}
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = cfg.TLS.ClientCredentials("")
+	}
+	conns := map[string]*grpc.ClientConn{}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	client := func(addr string) (queuev1.RaftServiceClient, error) {
+		c := conns[addr]
+		if c == nil {
+			var err error
+			if c, err = grpc.NewClient(addr, grpc.WithTransportCredentials(creds)); err != nil {
+				return nil, err
+			}
+			conns[addr] = c
+		}
+		return queuev1.NewRaftServiceClient(c), nil
+	}
+	ask := func(addr string, replace bool) (*queuev1.JoinResponse, error) {
+		c, err := client(addr)
+		if err != nil {
+			return nil, err
+		}
+		// Short for a probe: a member that does not answer within a
+		// second counts as not answering this round. A rejoin waits for
+		// two configuration changes.
+		d := time.Second
+		if replace {
+			d = 10 * time.Second
+		}
+		actx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return c.Join(actx, &queuev1.JoinRequest{ClusterId: cfg.ClusterID, Name: cfg.Name, PeerAddr: cfg.Addr, Replace: replace})
+	}
+	members := len(cfg.Peers) + 1
+	for round := 0; ; round++ {
+		empty := 1 // this member
+		var leaders []string
+		inUse := false
+		var errs []error
+		for name, addr := range cfg.Peers {
+			resp, err := ask(addr, false)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				continue
+			}
+			if !resp.GetInitialized() {
+				empty++
+				continue
+			}
+			inUse = true
+			if a := resp.GetLeaderAddr(); a != "" && a != cfg.Addr {
+				leaders = append(leaders, a)
+			}
+		}
+		switch {
+		case inUse:
+			for _, addr := range leaders {
+				resp, err := ask(addr, true)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("rejoin through %s: %w", addr, err))
+					continue
+				}
+				if resp.GetId() == 0 {
+					continue // leadership moved
+				}
+				d := Decision{ID: resp.GetId()}
+				for _, m := range resp.GetMembers() {
+					d.Members = append(d.Members, Member{ID: m.GetId(), Name: m.GetName(), Addr: m.GetPeerAddr()})
+				}
+				log.Warn("this member's log is empty and the queue has been in use: it lost its disk, and rejoined under a new Raft id", "id", d.ID, "members", len(d.Members))
+				return d, nil
+			}
+		case 2*empty > members:
+			log.Info("this member's log is empty, and so are a majority's: the queue is new", "empty", empty, "members", members)
+			return Decision{Bootstrap: true}, nil
+		}
+		if round%50 == 0 {
+			level := slog.LevelInfo
+			if round > 0 {
+				level = slog.LevelWarn // 5 s and counting
+			}
+			log.Log(ctx, level, "a member with an empty log waits to tell whether the queue is new or it lost its disk", "empty", empty, "in_use", inUse, "members", members, "errors", errors.Join(errs...))
+		}
+		select {
+		case <-ctx.Done():
+			return Decision{}, fmt.Errorf("replica: waiting to tell whether the queue is new: %w", ctx.Err())
+		case <-time.After(retry):
+		}
+	}
+}
+
+// emptyResponder is RaftService for a member whose log is empty while it
+// runs Rejoin, before its node exists: Join says it is not in use, so that
+// members that start together can each tell that the queue is new; the
+// rest is UNAVAILABLE.
+type emptyResponder struct {
+	queuev1.UnimplementedRaftServiceServer
+	clusterID uint64
+}
+
+// NewEmptyResponder returns the RaftService a member serves on its peer
+// address while Rejoin runs.
+func NewEmptyResponder(clusterID uint64) queuev1.RaftServiceServer {
+	return emptyResponder{clusterID: clusterID}
+}
+
+func (e emptyResponder) Join(_ context.Context, req *queuev1.JoinRequest) (*queuev1.JoinResponse, error) {
+	if req.GetClusterId() != e.clusterID {
+		return nil, status.Errorf(codes.FailedPrecondition, "replica: a join of cluster %d reached a member of cluster %d", req.GetClusterId(), e.clusterID)
+	}
+	return &queuev1.JoinResponse{}, nil
+}
+
+func (emptyResponder) Send(queuev1.RaftService_SendServer) error {
+	return status.Error(codes.Unavailable, "replica: this member is starting with an empty log")
+}
+
+func (emptyResponder) SendSnapshot(queuev1.RaftService_SendSnapshotServer) error {
+	return status.Error(codes.Unavailable, "replica: this member is starting with an empty log")
+}
