@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -537,6 +538,52 @@ func TestReplicatedMemberLosesItsDisk(t *testing.T) {
 			t.Fatalf("after 30 s the member that lost its disk has not caught up: %v %v", ls, err)
 		}
 	}
+	// The leader's dashboard shows the three members, the rejoined one
+	// under its name, and their logs caught up (0 entries behind); a
+	// follower's shows the leader and leaves the queues to it.
+	type member struct {
+		Name   string `json:"name"`
+		Leader bool   `json:"leader"`
+		Known  bool   `json:"lag_known"`
+		Lag    uint64 `json:"lag"`
+	}
+	dash := func(i int, path string) (int, []byte) {
+		resp, err := http.Get("http://" + r.procs[i].httpAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var ms struct{ Members []member }
+		_, body := dash(lead, "/api/members")
+		if err := json.Unmarshal(body, &ms); err != nil {
+			t.Fatalf("/api/members: %v: %s", err, body)
+		}
+		behind := 0
+		names := map[string]bool{}
+		for _, m := range ms.Members {
+			names[m.Name] = true
+			if !m.Known || m.Lag > 0 || m.Leader != (m.Name == fmt.Sprintf("m%d", lead+1)) {
+				behind++
+			}
+		}
+		if len(ms.Members) == 3 && behind == 0 && names[fmt.Sprintf("m%d", lost+1)] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader's /api/members after 20 s: %s", body)
+		}
+	}
+	if code, body := dash(other, "/api/queues"); code != http.StatusServiceUnavailable {
+		t.Errorf("a follower's /api/queues: %d %s, want 503", code, body)
+	}
+	if _, body := dash(other, "/api/members"); !strings.Contains(string(body), fmt.Sprintf(`"name":"m%d","peer_addr":%q,"leader":true`, lead+1, r.peers[lead])) {
+		t.Errorf("a follower's /api/members does not show the leader m%d: %s", lead+1, body)
+	}
+
 	// By the leader's snapshot: its log was compacted past the start.
 	resp, err := http.Get("http://" + r.procs[lost].httpAddr + "/metrics")
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	limits "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/queue/internal/dashboard"
 	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/server"
 	"github.com/batonrun/baton/services/runtime/authz"
@@ -214,4 +215,21 @@ func peerPolicy() (*authz.Policy, error) {
 		Roles:   []string{tlsfiles.RoleQueuePeer},
 		Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName, "/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*"},
 	}})
+}
+
+// dashboardMembers is the dashboard's view of the members: each with the
+// leader marked and, on the leader, how far its log is behind.
+func dashboardMembers(node *replica.Node, self string) func() dashboard.Members {
+	return func() dashboard.Members {
+		st := node.Status()
+		out := dashboard.Members{Self: self}
+		for _, m := range node.Members() {
+			dm := dashboard.Member{Name: m.Name, PeerAddr: m.Addr, Leader: m.ID == st.Leader}
+			if match, ok := st.Match[m.ID]; ok && st.IsLeader {
+				dm.Known, dm.Lag = true, st.LastIndex-min(match, st.LastIndex)
+			}
+			out.Members = append(out.Members, dm)
+		}
+		return out
+	}
 }

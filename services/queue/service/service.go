@@ -285,7 +285,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
-	dash := dashboard.New(b)
+	var members func() dashboard.Members
+	if node := b.Member(); node != nil {
+		members = dashboardMembers(node, cfg.Name)
+	}
+	dash := dashboard.New(b, members)
 	go dash.Run(ctx)
 
 	// A store that stopped after a write failure cannot be trusted: end the

@@ -6,6 +6,12 @@
 //
 //	GET /api/queues                 every queue's stats and recent samples
 //	GET /api/inspect?queue=Q&key=K  one key's item
+//	GET /api/members                the members of a replicated queue
+//
+// On a member of a replicated queue that does not lead, /api/queues answers
+// 503 (the leader holds the queues' state) and the page says which member
+// to open instead; the members table shows every member, the leader, and,
+// on the leader, how many entries each member's log is behind its own.
 //
 // A sampler records each queue's counts once a second, so the history is on
 // the server and a reload keeps it.
@@ -15,6 +21,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"net/http"
 	"sync"
@@ -37,10 +44,28 @@ type Source interface {
 	Inspect(queue, key string) (workqueue.View, error)
 }
 
+// Members is a replicated queue's members as one of them sees them.
+type Members struct {
+	// Self is the name of the member serving the page.
+	Self    string   `json:"self"`
+	Members []Member `json:"members"`
+}
+
+// Member is one member: Lag is how many entries its log is behind the
+// leader's, known only on the leader (Known false elsewhere).
+type Member struct {
+	Name     string `json:"name"`
+	PeerAddr string `json:"peer_addr"`
+	Leader   bool   `json:"leader"`
+	Known    bool   `json:"lag_known"`
+	Lag      uint64 `json:"lag"`
+}
+
 // Dashboard samples the queues and serves the page.
 type Dashboard struct {
-	src  Source
-	mu   sync.Mutex
+	src     Source
+	members func() Members // nil for a single member
+	mu      sync.Mutex
 	hist map[string]*series
 }
 
@@ -64,7 +89,10 @@ type Sample struct {
 }
 
 // New returns a dashboard over src; call Run to sample.
-func New(src Source) *Dashboard { return &Dashboard{src: src, hist: map[string]*series{}} }
+// members, if not nil, says who the members of a replicated queue are.
+func New(src Source, members func() Members) *Dashboard {
+	return &Dashboard{src: src, members: members, hist: map[string]*series{}}
+}
 
 // Run samples once a second until ctx ends.
 func (d *Dashboard) Run(ctx context.Context) {
@@ -139,10 +167,24 @@ func (d *Dashboard) Handle(mux *http.ServeMux) {
 	mux.Handle("/", http.FileServerFS(sub))
 	mux.HandleFunc("/api/queues", d.queues)
 	mux.HandleFunc("/api/inspect", d.inspect)
+	mux.HandleFunc("/api/members", d.membersJSON)
+}
+
+// membersJSON answers /api/members: null for a single member.
+func (d *Dashboard) membersJSON(w http.ResponseWriter, _ *http.Request) {
+	if d.members == nil {
+		writeJSON(w, nil)
+		return
+	}
+	writeJSON(w, d.members())
 }
 
 func (d *Dashboard) queues(w http.ResponseWriter, r *http.Request) {
 	stats, err := d.src.Stats("")
+	if errors.Is(err, broker.ErrNotLeader) {
+		http.Error(w, "this member does not lead the queue: the leader's dashboard shows the queues", http.StatusServiceUnavailable)
+		return
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

@@ -37,6 +37,7 @@ func (n *Node) loop(tick <-chan time.Time) error {
 			return errClosedByCaller
 		case <-tick:
 			n.rn.Tick()
+			n.captureProgress()
 		case m := <-n.recvc:
 			n.step(m)
 			// Everything else that has arrived, before one Ready (and one
@@ -265,7 +266,11 @@ func (n *Node) observe(soft *raft.SoftState) {
 	}
 	n.m.commitLag.Set(float64(lag))
 	n.statusMu.Lock()
-	n.status = Status{ID: n.cfg.ID, Term: bs.Term, Leader: bs.Lead, IsLeader: isLeader, Commit: bs.Commit, Applied: n.applied}
+	last, match := n.status.LastIndex, n.status.Match
+	if !isLeader {
+		last, match = 0, nil
+	}
+	n.status = Status{ID: n.cfg.ID, Term: bs.Term, Leader: bs.Lead, IsLeader: isLeader, Commit: bs.Commit, Applied: n.applied, LastIndex: last, Match: match}
 	n.statusMu.Unlock()
 	// After Status: a caller told its leadership was lost finds this
 	// member no longer leading.
@@ -441,4 +446,22 @@ func (n *Node) compact(index uint64, data []byte) error {
 	n.m.snapshotsCreated.Inc()
 	n.log.Info("log compacted", "index", index, "snapshot_bytes", len(data), "took", time.Since(start))
 	return nil
+}
+
+// captureProgress records, on the leader, how far each member's log
+// matches its own, for Status: once a tick, since raft's Status copies
+// the progress of every member.
+func (n *Node) captureProgress() {
+	if n.rn.BasicStatus().RaftState != raft.StateLeader {
+		return
+	}
+	st := n.rn.Status()
+	match := make(map[uint64]uint64, len(st.Progress))
+	for id, pr := range st.Progress {
+		match[id] = pr.Match
+	}
+	last, _ := n.cfg.Log.MemoryStorage().LastIndex()
+	n.statusMu.Lock()
+	n.status.LastIndex, n.status.Match = last, match
+	n.statusMu.Unlock()
 }

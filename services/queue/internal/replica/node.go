@@ -151,6 +151,11 @@ type Status struct {
 	// Commit is the highest index this member knows is committed;
 	// Applied the highest it has applied (Apply returned for it).
 	Commit, Applied uint64
+	// On the leader alone: its last index, and how far each member's log
+	// is known to match it (raft's Progress.Match, itself included), as
+	// of the last tick. Match is not changed once Status returns it.
+	LastIndex uint64
+	Match     map[uint64]uint64
 }
 
 // Node is one member of the replicated queue. Its methods are safe for

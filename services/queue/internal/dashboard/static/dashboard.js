@@ -1,6 +1,7 @@
-// The dashboard polls /api/queues once a second and draws each queue's row
-// and its depth sparkline (pending + delayed + leased + parked, stacked as
-// SVG areas); the inspector asks /api/inspect.
+// The dashboard polls /api/members and /api/queues once a second and draws
+// the members of a replicated queue, each queue's row and its depth
+// sparkline (pending + delayed + leased + parked, stacked as SVG areas); the
+// inspector asks /api/inspect.
 "use strict";
 
 const fmtRate = (v) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
@@ -55,12 +56,51 @@ function cell(tr, text, cls) {
   return td;
 }
 
+// members draws the members of a replicated queue (null for a single
+// member: the section stays hidden) and returns the leader's name.
+async function members() {
+  let m = null;
+  try {
+    const r = await fetch("api/members", { cache: "no-store" });
+    if (r.ok) m = await r.json();
+  } catch (e) {
+    return "";
+  }
+  const section = document.getElementById("members-section");
+  if (!m) {
+    section.hidden = true;
+    return "";
+  }
+  section.hidden = false;
+  let leader = "";
+  const rows = document.createDocumentFragment();
+  for (const mb of m.members) {
+    const tr = document.createElement("tr");
+    tr.dataset.member = mb.name;
+    cell(tr, mb.name + (mb.name === m.self ? " (this one)" : "")).className = "";
+    cell(tr, mb.peer_addr).className = "";
+    cell(tr, mb.leader ? "leader" : "follower", mb.leader ? "leased" : "");
+    cell(tr, mb.lag_known ? String(mb.lag) : "—");
+    if (mb.leader) leader = mb.name;
+    rows.appendChild(tr);
+  }
+  document.querySelector("#members tbody").replaceChildren(rows);
+  return leader;
+}
+
 let known = "";
 async function refresh() {
   const status = document.getElementById("status");
+  const leader = await members();
   let queues;
   try {
     const r = await fetch("api/queues", { cache: "no-store" });
+    if (r.status === 503) {
+      status.textContent = leader
+        ? `this member follows: ${leader} leads, and its dashboard shows the queues`
+        : "this member follows and knows no leader yet";
+      return;
+    }
     if (!r.ok) throw new Error(r.status + " " + r.statusText);
     queues = await r.json();
   } catch (e) {
