@@ -66,7 +66,7 @@ type Dashboard struct {
 	src     Source
 	members func() Members // nil for a single member
 	mu      sync.Mutex
-	hist map[string]*series
+	hist    map[string]*series
 }
 
 type series struct {
