@@ -48,9 +48,13 @@ etcdctl: ## Builds bin/etcdctl from the etcd module deploy/etcd pins (for object
 up: ## docker compose up -d --build, plus what this machine lacks; waits until healthy.
 	@scripts/up.sh
 
+.PHONY: up-ha
+up-ha: ## make up with the replicated queue: three members (docker-compose.ha.yml).
+	@COMPOSE_FILE=docker-compose.yml:docker-compose.ha.yml scripts/up.sh
+
 .PHONY: down
-down: ## Stops the compose stack and removes its volumes (keeps the baton/* images).
-	@source scripts/lib.sh && compose down -v
+down: ## Stops the compose stack (make up's or make up-ha's) and removes its volumes (keeps the baton/* images).
+	@source scripts/lib.sh && COMPOSE_FILE=docker-compose.yml:docker-compose.ha.yml compose down -v --remove-orphans
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end test of the compose stack (skipped without Docker).

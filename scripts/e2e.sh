@@ -11,7 +11,9 @@
 # queue, restarts it and checks that nothing was lost; scales to 3 workers;
 # cuts the observer off the network for 10 s and checks that it catches up;
 # makes a one-line change to the queue's source and times the second
-# `make up`, which must rebuild and restart the queue alone. It always removes
+# `make up`, which must rebuild and restart the queue alone; then starts the
+# replicated queue instead (make up-ha: three members) and SIGKILLs its
+# leader under load, checking that nothing was lost. It always removes
 # the stack and its volumes (down -v), also on failure or timeout, and it is
 # bounded in time ($BATON_E2E_TIMEOUT seconds, default 1200, image builds
 # included).
@@ -372,6 +374,49 @@ took=$((SECONDS - up_start))
 compose logs --no-color queue | grep -q "recovered (changed by the e2e test)" || fail "the restarted queue does not run the changed source"
 log "the second make up, after a one-line change to the queue: ${took}s, the queue alone rebuilt and restarted"
 wait_for "everything is still converged" converged
+
+log "the replicated queue (make up-ha): three members, the leader SIGKILLed under load"
+compose down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || fail "down -v of the single queue's stack failed"
+export COMPOSE_FILE=docker-compose.yml:docker-compose.ha.yml
+export BATON_PUBLISH_QUEUE_2_GRPC="" BATON_PUBLISH_QUEUE_2_HTTP="" BATON_PUBLISH_QUEUE_3_GRPC="" BATON_PUBLISH_QUEUE_3_HTTP=""
+up_start=$SECONDS
+make up-ha >"$tmp/up-ha.log" 2>&1 || { tail -n 40 "$tmp/up-ha.log" >&2; fail "make up-ha failed"; }
+log "make up-ha: healthy in $((SECONDS - up_start))s"
+discover
+export BATON_BATONCTL_QUEUE_ADDR=$(compose port queue 7070),$(compose port queue-2 7070),$(compose port queue-3 7070)
+leader() { # prints the member that leads, as one that answers sees it
+  local l
+  l=$(batonctl --timeout 5s queue members -o json | jq -r '.members[]? | select(.leader) | .name') || return 1
+  echo "$l"
+  [ -n "$l" ]
+}
+wait_for "a member leads" leader
+batonctl queue members
+lead=$(leader)
+load_manifest 3 >"$tmp/load.yaml"
+batonctl apply -f "$tmp/load.yaml" >"$tmp/apply.log" 2>&1 &
+apply_pid=$!
+deadline=$((SECONDS + STEP_TIMEOUT))
+until [ "$(running_job_pods)" -gt 0 ]; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "no job pod Running within ${STEP_TIMEOUT}s: $(tail -n 5 "$tmp/apply.log")"
+  sleep 0.2
+done
+lead_id=$(compose ps -q "$lead")
+started=$(docker inspect -f '{{.State.StartedAt}}' "$lead_id")
+docker kill -s KILL "$lead_id" >/dev/null
+unfinished=$(problems | wc -l)
+log "SIGKILLed the leader, $lead: $unfinished objects not converged"
+[ "$unfinished" -gt 0 ] || fail "the load had converged before the leader was killed"
+another() { local l; l=$(leader) || return 1; echo "$l leads"; [ "$l" != "$lead" ]; }
+wait_for "another member leads" another
+wait "$apply_pid" || fail "batonctl apply of the load failed: $(tail -n 5 "$tmp/apply.log")"
+queue_id=$lead_id
+wait_for "the killed member is down" killed
+compose start "$lead" >/dev/null
+wait_for "the load converges after the leader's loss: no key lost" converged
+[ "$(count /registry/pods/e2e/load-)" -eq $((LOAD * 3)) ] || fail "want $((LOAD * 3)) ReplicaSet pods, have $(count /registry/pods/e2e/load-)"
+wait_for "the killed member is healthy again" healthy "$lead" 1
+batonctl queue members
 
 log "down -v: nothing of the stack is left"
 compose down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || fail "down -v failed"

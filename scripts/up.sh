@@ -29,7 +29,9 @@ log "built and started in $((SECONDS - start))s; waiting until every service is 
 
 unhealthy() { # prints the services not yet healthy; fails if there are any
   local bad=() id st svc
-  for svc in etcd queue observer worker; do
+  # Every long-running service of the compose files in use (the
+  # certs service runs once): docker-compose.ha.yml adds queue-2, queue-3.
+  for svc in $(compose config --services | grep -vx certs); do
     ids=$(compose ps -q "$svc")
     [ -n "$ids" ] || { bad+=("$svc (no container)"); continue; }
     for id in $ids; do

@@ -64,9 +64,10 @@ const caCommonName = "Baton CA"
 const backdate = 5 * time.Minute
 
 // DefaultHosts returns the names and addresses service certificates carry
-// unless told otherwise: compose's service names and loopback.
+// unless told otherwise: compose's service names (queue-2 and queue-3 are
+// the members docker-compose.ha.yml adds) and loopback.
 func DefaultHosts() []string {
-	return []string{"queue", "observer", "worker", "etcd", "localhost", "127.0.0.1", "::1"}
+	return []string{"queue", "queue-2", "queue-3", "observer", "worker", "etcd", "localhost", "127.0.0.1", "::1"}
 }
 
 // Leaf is a certificate to issue.

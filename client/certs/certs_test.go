@@ -106,7 +106,7 @@ func TestInit(t *testing.T) {
 		if c.Subject.CommonName != name || !slices.Equal(c.Subject.Organization, roles) {
 			t.Errorf("%s: CN %q, O %q, want %q", name, c.Subject.CommonName, c.Subject.Organization, roles)
 		}
-		if !slices.Equal(c.DNSNames, []string{"queue", "observer", "worker", "etcd", "localhost"}) ||
+		if !slices.Equal(c.DNSNames, []string{"queue", "queue-2", "queue-3", "observer", "worker", "etcd", "localhost"}) ||
 			len(c.IPAddresses) != 2 || !c.IPAddresses[0].Equal(net.ParseIP("127.0.0.1")) || !c.IPAddresses[1].Equal(net.IPv6loopback) {
 			t.Errorf("%s: SANs %q %v", name, c.DNSNames, c.IPAddresses)
 		}
