@@ -58,6 +58,7 @@ var binaries = map[string]binary{
 	"baton-queue": {prefix: "BATON_QUEUE", flags: map[string]string{
 		"grpc-addr": ":7070", "http-addr": ":9090", "data-dir": "./data/queue",
 		"backoff-base": "5ms", "backoff-max": "1000s", "max-attempts": "0", "default-lease": "30s",
+		"peer-addr": ":7072", "initial-cluster": "",
 	}},
 	"baton-observer": {prefix: "BATON_OBSERVER", flags: map[string]string{
 		"grpc-addr": ":7071", "http-addr": ":9091", "etcd-endpoints": "http://127.0.0.1:2379",
@@ -470,10 +471,10 @@ func TestBatonContainersMatchFlags(t *testing.T) {
 
 			// Every address it listens on is a named container port.
 			listen := map[string]int32{}
-			for _, f := range []string{"grpc-addr", "http-addr"} {
+			for _, f := range []string{"grpc-addr", "http-addr", "peer-addr"} {
 				addr, ok := vals[f]
-				if !ok {
-					continue
+				if !ok || f == "peer-addr" && vals["initial-cluster"] == "" {
+					continue // a single queue opens no peer listener
 				}
 				p, err := portOf(addr)
 				if err != nil {
@@ -545,6 +546,24 @@ func TestBatonContainersMatchFlags(t *testing.T) {
 					p, err := portOf(flagValues(t, where, ctr, target.binary)[target.listenFlag])
 					return p, err == nil
 				})
+			}
+			// Every member of a replicated queue reaches the others' peer
+			// listeners, under the names its own list gives them.
+			if members := vals["initial-cluster"]; members != "" {
+				for _, m := range strings.Split(members, ",") {
+					name, addr, ok := strings.Cut(m, "=")
+					if !ok || !strings.HasPrefix(addr, name+".") {
+						t.Errorf("%s: --initial-cluster member %q: want name=name.<service>:port", where, m)
+						continue
+					}
+					checkDial(t, c, where, w.namespace, "--initial-cluster", addr, func(ctr corev1.Container) (int32, bool) {
+						if binaryOf(ctr) != "baton-queue" {
+							return 0, false
+						}
+						p, err := portOf(flagValues(t, where, ctr, "baton-queue")["peer-addr"])
+						return p, err == nil
+					})
+				}
 			}
 			if eps, ok := vals["etcd-endpoints"]; ok {
 				for _, ep := range strings.Split(eps, ",") {

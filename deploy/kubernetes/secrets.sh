@@ -7,9 +7,9 @@
 #   tls.key  its key
 #   ca.crt   the CA bundle that verifies the other side
 #
-#   secrets.sh hosts [--namespace NS] [--cluster-domain D] [--etcd-members N]
+#   secrets.sh hosts [--namespace NS] [--cluster-domain D] [--etcd-members N] [--queue-members N]
 #       the --hosts list for `batonctl certs init`: every name the
-#       manifests dial (queue, observer, etcd-N.etcd, each also qualified
+#       manifests dial (queue, queue-N.queue-peers, observer, etcd-N.etcd, each also qualified
 #       with the namespace and the cluster domain) and loopback, which
 #       kubectl port-forward and the services' healthcheck use
 #   secrets.sh yaml DIR [--namespace NS]
@@ -23,7 +23,8 @@ set -euo pipefail
 
 namespace=baton
 cluster_domain=cluster.local
-etcd_members=3 # etcd.yaml's replicas
+etcd_members=3  # etcd.yaml's replicas
+queue_members=3 # queue.yaml's replicas
 
 # secret name -> the base name of its certificate in DIR
 secrets=(
@@ -35,7 +36,7 @@ secrets=(
 )
 
 usage() {
-  echo "usage: secrets.sh hosts [--namespace NS] [--cluster-domain D] [--etcd-members N] | secrets.sh yaml|apply DIR [--namespace NS]" >&2
+  echo "usage: secrets.sh hosts [--namespace NS] [--cluster-domain D] [--etcd-members N] [--queue-members N] | secrets.sh yaml|apply DIR [--namespace NS]" >&2
   exit 2
 }
 
@@ -58,6 +59,7 @@ while [ $# -gt 0 ]; do
     --namespace) namespace=${2:?--namespace needs a value}; shift 2 ;;
     --cluster-domain) cluster_domain=${2:?--cluster-domain needs a value}; shift 2 ;;
     --etcd-members) etcd_members=${2:?--etcd-members needs a value}; shift 2 ;;
+    --queue-members) queue_members=${2:?--queue-members needs a value}; shift 2 ;;
     *) die "unknown argument $1" ;;
   esac
 done
@@ -72,6 +74,11 @@ qualified() {
 hosts() {
   {
     qualified queue
+    for ((i = 0; i < queue_members; i++)); do
+      # queue-N.queue-peers: a member's name under the headless Service,
+      # which the members dial each other by.
+      qualified "queue-$i.queue-peers"
+    done
     qualified observer
     qualified etcd
     for ((i = 0; i < etcd_members; i++)); do

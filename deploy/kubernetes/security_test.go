@@ -282,12 +282,13 @@ var (
 // workers dial etcd, the observer adds to the queue, workers lease from it
 // and read the observer's cache, etcd's members talk to each other), plus
 // DNS for the pods that dial by name and the scrapers' access to every HTTP
-// port. A pod of the same workload stands for "another replica of it". The
-// queue has no peers (one replica) and dials nothing.
+// port. A pod of the same workload stands for "another replica of it", as
+// the queue's members, which dial each other on the peer port.
 var wantLinks = []link{
 	{"observer", "etcd", 2379, "TCP"},
 	{"worker", "etcd", 2379, "TCP"},
 	{"etcd", "etcd", 2380, "TCP"},
+	{"queue", "queue", 7072, "TCP"},
 	{"observer", "queue", 7070, "TCP"},
 	{"worker", "queue", 7070, "TCP"},
 	{"worker", "observer", 7071, "TCP"},
@@ -296,6 +297,7 @@ var wantLinks = []link{
 	{"monitoring", "observer", 9091, "TCP"},
 	{"monitoring", "worker", 9092, "TCP"},
 	{"etcd", "kube-dns", 53, "UDP"}, {"etcd", "kube-dns", 53, "TCP"},
+	{"queue", "kube-dns", 53, "UDP"}, {"queue", "kube-dns", 53, "TCP"},
 	{"observer", "kube-dns", 53, "UDP"}, {"observer", "kube-dns", 53, "TCP"},
 	{"worker", "kube-dns", 53, "UDP"}, {"worker", "kube-dns", 53, "TCP"},
 }
@@ -574,6 +576,12 @@ func dialedAddrs(t *testing.T, c cluster) []dialed {
 				}
 			}
 			for _, e := range ctr.Env {
+				if e.Name == "BATON_QUEUE_INITIAL_CLUSTER" {
+					for _, m := range strings.Split(e.Value, ",") {
+						_, addr, _ := strings.Cut(m, "=")
+						addrs = append(addrs, addr)
+					}
+				}
 				if e.Name != "ETCD_INITIAL_CLUSTER" {
 					continue
 				}
