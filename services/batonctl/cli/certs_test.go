@@ -29,7 +29,7 @@ func TestCertsCommands(t *testing.T) {
 			t.Errorf("init's output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if !strings.Contains(r.stdout, "valid for queue, observer, worker, etcd, localhost, 127.0.0.1, ::1.") {
+	if !strings.Contains(r.stdout, "valid for queue, queue-2, queue-3, observer, worker, etcd, localhost, 127.0.0.1, ::1.") {
 		t.Errorf("init's output does not say the hosts:\n%s", r.stdout)
 	}
 	for _, name := range []string{"ca", "queue", "observer", "worker", "viewer", "admin", "etcd-server", "etcd-client"} {
