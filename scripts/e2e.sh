@@ -15,8 +15,9 @@
 # replicated queue instead (make up-ha: three members) and SIGKILLs its
 # leader under load, checking that nothing was lost. It always removes
 # the stack and its volumes (down -v), also on failure or timeout, and it is
-# bounded in time ($BATON_E2E_TIMEOUT seconds, default 1200, image builds
-# included).
+# bounded in time ($BATON_E2E_TIMEOUT seconds, default 1800, image builds
+# included). On failure the last thing it prints, after the services' logs,
+# is the step that was under way and why it failed: CI shows the end.
 #
 # Where no Docker engine answers it prints why and exits 0 (skipped).
 #
@@ -29,7 +30,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 PROJECT=baton-e2e
-TIMEOUT=${BATON_E2E_TIMEOUT:-1200}
+TIMEOUT=${BATON_E2E_TIMEOUT:-1800}
 STEP_TIMEOUT=${BATON_E2E_STEP_TIMEOUT:-240} # each wait for health or convergence
 LOAD=${BATON_E2E_LOAD:-100}                 # ReplicaSets applied before the queue is killed
 JOBS=${BATON_E2E_JOBS:-20}                  # and Jobs, whose pods run for 30 s
@@ -65,9 +66,15 @@ if [ "${1:-}" != --steps ]; then
   export BATON_E2E_CLONE=$CLONE
   cd "$CLONE"
 
+  # The steps write the step under way and the reason of a failure here,
+  # for the summary cleanup prints last.
+  export BATON_E2E_STATE=$(mktemp -d)
   cleanup() {
     local rc=$?
     trap - EXIT INT TERM
+    # Both files: the replicated phase's members and volumes are in the
+    # override, and a failure there must remove them too.
+    export COMPOSE_FILE=docker-compose.yml:docker-compose.ha.yml
     if [ "$rc" -ne 0 ]; then
       log "e2e failed (exit $rc): the last logs of each service"
       compose ps >&2 || true
@@ -75,6 +82,11 @@ if [ "${1:-}" != --steps ]; then
     fi
     log "down -v"
     compose down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || true
+    if [ "$rc" -ne 0 ]; then
+      echo "e2e: FAIL (exit $rc); the last step logged: $(cat "$BATON_E2E_STATE/step" 2>/dev/null || echo "(none)")" >&2
+      [ -s "$BATON_E2E_STATE/fail" ] && echo "e2e: FAIL: $(cat "$BATON_E2E_STATE/fail")" >&2
+    fi
+    rm -rf "$BATON_E2E_STATE"
     docker images -q "baton/*:e2e" | xargs -r docker rmi >/dev/null 2>&1 || true
     [ -n "${BATON_E2E_KEEP:-}" ] || rm -rf "$(dirname "$CLONE")"
     exit "$rc"
@@ -83,7 +95,7 @@ if [ "${1:-}" != --steps ]; then
   trap 'exit 130' INT TERM
   rc=0
   timeout --kill-after=15s "$TIMEOUT" "$0" --steps || rc=$?
-  if [ "$rc" -eq 124 ]; then echo "e2e: FAIL: timed out after ${TIMEOUT}s" >&2; fi
+  if [ "$rc" -eq 124 ]; then echo "timed out after ${TIMEOUT}s" >"$BATON_E2E_STATE/fail"; fi
   [ "$rc" -eq 0 ] && echo "e2e: PASS" >&2
   exit "$rc"
 fi
@@ -92,7 +104,16 @@ fi
 
 cd "$CLONE"
 
-fail() { echo "e2e: FAIL: $*" >&2; exit 1; }
+fail() {
+  echo "e2e: FAIL: $*" >&2
+  [ -z "${BATON_E2E_STATE:-}" ] || printf '%s (%ss in)\n' "$*" "$SECONDS" >"$BATON_E2E_STATE/fail"
+  exit 1
+}
+# Every step's log line is also the step under way, for the summary.
+log() {
+  printf '==> %s\n' "$*" >&2
+  [ -z "${BATON_E2E_STATE:-}" ] || printf '%s (%ss in)\n' "$*" "$SECONDS" >"$BATON_E2E_STATE/step"
+}
 
 # wait_for <what> <command...>: polls the command once a second until it
 # succeeds, for at most STEP_TIMEOUT seconds; the command's last output is
@@ -128,6 +149,18 @@ stack_healthy() {
 }
 
 batonctl() { "$CLONE/bin/batonctl" "$@"; }
+
+# down_v <what>: compose down -v, tried three times: the engine can refuse a
+# removal while a container it is stopping still holds the network.
+down_v() {
+  local out i
+  for i in 1 2 3; do
+    out=$(compose down -v --remove-orphans --timeout 10 2>&1) && return 0
+    log "down -v of $1, attempt $i, failed: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+    sleep 2
+  done
+  fail "down -v of $1 failed three times: $(tail -n 5 <<<"$out" | tr '\n' ' ')"
+}
 # etcdctl runs in the etcd container (the host needs none), with the
 # certificate etcd's clients use.
 etcdctl() {
@@ -376,7 +409,7 @@ log "the second make up, after a one-line change to the queue: ${took}s, the que
 wait_for "everything is still converged" converged
 
 log "the replicated queue (make up-ha): three members, the leader SIGKILLed under load"
-compose down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || fail "down -v of the single queue's stack failed"
+down_v "the single queue's stack"
 export COMPOSE_FILE=docker-compose.yml:docker-compose.ha.yml
 export BATON_PUBLISH_QUEUE_2_GRPC="" BATON_PUBLISH_QUEUE_2_HTTP="" BATON_PUBLISH_QUEUE_3_GRPC="" BATON_PUBLISH_QUEUE_3_HTTP=""
 up_start=$SECONDS
@@ -419,7 +452,7 @@ wait_for "the killed member is healthy again" healthy "$lead" 1
 batonctl queue members
 
 log "down -v: nothing of the stack is left"
-compose down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || fail "down -v failed"
+down_v "the replicated queue's stack"
 left=$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT")
 [ -z "$left" ] || fail "containers left after down -v: $left"
 vols=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT")
