@@ -22,7 +22,11 @@ type docData struct {
 	Targets []report.Target
 	Dur     time.Duration // each timed workload
 	Side    bool          // the side-by-side contenders ran
-	Plot    string        // the cycle chart's path, if drawn
+	// Replicated: the three-member contenders ran (replicated.go), the
+	// leader killed Kills times in the failover workload.
+	Replicated bool
+	Kills      int
+	Plot       string // the cycle chart's path, if drawn
 	// Pipeline is workload 7's section (pipeline.go), if it ran.
 	Pipeline string
 }
@@ -245,6 +249,37 @@ child process of their own for workloads 4–6 (see the crash).
 **Not measured side by side**: workloads 4–6 for client-go (nothing
 survives its process) and workload 7 (the pipeline through observer and
 worker), which is Baton's alone{{if .D.Pipeline}} (below){{end}}.
+
+{{end}}{{if .D.Replicated}}## Replicated: three members
+
+The replicated queue (docs/queue.md) beside a replicated JetStream, each as
+three processes on this machine's one disk, a fresh cluster per workload:
+
+- **baton-r3**: three ` + "`bin/baton-queue`" + ` processes started with ` + "`--name`" + `,
+  ` + "`--peer-addr`" + ` and ` + "`--initial-cluster`" + ` and the default heartbeat (100 ms) and
+  election timeout (1 s). An Add or Ack returns once its record is on a
+  majority's disks (each member fsyncs its log). The client dials every
+  member, the leader first (a follower would forward each call: one hop
+  more), and retries UNAVAILABLE on the next member.
+- **nats-r3**, **nats-r3 (sync always)**: three nats-server processes
+  (` + "`batonbench serve -kind nats|nats-sync -name -routes`" + `) in one JetStream
+  cluster, the stream and its consumer with 3 replicas; otherwise as **nats**
+  and **nats (sync always)** above. JetStream answers a publish once a
+  majority has the message; by default none of them has fsynced it.
+- **cycle** (workload 1's four shapes): as side by side.
+- **failover** (baton-r3 and nats-r3): 2 adders in batches of 100 and 4
+  workers leasing up to 100 keys for 2 s run while the leader (nats: the
+  stream's leader) is SIGKILLed {{.D.Kills}} times. After each kill a probe adds
+  one new key at a time, each try bounded by 500 ms (so an answer lost with
+  the killed member does not hold it up), until a survivor answers OK;
+  **p50**/**p99** are of the time from the kill to that answer. Then the
+  killed member is started again on its data, and the next kill waits
+  until every member is back and the members agree on a leader (nats: the
+  stream and its consumer each have a leader and two current followers). Afterwards the queue is drained: a key whose Add was
+  answered OK that was neither acked nor delivered in the drain is
+  **acknowledged but lost**; keys whose Add failed, or whose every Ack
+  failed (an answer lost at the kill may hide a success), are uncertain and
+  counted apart.
 
 {{end}}{{.D.Pipeline}}## What each number means
 

@@ -50,6 +50,8 @@ type config struct {
 	changes            int // workload 3's change-while-leased events
 	plot               string
 	side               bool       // run the side-by-side contenders
+	replicated         bool       // run the three-member contenders (replicated.go)
+	replicatedOnly     bool       // run them alone, with the one-member cycle they are ratios of
 	pipe               pipeConfig // workload 7 (pipeline.go)
 }
 
@@ -68,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: short workloads, 100,000 keys instead of 1,000,000, one round")
 	fs.StringVar(&c.plot, "plot", "", "draw the cycle throughput per contender as a PNG here, e.g. docs/benchmarks-cycle.png")
 	fs.BoolVar(&c.side, "peers", true, "also run the side-by-side contenders: client-go, NATS JetStream, a queue on etcd")
+	fs.BoolVar(&c.replicated, "replicated", true, "also run the replicated contenders (three members each: baton-r3, nats-r3) and the failover workload")
+	fs.BoolVar(&c.replicatedOnly, "replicated-only", false, "run the replicated contenders alone, with one-member baton's cycles (for working on them; the other targets show n/a)")
 	pipelineFlags(fs, &c.pipe)
 	fs.IntVar(&c.rounds, "rounds", 0, "rounds of the paired reference/baton workloads, keeping each figure's best (default 2, 1 with -quick)")
 	if err := fs.Parse(args); err != nil {
@@ -149,7 +153,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "batonbench: wrote", c.out)
 	}
 	// A pipeline-only run has no cycle figures to draw.
-	if c.plot != "" && c.side && !c.pipe.only {
+	if c.plot != "" && c.side && !c.pipe.only && !c.replicatedOnly {
 		if err := plotFromJSON(c.plot, js); err != nil {
 			fmt.Fprintln(stderr, "batonbench: plot:", err)
 			return 1
@@ -158,7 +162,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.doc != "" {
 		var doc strings.Builder
-		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Rev: c.rev, Took: took, Records: b.set.Records, Targets: targets, Started: started, Side: c.side, Plot: c.plot, Dur: c.dur, Pipeline: b.pipelineDoc()}); err != nil {
+		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Rev: c.rev, Took: took, Records: b.set.Records, Targets: targets, Started: started, Side: c.side, Replicated: c.replicated || c.replicatedOnly, Kills: b.failoverKills(), Plot: c.plot, Dur: c.dur, Pipeline: b.pipelineDoc()}); err != nil {
 			fmt.Fprintln(stderr, "batonbench: render doc:", err)
 			return 1
 		}

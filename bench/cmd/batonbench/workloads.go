@@ -91,6 +91,13 @@ func (b *bench) all(ctx context.Context) error {
 	if b.cfg.pipe.only {
 		return b.pipeline(ctx)
 	}
+	if b.cfg.replicatedOnly {
+		// The one-member cycle the replicated targets are ratios of.
+		if err := b.contender(ctx, batonQ); err != nil {
+			return err
+		}
+		return b.replicated(ctx)
+	}
 	defer func() {
 		if b.refs != nil {
 			b.refs.Close()
@@ -121,6 +128,11 @@ func (b *bench) all(ctx context.Context) error {
 	}
 	if b.cfg.side {
 		if err := b.sideBySide(ctx); err != nil {
+			return err
+		}
+	}
+	if b.cfg.replicated {
+		if err := b.replicated(ctx); err != nil {
 			return err
 		}
 	}
@@ -555,6 +567,9 @@ func (b *bench) targets() []report.Target {
 		Basis: "1.5 × client-go's workqueue"}, ok1, ok2)
 	if b.cfg.side {
 		ts = append(ts, b.sideTargets()...)
+	}
+	if b.cfg.replicated || b.cfg.replicatedOnly {
+		ts = append(ts, b.replicatedTargets()...)
 	}
 	return append(ts, b.pipelineTargets()...)
 }

@@ -50,6 +50,9 @@ type Options struct {
 	// dial with client/queue's Dial and WithTLS, as a deployment's
 	// clients do. Nil serves and dials plaintext.
 	TLS *TLS
+	// Args are flags passed besides the defaults, e.g. a replicated
+	// member's --name, --peer-addr and --initial-cluster.
+	Args []string
 }
 
 // Start launches bin with a fresh data directory under dir and waits until
@@ -60,6 +63,24 @@ func Start(ctx context.Context, bin, dir string) (*Server, error) {
 
 // StartWith is Start with Options.
 func StartWith(ctx context.Context, bin, dir string, o Options) (*Server, error) {
+	s, err := prepare(bin, dir, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.launch(); err != nil {
+		s.closeClient()
+		return nil, err
+	}
+	if _, err := s.WaitServing(ctx, time.Now()); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// prepare makes a Server's data directory, picks its ports and makes its
+// client, without starting the process.
+func prepare(bin, dir string, o Options) (*Server, error) {
 	data, err := os.MkdirTemp(dir, "queue-")
 	if err != nil {
 		return nil, err
@@ -96,14 +117,6 @@ func StartWith(ctx context.Context, bin, dir string, o Options) (*Server, error)
 		}
 		s.Client = queueclient.New(s.Conn, once)
 	}
-	if err := s.launch(); err != nil {
-		s.closeClient()
-		return nil, err
-	}
-	if _, err := s.WaitServing(ctx, time.Now()); err != nil {
-		s.Close()
-		return nil, err
-	}
 	return s, nil
 }
 
@@ -129,6 +142,7 @@ func (s *Server) launch() error {
 	if t := s.opts.TLS; t != nil {
 		args = append(args, "--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile, "--tls-ca-file", t.CAFile)
 	}
+	args = append(args, s.opts.Args...)
 	cmd := exec.Command(s.Bin, args...)
 	// The heap figures assume the default GC target.
 	cmd.Env = append(os.Environ(), "GOGC=100")

@@ -21,9 +21,13 @@ type NATS struct {
 	srv      *server.Server // nil when the server runs elsewhere
 	url      string
 	leaseFor time.Duration
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	cons     jetstream.Consumer
+	// reconnect: url lists a cluster's servers and the connection moves
+	// between them (NATSCluster); otherwise it never reconnects.
+	reconnect bool
+	replicas  int // the stream's and consumer's; 0 is 1
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	cons      jetstream.Consumer
 }
 
 // natsOptions is the server's configuration, embedded or in a child
@@ -64,30 +68,42 @@ func DialNATS(ctx context.Context, url string, leaseFor time.Duration) (*NATS, e
 	if err := n.connect(); err != nil {
 		return nil, err
 	}
-	st, err := n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: "Q", Subjects: []string{"q"}, Retention: jetstream.WorkQueuePolicy,
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
-	})
-	if err != nil {
+	if err := n.setup(ctx); err != nil {
 		n.Close()
-		return nil, fmt.Errorf("create stream: %w", err)
-	}
-	n.cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: leaseFor,
-		MaxAckPending: -1, MaxWaiting: 1024, MaxDeliver: -1,
-	})
-	if err != nil {
-		n.Close()
-		return nil, fmt.Errorf("create consumer: %w", err)
+		return nil, err
 	}
 	return n, nil
+}
+
+// setup creates the stream and the consumer, with n.replicas replicas
+// each, or keeps them if they exist with this configuration.
+func (n *NATS) setup(ctx context.Context) error {
+	st, err := n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: "Q", Subjects: []string{"q"}, Retention: jetstream.WorkQueuePolicy,
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: n.replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("create stream: %w", err)
+	}
+	n.cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: n.leaseFor,
+		MaxAckPending: -1, MaxWaiting: 1024, MaxDeliver: -1, Replicas: n.replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("create consumer: %w", err)
+	}
+	return nil
 }
 
 // connect opens the connection. It does not reconnect by itself: a server
 // that went away fails every call, as baton's does, until Redial.
 func (n *NATS) connect() error {
+	opts := []nats.Option{nats.NoReconnect()}
+	if n.reconnect {
+		opts = reconnectOptions()
+	}
 	var err error
-	if n.nc, err = nats.Connect(n.url, nats.NoReconnect()); err != nil {
+	if n.nc, err = nats.Connect(n.url, opts...); err != nil {
 		return err
 	}
 	n.js, err = jetstream.New(n.nc, jetstream.WithPublishAsyncMaxPending(1<<17))

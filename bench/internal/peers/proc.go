@@ -50,11 +50,13 @@ func ServeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	kind := fs.String("kind", "", "nats, nats-sync, etcd or refs")
 	dir := fs.String("dir", "", "data directory (kept across restarts)")
 	addr := fs.String("addr", "", "client address, 127.0.0.1:port")
-	peer := fs.String("peer-addr", "", "etcd's peer address, 127.0.0.1:port (fixed across restarts: etcd records it)")
+	peer := fs.String("peer-addr", "", "etcd's peer address, or a clustered NATS server's route address, 127.0.0.1:port (fixed across restarts: etcd records it)")
+	name := fs.String("name", "", "a clustered NATS server's name, unique in its cluster")
+	routes := fs.String("routes", "", "a clustered NATS server's routes: every member's -peer-addr, comma-separated (empty: not clustered)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	stop, err := serve(*kind, *dir, *addr, *peer)
+	stop, err := serve(*kind, *dir, *addr, *peer, *name, *routes)
 	if err != nil {
 		fmt.Fprintln(stderr, "serve:", err)
 		return 1
@@ -71,7 +73,7 @@ func ServeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // serve starts a server of kind in this process and returns how to stop it.
-func serve(kind, dir, addr, peer string) (func(), error) {
+func serve(kind, dir, addr, peer, name, routes string) (func(), error) {
 	if dir == "" || addr == "" {
 		return nil, errors.New("-dir and -addr are required")
 	}
@@ -85,7 +87,13 @@ func serve(kind, dir, addr, peer string) (func(), error) {
 		if err != nil {
 			return nil, fmt.Errorf("port %q: %w", p, err)
 		}
-		srv, err := startNATSServer(natsOptions(dir, port, kind == KindNATSSync), 30*time.Second)
+		opts := natsOptions(dir, port, kind == KindNATSSync)
+		if routes != "" {
+			if err := clusterNATS(opts, name, peer, routes); err != nil {
+				return nil, err
+			}
+		}
+		srv, err := startNATSServer(opts, 30*time.Second)
 		if err != nil {
 			return nil, err
 		}
@@ -144,6 +152,7 @@ type Proc struct {
 	Addr      string // client address, 127.0.0.1:port
 	peerAddr  string
 	command   []string // the executable and the arguments before ServeMain's
+	extra     []string // ServeMain's arguments besides -kind, -dir, -addr, -peer-addr
 	logPath   string
 
 	cmd    *exec.Cmd
@@ -180,6 +189,7 @@ func (p *Proc) launch(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	args := append(append([]string{}, p.command[1:]...), "-kind", p.Kind, "-dir", p.Dir, "-addr", p.Addr, "-peer-addr", p.peerAddr)
+	args = append(args, p.extra...)
 	cmd := exec.Command(p.command[0], args...)
 	// The heap figures assume the default GC target.
 	cmd.Env = append(os.Environ(), "GOGC=100")
