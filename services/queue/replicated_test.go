@@ -623,3 +623,128 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestReplicatedMemberAddAndRemove: MemberAdd, asked of a follower, adds a
+// fourth member as a learner; started with an --initial-cluster that names
+// it (so another cluster id than the queue's), it joins as a voter, and
+// commits count on it: with one of the first three killed, three of four
+// is a majority only with it. MemberRemove then takes the killed member
+// out, and the queue of three commits with one of them down. The refusals
+// change nothing.
+func TestReplicatedMemberAddAndRemove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r := newReplicated(t)
+	c := r.client()
+	var added []string
+	add := func(within time.Duration) {
+		t.Helper()
+		k := fmt.Sprintf("k%05d", len(added))
+		actx, acancel := context.WithTimeout(ctx, within)
+		defer acancel()
+		if _, err := c.Add(actx, "q", []string{k}, queueclient.AddOptions{}); err != nil {
+			t.Fatalf("Add %s within %v: %v", k, within, err)
+		}
+		added = append(added, k)
+	}
+	for range 20 {
+		add(10 * time.Second)
+	}
+	lead := r.leader(ctx)
+	follower := (lead + 1) % 3
+	peer4 := freePort(t)
+	resp, err := r.ccs[follower].MemberAdd(ctx, &queuev1.MemberAddRequest{Name: "m4", PeerAddr: peer4})
+	if err != nil {
+		t.Fatalf("MemberAdd through a follower: %v", err)
+	}
+	names := func(ms []*queuev1.Member) string {
+		var out []string
+		for _, m := range ms {
+			s := m.GetName()
+			if m.GetLearner() {
+				s += "(learner)"
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, ",")
+	}
+	if got := names(resp.GetMembers()); got != "m1,m2,m3,m4(learner)" {
+		t.Fatalf("members after MemberAdd: %s", got)
+	}
+	for _, bad := range []struct {
+		req  *queuev1.MemberAddRequest
+		code codes.Code
+	}{
+		{&queuev1.MemberAddRequest{Name: "m4", PeerAddr: freePort(t)}, codes.AlreadyExists},
+		{&queuev1.MemberAddRequest{Name: "m5", PeerAddr: peer4}, codes.AlreadyExists},
+		{&queuev1.MemberAddRequest{Name: "m5", PeerAddr: "0.0.0.0:1"}, codes.InvalidArgument},
+	} {
+		if _, err := r.ccs[lead].MemberAdd(ctx, bad.req); status.Code(err) != bad.code {
+			t.Errorf("MemberAdd %v: %v, want %v", bad.req, err, bad.code)
+		}
+	}
+	if _, err := r.ccs[follower].MemberRemove(ctx, &queuev1.MemberRemoveRequest{Name: "m9"}); status.Code(err) != codes.NotFound {
+		t.Errorf("MemberRemove of no member: %v, want NotFound", err)
+	}
+	if _, err := r.ccs[follower].MemberRemove(ctx, &queuev1.MemberRemoveRequest{Name: fmt.Sprintf("m%d", lead+1)}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("MemberRemove of the leader: %v, want FailedPrecondition", err)
+	}
+
+	var cluster []string
+	for i, p := range r.peers {
+		cluster = append(cluster, fmt.Sprintf("m%d=%s", i+1, p))
+	}
+	cluster = append(cluster, "m4="+peer4)
+	p4 := newProc(t, "--name", "m4", "--peer-addr", peer4, "--initial-cluster", strings.Join(cluster, ","),
+		"--heartbeat-interval", "50ms", "--election-timeout", "500ms")
+	p4.start()
+	cc4 := queuev1.NewClusterServiceClient(dial(t, p4.grpcAddr))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		lctx, lcancel := context.WithTimeout(ctx, time.Second)
+		ml, err := cc4.MemberList(lctx, &queuev1.MemberListRequest{})
+		st, serr := cc4.Status(lctx, &queuev1.StatusRequest{})
+		lcancel()
+		if err == nil && serr == nil && names(ml.GetMembers()) == "m1,m2,m3,m4" && st.GetLeaderName() != "" && st.GetMember().GetAppliedIndex() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("m4 did not join as a voter within 30 s: %v %v, %v %v", ml, err, st, serr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Four voters: a majority is three, so with one of the first three
+	// down every commit needs m4.
+	lead = r.leader(ctx)
+	down := (lead + 1) % 3
+	r.procs[down].signal(syscall.SIGKILL, 10*time.Second)
+	for range 20 {
+		add(10 * time.Second)
+	}
+	rm, err := cc4.MemberRemove(ctx, &queuev1.MemberRemoveRequest{Name: fmt.Sprintf("m%d", down+1)})
+	if err != nil {
+		t.Fatalf("MemberRemove m%d through m4: %v", down+1, err)
+	}
+	if got := len(rm.GetMembers()); got != 3 {
+		t.Fatalf("members after MemberRemove: %s", names(rm.GetMembers()))
+	}
+	// Three voters, two of them needed: the leader and one more, down one.
+	lead = r.leader(ctx)
+	var stop int
+	for i := range 3 {
+		if i != lead && i != down {
+			stop = i
+		}
+	}
+	r.procs[stop].signal(syscall.SIGKILL, 10*time.Second)
+	for range 20 {
+		add(10 * time.Second)
+	}
+	offered := offeredBy(t, ctx, c)
+	for _, k := range added {
+		if !offered[k] {
+			t.Errorf("%s: acknowledged, not offered", k)
+		}
+	}
+}

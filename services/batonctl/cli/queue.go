@@ -186,9 +186,10 @@ func cmdQueueMembers(ctx context.Context, a *app, args []string) error {
 	if *output == "json" {
 		return writeProto(a.Stdout, &queuev1.MemberListResponse{Members: members})
 	}
-	tbl := printer.NewTable(a.Stdout, "NAME", "CLIENT-ADDR", "PEER-ADDR", "LEADER", "TERM", "APPLIED")
+	// VOTER is false for a learner: a member added that has not joined yet.
+	tbl := printer.NewTable(a.Stdout, "NAME", "CLIENT-ADDR", "PEER-ADDR", "LEADER", "TERM", "APPLIED", "VOTER")
 	for _, m := range members {
-		tbl.Row(m.GetName(), orDash(m.GetClientAddr()), orDash(m.GetPeerAddr()), fmt.Sprint(m.GetLeader()), n(m.GetTerm()), n(m.GetAppliedIndex()))
+		tbl.Row(m.GetName(), orDash(m.GetClientAddr()), orDash(m.GetPeerAddr()), fmt.Sprint(m.GetLeader()), n(m.GetTerm()), n(m.GetAppliedIndex()), fmt.Sprint(!m.GetLearner()))
 	}
 	return tbl.Flush()
 }

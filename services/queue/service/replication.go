@@ -163,7 +163,26 @@ func newLeaders(node *replica.Node, tls *tlsfiles.Source, maxRequest int) *leade
 	return &leaders{node: node, tls: tls, max: maxRequest, conns: map[uint64]*grpc.ClientConn{}}
 }
 
+// Leader returns the leader's QueueService, for forwarding.
 func (l *leaders) Leader() queuev1.QueueServiceClient {
+	conn := l.conn()
+	if conn == nil {
+		return nil
+	}
+	return queuev1.NewQueueServiceClient(conn)
+}
+
+// Cluster returns the leader's ClusterService, for membership changes.
+func (l *leaders) Cluster() queuev1.ClusterServiceClient {
+	conn := l.conn()
+	if conn == nil {
+		return nil
+	}
+	return queuev1.NewClusterServiceClient(conn)
+}
+
+// conn is the connection to the leader's peer listener.
+func (l *leaders) conn() *grpc.ClientConn {
 	st := l.node.Status()
 	if st.IsLeader || st.Leader == 0 {
 		return nil
@@ -195,7 +214,7 @@ func (l *leaders) Leader() queuev1.QueueServiceClient {
 		}
 		l.conns[st.Leader] = conn
 	}
-	return queuev1.NewQueueServiceClient(conn)
+	return conn
 }
 
 // Close closes the connections.
@@ -209,11 +228,14 @@ func (l *leaders) Close() {
 }
 
 // peerPolicy is the peer listener's authorization: the members alone, to
-// raft traffic and to the QueueService calls they hand on.
+// raft traffic and to the QueueService calls and membership changes they
+// hand on (each authorized where it arrived: MemberAdd and MemberRemove
+// are admin's on the client listener).
 func peerPolicy() (*authz.Policy, error) {
 	return authz.Compile([]authz.Rule{{
-		Roles:   []string{tlsfiles.RoleQueuePeer},
-		Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName, "/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*"},
+		Roles: []string{tlsfiles.RoleQueuePeer},
+		Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName, "/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*",
+			queuev1.ClusterService_MemberAdd_FullMethodName, queuev1.ClusterService_MemberRemove_FullMethodName},
 	}})
 }
 

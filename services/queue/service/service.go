@@ -347,9 +347,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// serves the handed-on calls with this member's own.
 		own := qs
 		peerAddr = cfg.PeerAddr
+		self.Leader = fwd.Cluster
 		registerPeer = func(s *grpc.Server) {
 			node.Register(s)
 			queuev1.RegisterQueueServiceServer(s, own)
+			// The membership changes a follower hands on; NewCluster
+			// answers them here without handing them on again.
+			queuev1.RegisterClusterServiceServer(s, server.NewCluster(b, self))
 		}
 		qs = server.Forwarding(own, fwd.Leader)
 		ready = func(context.Context) error {
@@ -416,22 +420,22 @@ func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []ser
 	if err != nil {
 		return nil, fmt.Errorf("open the raft log: %w", err)
 	}
-	id, join, members, err := decideMember(ctx, cfg, dir, rlog, peers, tlsSrc, log)
+	d, err := decideMember(ctx, cfg, dir, rlog, peers, tlsSrc, log)
 	if err != nil {
 		rlog.Close()
 		return nil, err
 	}
-	addrs := make(map[uint64]string, len(members))
-	names := make(map[uint64]string, len(members))
-	for _, m := range members {
+	addrs := make(map[uint64]string, len(d.members))
+	names := make(map[uint64]string, len(d.members))
+	for _, m := range d.members {
 		addrs[m.ID], names[m.ID] = m.Addr, m.Name
 	}
 	b, err := broker.OpenReplicated(bcfg, replica.Config{
-		ID:            id,
-		ClusterID:     clusterID(peers),
+		ID:            d.id,
+		ClusterID:     d.cluster,
 		Peers:         addrs,
 		Names:         names,
-		Join:          join,
+		Join:          d.join,
 		Log:           rlog,
 		TickInterval:  cfg.HeartbeatInterval,
 		HeartbeatTick: 1,

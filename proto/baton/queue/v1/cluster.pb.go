@@ -56,7 +56,11 @@ type Member struct {
 	// the operations (log frames) its store has made durable since the
 	// member started, from 0 at each start (a new term), so (term,
 	// applied_index) only grows.
-	AppliedIndex  uint64 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex" json:"applied_index,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex" json:"applied_index,omitempty"`
+	// It receives the log but does not vote nor count towards a majority: a
+	// member MemberAdd added that has not started and joined yet. Always
+	// false with one member.
+	Learner       bool `protobuf:"varint,7,opt,name=learner" json:"learner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -131,6 +135,13 @@ func (x *Member) GetAppliedIndex() uint64 {
 		return x.AppliedIndex
 	}
 	return 0
+}
+
+func (x *Member) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
 }
 
 // MemberListRequest asks for every member.
@@ -541,7 +552,7 @@ var File_baton_queue_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_baton_queue_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1cbaton/queue/v1/cluster.proto\x12\x0ebaton.queue.v1\"\xab\x01\n" +
+	"\x1cbaton/queue/v1/cluster.proto\x12\x0ebaton.queue.v1\"\xc5\x01\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x1f\n" +
@@ -549,7 +560,8 @@ const file_baton_queue_v1_cluster_proto_rawDesc = "" +
 	"clientAddr\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\bR\x06leader\x12\x12\n" +
 	"\x04term\x18\x05 \x01(\x04R\x04term\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"\x13\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12\x18\n" +
+	"\alearner\x18\a \x01(\bR\alearner\"\x13\n" +
 	"\x11MemberListRequest\"F\n" +
 	"\x12MemberListResponse\x120\n" +
 	"\amembers\x18\x01 \x03(\v2\x16.baton.queue.v1.MemberR\amembers\"d\n" +

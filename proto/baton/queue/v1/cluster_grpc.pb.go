@@ -42,13 +42,18 @@ type ClusterServiceClient interface {
 	// included. A queue of one member lists that member, the leader.
 	MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
 	// MemberAdd makes a new member part of the queue, to be started with
-	// --name set to the request's name. A queue of one member refuses it with
+	// --name set to the request's name. It is a learner (it is sent the log,
+	// does not vote, counts towards no majority) until it starts on an empty
+	// data directory and joins as a voter. A name or peer address a member
+	// has is ALREADY_EXISTS. A queue of one member refuses it with
 	// FAILED_PRECONDITION (reason NOT_REPLICATED) and changes nothing: a
 	// member started without --initial-cluster has no peers to replicate to.
 	MemberAdd(ctx context.Context, in *MemberAddRequest, opts ...grpc.CallOption) (*MemberAddResponse, error)
-	// MemberRemove takes a member out of the queue. A queue of one member
-	// refuses it with FAILED_PRECONDITION (reason NOT_REPLICATED) and changes
-	// nothing.
+	// MemberRemove takes a member out of the queue. A name no member has is
+	// NOT_FOUND; the leader's own name, and the only voter, are
+	// FAILED_PRECONDITION (stop the leader: another takes over and can remove
+	// it). A queue of one member refuses it with FAILED_PRECONDITION (reason
+	// NOT_REPLICATED) and changes nothing.
 	MemberRemove(ctx context.Context, in *MemberRemoveRequest, opts ...grpc.CallOption) (*MemberRemoveResponse, error)
 	// Status describes the member that answers, as it sees the queue.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
@@ -113,13 +118,18 @@ type ClusterServiceServer interface {
 	// included. A queue of one member lists that member, the leader.
 	MemberList(context.Context, *MemberListRequest) (*MemberListResponse, error)
 	// MemberAdd makes a new member part of the queue, to be started with
-	// --name set to the request's name. A queue of one member refuses it with
+	// --name set to the request's name. It is a learner (it is sent the log,
+	// does not vote, counts towards no majority) until it starts on an empty
+	// data directory and joins as a voter. A name or peer address a member
+	// has is ALREADY_EXISTS. A queue of one member refuses it with
 	// FAILED_PRECONDITION (reason NOT_REPLICATED) and changes nothing: a
 	// member started without --initial-cluster has no peers to replicate to.
 	MemberAdd(context.Context, *MemberAddRequest) (*MemberAddResponse, error)
-	// MemberRemove takes a member out of the queue. A queue of one member
-	// refuses it with FAILED_PRECONDITION (reason NOT_REPLICATED) and changes
-	// nothing.
+	// MemberRemove takes a member out of the queue. A name no member has is
+	// NOT_FOUND; the leader's own name, and the only voter, are
+	// FAILED_PRECONDITION (stop the leader: another takes over and can remove
+	// it). A queue of one member refuses it with FAILED_PRECONDITION (reason
+	// NOT_REPLICATED) and changes nothing.
 	MemberRemove(context.Context, *MemberRemoveRequest) (*MemberRemoveResponse, error)
 	// Status describes the member that answers, as it sees the queue.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)

@@ -30,7 +30,9 @@ const (
 // rejoin, its queue.
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// As SendRequest's.
+	// As SendRequest's, from the asking member's --initial-cluster. A member
+	// that MemberAdd added sends another one (its --initial-cluster names it);
+	// it is answered only if its name and peer address are a member's.
 	ClusterId uint64 `protobuf:"varint,1,opt,name=cluster_id,json=clusterId" json:"cluster_id,omitempty"`
 	// The asking member's --name and --peer-addr (as --initial-cluster gives
 	// it).
@@ -111,8 +113,13 @@ type JoinResponse struct {
 	// The peer address of the leader the asked member knows, empty for none.
 	LeaderAddr string `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr" json:"leader_addr,omitempty"`
 	// After a rejoin: the new Raft id, and every member with its id.
-	Id            uint64        `protobuf:"varint,3,opt,name=id" json:"id,omitempty"`
-	Members       []*JoinMember `protobuf:"bytes,4,rep,name=members" json:"members,omitempty"`
+	Id      uint64        `protobuf:"varint,3,opt,name=id" json:"id,omitempty"`
+	Members []*JoinMember `protobuf:"bytes,4,rep,name=members" json:"members,omitempty"`
+	// The asked member's cluster id. A member that MemberAdd added was started
+	// with an --initial-cluster that names it, which is not the one the queue
+	// began with, so it learns the queue's id here (and may ask under another
+	// one only if its name and peer address are a member's).
+	ClusterId     uint64 `protobuf:"varint,5,opt,name=cluster_id,json=clusterId" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -173,6 +180,13 @@ func (x *JoinResponse) GetMembers() []*JoinMember {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *JoinResponse) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
 }
 
 // JoinMember is one member of the configuration.
@@ -489,13 +503,15 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\x12\x18\n" +
-	"\areplace\x18\x04 \x01(\bR\areplace\"\x97\x01\n" +
+	"\areplace\x18\x04 \x01(\bR\areplace\"\xb6\x01\n" +
 	"\fJoinResponse\x12 \n" +
 	"\vinitialized\x18\x01 \x01(\bR\vinitialized\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
 	"leaderAddr\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x124\n" +
-	"\amembers\x18\x04 \x03(\v2\x1a.baton.queue.v1.JoinMemberR\amembers\"M\n" +
+	"\amembers\x18\x04 \x03(\v2\x1a.baton.queue.v1.JoinMemberR\amembers\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x05 \x01(\x04R\tclusterId\"M\n" +
 	"\n" +
 	"JoinMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +

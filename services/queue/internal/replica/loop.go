@@ -200,6 +200,7 @@ func (n *Node) apply(e *raftpb.Entry) error {
 // that one member alone (bootstrap puts each address there), else Peers'.
 func (n *Node) applyConfChange(cc raftpb.ConfChangeV2, index uint64) {
 	n.confState, n.confIndex = *n.rn.ApplyConfChange(cc), index
+	n.noteLearners(n.confState)
 	adds := 0
 	for _, c := range cc.Changes {
 		if c.Type == raftpb.ConfChangeAddNode || c.Type == raftpb.ConfChangeAddLearnerNode {
@@ -414,6 +415,7 @@ func (n *Node) restore(snap *raftpb.Snapshot) error {
 	}
 	n.applied = snap.Metadata.Index
 	n.confState, n.confIndex = snap.Metadata.ConfState, snap.Metadata.Index
+	n.noteLearners(n.confState)
 	n.m.snapshotsRestored.Inc()
 	n.log.Info("restored a snapshot the leader sent", "index", snap.Metadata.Index, "bytes", len(snap.Data), "took", time.Since(start))
 	return nil

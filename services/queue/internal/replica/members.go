@@ -35,11 +35,36 @@ type Member struct {
 	ID   uint64
 	Name string
 	Addr string // its peer address
+	// Learner: it receives the log but does not vote, nor count towards a
+	// majority (AddMember's, until it starts and joins).
+	Learner bool
 }
 
-// ErrNotMember: Replace was asked for a name and address that are not a
-// member's.
-var ErrNotMember = errors.New("replica: no member has that name and address")
+// Errors of the membership changes.
+var (
+	// ErrNotMember: Replace was asked for a name and address that are
+	// not a member's, or RemoveMember for a name no member has.
+	ErrNotMember = errors.New("replica: no member has that name and address")
+	// ErrMemberExists: AddMember was asked for a name or a peer address a
+	// member already has.
+	ErrMemberExists = errors.New("replica: a member already has that name or address")
+	// ErrLastVoter: RemoveMember was asked to remove the only voter.
+	ErrLastVoter = errors.New("replica: the only voting member cannot be removed")
+	// ErrRemoveLeader: RemoveMember was asked to remove the leader itself.
+	ErrRemoveLeader = errors.New("replica: the leader does not remove itself")
+)
+
+// noteLearners records which members are learners, from the configuration
+// the loop just applied.
+func (n *Node) noteLearners(cs raftpb.ConfState) {
+	l := make(map[uint64]bool, len(cs.Learners))
+	for _, id := range cs.Learners {
+		l[id] = true
+	}
+	n.membersMu.Lock()
+	n.learners = l
+	n.membersMu.Unlock()
+}
 
 // Members returns the members of the configuration as this member knows
 // them, by id.
@@ -48,6 +73,7 @@ func (n *Node) Members() []Member {
 	defer n.membersMu.Unlock()
 	out := make([]Member, 0, len(n.members))
 	for _, m := range n.members {
+		m.Learner = n.learners[m.ID]
 		out = append(out, m)
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
@@ -192,6 +218,71 @@ func (n *Node) Replace(ctx context.Context, name, addr string) (uint64, []Member
 	}
 	n.log.Warn("a member rejoined under a new id", "name", name, "id", id, "addr", addr)
 	return id, n.Members(), nil
+}
+
+// AddMember makes name, reached by its peers at addr, a member of the
+// queue: on the leader, it adds a fresh Raft id for it as a learner, which
+// receives the log and does not vote, so a member added but not started
+// yet weighs on no majority. When the member starts, with an empty log, it
+// asks to join (Rejoin), and Replace makes it a voter under another fresh
+// id. It returns the new id and the members once the change is applied
+// here. A name or address a member already has is ErrMemberExists.
+func (n *Node) AddMember(ctx context.Context, name, addr string) (uint64, []Member, error) {
+	n.replaceMu.Lock()
+	defer n.replaceMu.Unlock()
+	for _, m := range n.Members() {
+		switch {
+		case m.Name == name:
+			return 0, nil, fmt.Errorf("%w: %s is a member, at %s", ErrMemberExists, name, m.Addr)
+		case m.Addr == addr:
+			return 0, nil, fmt.Errorf("%w: %s is %s's peer address", ErrMemberExists, addr, m.Name)
+		}
+	}
+	id, err := n.freshID()
+	if err != nil {
+		return 0, nil, err
+	}
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id}}, Context: []byte(name + "=" + addr)}
+	if err := n.changeConf(ctx, cc); err != nil {
+		return 0, nil, fmt.Errorf("add %s under id %d: %w", name, id, err)
+	}
+	n.log.Info("added a member, as a learner until it starts", "name", name, "id", id, "addr", addr)
+	return id, n.Members(), nil
+}
+
+// RemoveMember takes name out of the configuration, on the leader, and
+// returns the members that remain once the change is applied here. A name
+// no member has is ErrNotMember; the only voter is ErrLastVoter; the
+// leader's own name is ErrRemoveLeader (once it is stopped, another member
+// leads and can remove it).
+func (n *Node) RemoveMember(ctx context.Context, name string) ([]Member, error) {
+	n.replaceMu.Lock()
+	defer n.replaceMu.Unlock()
+	var target *Member
+	voters := 0
+	members := n.Members()
+	for i, m := range members {
+		if m.Name == name {
+			target = &members[i]
+		}
+		if !m.Learner {
+			voters++
+		}
+	}
+	switch {
+	case target == nil:
+		return nil, fmt.Errorf("%w: no member is named %s", ErrNotMember, name)
+	case target.ID == n.cfg.ID:
+		return nil, fmt.Errorf("%w: %s leads the queue", ErrRemoveLeader, name)
+	case !target.Learner && voters == 1:
+		return nil, fmt.Errorf("%w: %s", ErrLastVoter, name)
+	}
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: target.ID}}, Context: []byte(name)}
+	if err := n.changeConf(ctx, cc); err != nil {
+		return nil, fmt.Errorf("remove %s (id %d): %w", name, target.ID, err)
+	}
+	n.log.Warn("removed a member", "name", name, "id", target.ID)
+	return n.Members(), nil
 }
 
 // freshID is a random Raft id no member has.

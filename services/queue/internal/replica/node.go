@@ -214,6 +214,7 @@ type Node struct {
 
 	membersMu sync.Mutex
 	members   map[uint64]Member // members.go
+	learners  map[uint64]bool   // the configuration's learners, by id (members.go)
 	replaceMu sync.Mutex        // one Replace at a time
 }
 
@@ -305,6 +306,7 @@ func New(cfg Config) (*Node, error) {
 		inflight:    map[uint64]*batch{},
 		confState:   cs,
 	}
+	n.noteLearners(cs)
 	for id, addr := range cfg.Peers {
 		n.members[id] = Member{ID: id, Name: cfg.Names[id], Addr: addr}
 	}

@@ -16,9 +16,18 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// join is the transport's Join (the node's side of RaftService.Join).
+// join is the transport's Join (the node's side of RaftService.Join). A
+// request of another cluster id is refused unless its name and address
+// are a member's: a member MemberAdd added was started with an
+// --initial-cluster that names it, so its id is not the queue's, which
+// the answer tells it.
 func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.JoinResponse, error) {
-	resp := &queuev1.JoinResponse{Initialized: n.Initialized()}
+	if req.GetClusterId() != n.cfg.ClusterID && !n.isMember(req.GetName(), req.GetPeerAddr()) {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"replica: a join of cluster %d reached member %d of cluster %d, where no member is %s at %s (add it with MemberAdd first)",
+			req.GetClusterId(), n.cfg.ID, n.cfg.ClusterID, req.GetName(), req.GetPeerAddr())
+	}
+	resp := &queuev1.JoinResponse{Initialized: n.Initialized(), ClusterId: n.cfg.ClusterID}
 	st := n.Status()
 	if st.Leader != 0 {
 		n.membersMu.Lock()
@@ -40,6 +49,16 @@ func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.Joi
 		resp.Members = append(resp.Members, &queuev1.JoinMember{Id: m.ID, Name: m.Name, PeerAddr: m.Addr})
 	}
 	return resp, nil
+}
+
+// isMember reports whether name at addr is in the configuration.
+func (n *Node) isMember(name, addr string) bool {
+	for _, m := range n.Members() {
+		if m.Name == name && m.Addr == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // JoinConfig is what a member with an empty log needs to find out whether
@@ -67,6 +86,9 @@ type Decision struct {
 	Bootstrap bool
 	ID        uint64
 	Members   []Member
+	// ClusterID is the queue's: JoinConfig's when it bootstraps, the
+	// leader's when it joins (they differ for a member MemberAdd added).
+	ClusterID uint64
 }
 
 // Rejoin decides how a member whose log is empty starts, asking the other
@@ -164,7 +186,10 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 				if resp.GetId() == 0 {
 					continue // leadership moved
 				}
-				d := Decision{ID: resp.GetId()}
+				d := Decision{ID: resp.GetId(), ClusterID: resp.GetClusterId()}
+				if d.ClusterID == 0 {
+					d.ClusterID = cfg.ClusterID // a leader of a version that did not say
+				}
 				for _, m := range resp.GetMembers() {
 					d.Members = append(d.Members, Member{ID: m.GetId(), Name: m.GetName(), Addr: m.GetPeerAddr()})
 				}
@@ -173,7 +198,7 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 			}
 		case 2*empty > members:
 			log.Info("this member's log is empty, and so are a majority's: the queue is new", "empty", empty, "members", members)
-			return Decision{Bootstrap: true}, nil
+			return Decision{Bootstrap: true, ClusterID: cfg.ClusterID}, nil
 		}
 		if round%50 == 0 {
 			level := slog.LevelInfo

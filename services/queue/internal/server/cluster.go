@@ -1,9 +1,9 @@
 package server
 
-// ClusterService on a queue of one member: baton-queue without
-// --initial-cluster, today's only kind. The answers mean what cluster.proto
-// says they will with three members, so that batonctl, dashboards and
-// scripts written now keep working when replication lands:
+// ClusterService. On a queue of one member (baton-queue without
+// --initial-cluster) the answers mean what cluster.proto says they do with
+// three members, so that batonctl, dashboards and scripts work with
+// either:
 //
 //   - the member is the leader of its own term, the store's epoch, which
 //     already does what a term will: it rises at every start and fences
@@ -14,15 +14,23 @@ package server
 //   - membership cannot change: MemberAdd and MemberRemove check their
 //     arguments as they will, then refuse with FAILED_PRECONDITION and
 //     change nothing.
+//
+// On a replicated queue the members are the node's configuration;
+// MemberAdd and MemberRemove change it on the leader (replica.Node's
+// AddMember and RemoveMember), and a follower hands them to the leader's
+// peer listener as it hands on QueueService calls (forward.go).
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	limits "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
+	"github.com/batonrun/baton/services/queue/internal/replica"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -38,6 +46,9 @@ type Self struct {
 	// (--initial-cluster), this one included; nil for a single member.
 	// The members now are the node's (replica.Node.Members).
 	Peers []Peer
+	// Leader returns the ClusterService of the leader's peer listener, nil
+	// while this member leads or knows no leader, or for a single member.
+	Leader func() queuev1.ClusterServiceClient
 }
 
 // Peer is a member of a replicated queue as --initial-cluster names it.
@@ -107,21 +118,10 @@ func (c *cluster) Status(context.Context, *queuev1.StatusRequest) (*queuev1.Stat
 // and applied index (another member's it does not know, so they are 0;
 // nor their client addresses, which they do not tell each other yet).
 func (c *cluster) replicated() []*queuev1.Member {
-	node := c.b.Member()
-	st := node.Status()
-	members := node.Members()
-	out := make([]*queuev1.Member, 0, len(members))
-	for _, p := range members {
-		m := &queuev1.Member{Name: p.Name, PeerAddr: p.Addr, Leader: p.ID == st.Leader}
-		if p.Name == c.self.Name {
-			m.ClientAddr, m.Term, m.AppliedIndex = c.self.ClientAddr(), st.Term, st.Applied
-		}
-		out = append(out, m)
-	}
-	return out
+	return c.described(c.b.Member().Members())
 }
 
-func (c *cluster) MemberAdd(_ context.Context, req *queuev1.MemberAddRequest) (*queuev1.MemberAddResponse, error) {
+func (c *cluster) MemberAdd(ctx context.Context, req *queuev1.MemberAddRequest) (*queuev1.MemberAddResponse, error) {
 	if err := limits.CheckMemberName("name", req.GetName()); err != nil {
 		return nil, invalid(err)
 	}
@@ -133,21 +133,88 @@ func (c *cluster) MemberAdd(_ context.Context, req *queuev1.MemberAddRequest) (*
 			return nil, invalid(err)
 		}
 	}
-	return nil, c.alone("member %q was not added", req.GetName())
+	node := c.b.Member()
+	if node == nil {
+		return nil, c.alone("member %q was not added", req.GetName())
+	}
+	if l, fctx := c.forward(ctx); l != nil {
+		return l.MemberAdd(fctx, req)
+	}
+	_, members, err := node.AddMember(ctx, req.GetName(), req.GetPeerAddr())
+	if err != nil {
+		return nil, membershipStatus(err, "member %q was not added", req.GetName())
+	}
+	return &queuev1.MemberAddResponse{Members: c.described(members)}, nil
 }
 
-func (c *cluster) MemberRemove(_ context.Context, req *queuev1.MemberRemoveRequest) (*queuev1.MemberRemoveResponse, error) {
+func (c *cluster) MemberRemove(ctx context.Context, req *queuev1.MemberRemoveRequest) (*queuev1.MemberRemoveResponse, error) {
 	if err := limits.CheckMemberName("name", req.GetName()); err != nil {
 		return nil, invalid(err)
 	}
-	return nil, c.alone("member %q was not removed", req.GetName())
+	node := c.b.Member()
+	if node == nil {
+		return nil, c.alone("member %q was not removed", req.GetName())
+	}
+	if l, fctx := c.forward(ctx); l != nil {
+		return l.MemberRemove(fctx, req)
+	}
+	members, err := node.RemoveMember(ctx, req.GetName())
+	if err != nil {
+		return nil, membershipStatus(err, "member %q was not removed", req.GetName())
+	}
+	return &queuev1.MemberRemoveResponse{Members: c.described(members)}, nil
 }
 
-// alone is the refusal of a membership change: what was not done, and why.
-func (c *cluster) alone(format, name string) error {
-	if c.b.Member() != nil {
-		return status.Errorf(codes.Unimplemented, format+": changing a replicated queue's members is not built yet; its members are --initial-cluster's; nothing changed", name)
+// forward returns the leader's ClusterService and the context to call it
+// with when this member should hand a change on, nil when it answers
+// itself: it leads, knows no leader (the node then refuses NOT_LEADER),
+// or the call was handed on already.
+func (c *cluster) forward(ctx context.Context) (queuev1.ClusterServiceClient, context.Context) {
+	if c.self.Leader == nil || forwarded(ctx) {
+		return nil, nil
 	}
+	l := c.self.Leader()
+	if l == nil {
+		return nil, nil
+	}
+	return l, metadata.NewOutgoingContext(ctx, metadata.Pairs(mdForwarded, "1"))
+}
+
+// described lists members as replicated says.
+func (c *cluster) described(members []replica.Member) []*queuev1.Member {
+	st := c.b.Member().Status()
+	out := make([]*queuev1.Member, 0, len(members))
+	for _, p := range members {
+		m := &queuev1.Member{Name: p.Name, PeerAddr: p.Addr, Leader: p.ID == st.Leader, Learner: p.Learner}
+		if p.Name == c.self.Name {
+			m.ClientAddr, m.Term, m.AppliedIndex = c.self.ClientAddr(), st.Term, st.Applied
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// membershipStatus translates a refused membership change; what says
+// what was not done.
+func membershipStatus(err error, what, name string) error {
+	var nl *replica.NotLeaderError
+	prefix := fmt.Sprintf(what, name)
+	switch {
+	case errors.Is(err, replica.ErrMemberExists):
+		return status.Errorf(codes.AlreadyExists, "%s: %v; nothing changed", prefix, err)
+	case errors.Is(err, replica.ErrNotMember):
+		return status.Errorf(codes.NotFound, "%s: %v; nothing changed", prefix, err)
+	case errors.Is(err, replica.ErrLastVoter), errors.Is(err, replica.ErrRemoveLeader):
+		return status.Errorf(codes.FailedPrecondition, "%s: %v; nothing changed (stop the leader: another member takes over within an election timeout and can remove it)", prefix, err)
+	case errors.As(err, &nl):
+		return limits.Refusal(codes.Unavailable, limits.ReasonNotLeader, fmt.Sprintf("%s: this member does not lead the queue now: nothing changed; retry on any member: %v", prefix, err))
+	}
+	return toStatus(err)
+}
+
+// alone is the refusal of a membership change on a queue of one member:
+// what was not done, and why.
+func (c *cluster) alone(format, name string) error {
 	return limits.Refusal(codes.FailedPrecondition, limits.ReasonNotReplicated,
 		fmt.Sprintf(format+": this queue is one member, %q, started without --initial-cluster, and membership changes need a replicated queue; nothing changed",
 			name, c.self.Name))

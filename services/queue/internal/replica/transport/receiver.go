@@ -122,12 +122,9 @@ func (r *receiver) check(req *queuev1.SendRequest) (label, reason string, err er
 	return "", "", nil
 }
 
-// Join checks the cluster id and hands the request to Config.Join.
+// Join hands the request to Config.Join, which checks its cluster id.
 func (r *receiver) Join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.JoinResponse, error) {
 	t := r.t
-	if req.GetClusterId() != t.cfg.ClusterID {
-		return nil, status.Errorf(codes.FailedPrecondition, "transport: a join of cluster %d reached member %d of cluster %d", req.GetClusterId(), t.cfg.ID, t.cfg.ClusterID)
-	}
 	if t.cfg.Join == nil {
 		return nil, status.Error(codes.Unimplemented, "transport: this member takes no joins")
 	}

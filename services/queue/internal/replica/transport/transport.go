@@ -73,9 +73,11 @@ type Config struct {
 	// snapshot was dropped waits for the follower to answer before it
 	// tries again. Called as ReportUnreachable is.
 	ReportSnapshot func(id uint64, status raft.SnapshotStatus)
-	// Join, if set, answers RaftService.Join once the request's cluster id
-	// is checked (the node's: membership is not the transport's). Nil
-	// answers UNIMPLEMENTED.
+	// Join, if set, answers RaftService.Join, and checks its cluster id
+	// itself: a member joining under another --initial-cluster than the
+	// queue began with (one MemberAdd added) does not know the queue's id
+	// yet, and whether it may ask is a question of membership, which is
+	// the node's, not the transport's. Nil answers UNIMPLEMENTED.
 	Join func(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.JoinResponse, error)
 	// Logger receives stream failures and refusals; nil discards.
 	Logger *slog.Logger
