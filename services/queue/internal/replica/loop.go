@@ -88,9 +88,21 @@ func (n *Node) step(m raftpb.Message) {
 	}
 }
 
-// ready handles one Ready in order: save, send, apply, Advance.
+// ready handles one Ready in order: save, send, apply, Advance; a leader
+// sends first, so that its own fdatasync runs while the followers write
+// theirs (Raft thesis 10.2.1, as etcd's server does). That is safe for a
+// leader: raft counts its own entries towards a commit only once they are
+// saved (the self-acknowledgement raft delivers after this Save, at
+// Advance), and a leader's Ready changes no vote; the messages of the
+// same Ready may be sent while its entries are being written (raft's
+// doc.go). A follower saves first: its acknowledgements and votes must
+// not go out before what they acknowledge is on its disk.
 func (n *Node) ready() error {
 	rd := n.rn.Ready()
+	sendFirst := raft.IsEmptySnap(rd.Snapshot) && n.rn.BasicStatus().RaftState == raft.StateLeader
+	if sendFirst {
+		n.tr.Send(rd.Messages)
+	}
 	if err := n.save(rd); err != nil {
 		return err
 	}
@@ -108,7 +120,9 @@ func (n *Node) ready() error {
 			}
 		}
 	}
-	n.tr.Send(rd.Messages)
+	if !sendFirst {
+		n.tr.Send(rd.Messages)
+	}
 	for i := range rd.CommittedEntries {
 		if err := n.apply(&rd.CommittedEntries[i]); err != nil {
 			return err
