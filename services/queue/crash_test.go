@@ -54,10 +54,13 @@ type proc struct {
 	dir, logDir        string
 	grpcAddr, httpAddr string
 	args               []string
-	n                  int // starts so far
-	cmd                *exec.Cmd
-	exited             chan struct{}
-	waitErr            error
+	// gid, if set, is the group the process runs as (its uid stays the
+	// test's): the partition test tells the members' sockets apart by it.
+	gid     uint32
+	n       int // starts so far
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error
 }
 
 func freePort(t *testing.T) string {
@@ -104,6 +107,9 @@ func (p *proc) start() {
 	args := append([]string{"--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr, "--data-dir", p.dir, "--log-level", "warn"}, p.args...)
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if p.gid != 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(os.Getuid()), Gid: p.gid, NoSetGroups: true}}
+	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		p.t.Fatalf("start baton-queue: %v", err)

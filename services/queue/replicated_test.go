@@ -37,6 +37,12 @@ type replicated struct {
 }
 
 func newReplicated(t *testing.T, extra ...string) *replicated {
+	return newReplicatedWith(t, nil, extra...)
+}
+
+// newReplicatedWith is newReplicated with each member's proc passed to
+// prepare, if set, before it starts.
+func newReplicatedWith(t *testing.T, prepare func(i int, p *proc), extra ...string) *replicated {
 	r := &replicated{t: t}
 	peers := make([]string, 3)
 	var cluster []string
@@ -49,6 +55,9 @@ func newReplicated(t *testing.T, extra ...string) *replicated {
 		args := []string{"--name", fmt.Sprintf("m%d", i+1), "--peer-addr", peers[i], "--initial-cluster", strings.Join(cluster, ","),
 			"--heartbeat-interval", "50ms", "--election-timeout", "500ms"}
 		p := newProc(t, append(args, extra...)...)
+		if prepare != nil {
+			prepare(i, p)
+		}
 		p.start()
 		r.procs = append(r.procs, p)
 		if slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--tls") }) {
