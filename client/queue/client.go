@@ -47,8 +47,9 @@ func batches(n int, size func(i int) int, f func(start, end int) error) error {
 
 // Client calls one queue service. It is safe for concurrent use.
 type Client struct {
-	conn  *grpc.ClientConn // nil when built with New
-	cc    grpc.ClientConnInterface
+	conn    interface{ Close() error } // what Dial opened; nil when built with New
+	members *dial.Members              // Dial's, for a list of addresses
+	cc      grpc.ClientConnInterface
 	rpc   queuev1.QueueServiceClient
 	retry Backoff
 	tls   *tlsfiles.Source // Dial's
@@ -79,19 +80,35 @@ func WithBackoff(b Backoff) Option { return func(c *Client) { c.retry = b } }
 func WithTLS(src *tlsfiles.Source) Option { return func(c *Client) { c.tls = src } }
 
 // Dial connects to the queue at addr: host:port, or a comma-separated
-// list of members to fail over between. It dials plaintext gRPC unless
-// WithTLS is given.
+// list of members to fail over between. With a list, calls go to one
+// member at a time, the first at the start, and each retry of a call
+// refused UNAVAILABLE (the member is down, or cannot serve: it knows no
+// leader, or cannot reach the one it knows) goes to the next member. It
+// dials plaintext gRPC unless WithTLS is given.
 func Dial(addr string, opts ...Option) (*Client, error) {
 	var o Client
 	for _, opt := range opts {
 		opt(&o)
 	}
-	conn, err := dial.Conn("queue", addr, dial.Options{TLS: o.tls})
+	addrs, err := dial.Addrs(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial queue: %w", err)
+	}
+	if len(addrs) == 1 {
+		conn, err := dial.Conn("queue", addr, dial.Options{TLS: o.tls})
+		if err != nil {
+			return nil, err
+		}
+		c := New(conn, opts...)
+		c.conn = conn
+		return c, nil
+	}
+	m, err := dial.MemberConns("queue", addr, dial.Options{TLS: o.tls})
 	if err != nil {
 		return nil, err
 	}
-	c := New(conn, opts...)
-	c.conn = conn
+	c := New(m, opts...)
+	c.conn, c.members = m, m
 	return c, nil
 }
 
@@ -139,7 +156,14 @@ func call[T any](ctx context.Context, c *Client, f func(context.Context) (T, err
 		maxWait = 2 * time.Second
 	}
 	for attempt := 1; ; attempt++ {
+		var at uint32
+		if c.members != nil {
+			at = c.members.Current()
+		}
 		v, err := f(ctx)
+		if c.members != nil && status.Code(err) == codes.Unavailable {
+			c.members.Next(at) // the retry, or the next call, goes to another member
+		}
 		if err == nil || status.Code(err) != codes.Unavailable || (c.retry.Attempts > 0 && attempt >= c.retry.Attempts) {
 			return v, typed(err)
 		}

@@ -89,18 +89,17 @@ func TestReplicatedPartitionedLeader(t *testing.T) {
 	defer cancel()
 	r := newReplicatedWith(t, func(i int, p *proc) { p.gid = partitionGID + uint32(i) })
 	old := r.leader(ctx)
-	// The load's client dials the two members that stay in the majority:
-	// the Go client moves to another address only when a connection
-	// fails, and the cut-off member's client port keeps answering (with
-	// refusals), so a client whose first address it is would stay there
-	// until the cut heals.
-	var survivors []string
+	// The load's client dials every member, the one to be cut off first:
+	// its client port keeps answering, with refusals, so the client must
+	// move its retries to another member, not merely when a connection
+	// fails.
+	addrs := []string{r.procs[old].grpcAddr}
 	for i, p := range r.procs {
 		if i != old {
-			survivors = append(survivors, p.grpcAddr)
+			addrs = append(addrs, p.grpcAddr)
 		}
 	}
-	c, err := queueclient.Dial(strings.Join(survivors, ","), queueclient.WithBackoff(queueclient.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}))
+	c, err := queueclient.Dial(strings.Join(addrs, ","), queueclient.WithBackoff(queueclient.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,8 +175,13 @@ func TestReplicatedPartitionedLeader(t *testing.T) {
 		}
 	}
 
-	before := count()
-	for count() < before+50 && ctx.Err() == nil {
+	// The client, first pointed at the cut-off member, adds through the
+	// majority.
+	before, until := count(), time.Now().Add(20*time.Second)
+	for count() < before+50 {
+		if time.Now().After(until) {
+			t.Fatalf("%d Adds acknowledged in the 20 s after the election, want 50: the client stays on the cut-off member", count()-before)
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 

@@ -5,9 +5,12 @@
 package dial
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 
 	"github.com/batonrun/baton/client/tlsfiles"
 	"google.golang.org/grpc"
@@ -94,4 +97,68 @@ func Conn(what, addr string, o Options) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("dial %s %s: %w", what, addr, err)
 	}
 	return conn, nil
+}
+
+// Members is one connection to each member of a replicated service, of
+// which calls use one at a time, the current one, until the caller moves
+// them on (Next). gRPC's pick_first over the list moves only when a
+// connection fails; a member whose port answers but cannot serve (it is
+// cut off from its peers and knows no leader, or cannot reach the one it
+// knows) would keep a client's every retry. The clients' retry of
+// UNAVAILABLE calls Next, so each retry goes to another member.
+type Members struct {
+	conns []*grpc.ClientConn
+	cur   atomic.Uint32
+}
+
+var _ grpc.ClientConnInterface = (*Members)(nil)
+
+// MemberConns opens a connection (Conn) to each address of the
+// comma-separated list addr; the first is current.
+func MemberConns(what, addr string, o Options) (*Members, error) {
+	addrs, err := Addrs(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", what, err)
+	}
+	m := &Members{}
+	for _, a := range addrs {
+		c, err := Conn(what, a, o)
+		if err != nil {
+			m.Close()
+			return nil, err
+		}
+		m.conns = append(m.conns, c)
+	}
+	return m, nil
+}
+
+// Current is the index of the connection calls use now, for Next.
+func (m *Members) Current() uint32 { return m.cur.Load() }
+
+// Next moves calls to the member after from, unless another caller moved
+// them on since from was current: a refusal seen by many concurrent calls
+// moves them once.
+func (m *Members) Next(from uint32) {
+	m.cur.CompareAndSwap(from, (from+1)%uint32(len(m.conns)))
+}
+
+func (m *Members) conn() *grpc.ClientConn { return m.conns[m.cur.Load()%uint32(len(m.conns))] }
+
+// Invoke implements grpc.ClientConnInterface on the current connection.
+func (m *Members) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return m.conn().Invoke(ctx, method, args, reply, opts...)
+}
+
+// NewStream implements grpc.ClientConnInterface on the current connection.
+func (m *Members) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return m.conn().NewStream(ctx, desc, method, opts...)
+}
+
+// Close closes every connection.
+func (m *Members) Close() error {
+	var errs []error
+	for _, c := range m.conns {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
 }

@@ -91,6 +91,48 @@ func TestConnFailsOverToTheNextAddress(t *testing.T) {
 	}
 }
 
+// TestMembersMoveOnWhenTold: calls stay on the current member, even one
+// whose answers are refusals, until Next moves them; Next from a stale
+// index (another caller moved them already) does nothing, and the last
+// member wraps to the first.
+func TestMembersMoveOnWhenTold(t *testing.T) {
+	refusing, _ := serveHealth(t)
+	other, _ := serveHealth(t)
+	m, err := MemberConns("queue", refusing+","+other+","+deadAddr(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	check := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := healthpb.NewHealthClient(m).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := check(); err != nil || m.Current() != 0 {
+		t.Fatalf("first call: %v on member %d", err, m.Current())
+	}
+	m.Next(0)
+	m.Next(0) // stale: moved already
+	if m.Current() != 1 {
+		t.Fatalf("after Next(0) twice: member %d, want 1", m.Current())
+	}
+	if err := check(); err != nil {
+		t.Fatalf("on the second member: %v", err)
+	}
+	m.Next(1)
+	if err := check(); err == nil {
+		t.Fatal("a call on the dead third member succeeded")
+	}
+	m.Next(2)
+	if m.Current() != 0 {
+		t.Fatalf("after the last member: %d, want 0", m.Current())
+	}
+	if _, err := MemberConns("queue", "a:1,nohost", Options{}); err == nil {
+		t.Error("MemberConns accepted a bad address")
+	}
+}
+
 func TestConnOneAddressFailsWhenItIsDown(t *testing.T) {
 	conn, err := Conn("queue", deadAddr(t), Options{})
 	if err != nil {
