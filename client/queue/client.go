@@ -50,9 +50,9 @@ type Client struct {
 	conn    interface{ Close() error } // what Dial opened; nil when built with New
 	members *dial.Members              // Dial's, for a list of addresses
 	cc      grpc.ClientConnInterface
-	rpc   queuev1.QueueServiceClient
-	retry Backoff
-	tls   *tlsfiles.Source // Dial's
+	rpc     queuev1.QueueServiceClient
+	retry   Backoff
+	tls     *tlsfiles.Source // Dial's
 }
 
 // Backoff configures retries of calls refused with codes.Unavailable.
