@@ -427,17 +427,8 @@ func TestReplicatedTwoOfThreeKilled(t *testing.T) {
 	defer cancel()
 	r := newReplicated(t)
 	c := r.client()
-	var added []string
-	add := func(within time.Duration) {
-		t.Helper()
-		k := fmt.Sprintf("k%05d", len(added))
-		actx, acancel := context.WithTimeout(ctx, within)
-		defer acancel()
-		if _, err := c.Add(actx, "q", []string{k}, queueclient.AddOptions{}); err != nil {
-			t.Fatalf("Add %s within %v: %v", k, within, err)
-		}
-		added = append(added, k)
-	}
+	a := &adds{t: t, ctx: ctx, c: c}
+	add := a.add
 	for round := range 3 {
 		lead := r.leader(ctx)
 		other := (lead + 1 + round%2) % 3
@@ -455,10 +446,37 @@ func TestReplicatedTwoOfThreeKilled(t *testing.T) {
 			add(10 * time.Second)
 		}
 	}
-	offered := offeredBy(t, ctx, c)
-	for _, k := range added {
+	a.offered("after the kills")
+}
+
+// adds adds one key at a time through c, each within a bound, and keeps
+// those acknowledged.
+type adds struct {
+	t     *testing.T
+	ctx   context.Context
+	c     *queueclient.Client
+	added []string
+}
+
+// add adds the next key; a failure within the bound fails the test.
+func (a *adds) add(within time.Duration) {
+	a.t.Helper()
+	k := fmt.Sprintf("k%05d", len(a.added))
+	actx, cancel := context.WithTimeout(a.ctx, within)
+	defer cancel()
+	if _, err := a.c.Add(actx, "q", []string{k}, queueclient.AddOptions{}); err != nil {
+		a.t.Fatalf("Add %s within %v: %v", k, within, err)
+	}
+	a.added = append(a.added, k)
+}
+
+// offered checks that every acknowledged key is offered by the queue.
+func (a *adds) offered(when string) {
+	a.t.Helper()
+	offered := offeredBy(a.t, a.ctx, a.c)
+	for _, k := range a.added {
 		if !offered[k] {
-			t.Errorf("%s: acknowledged, not offered after the kills", k)
+			a.t.Errorf("%s: acknowledged, not offered %s", k, when)
 		}
 	}
 }
@@ -645,17 +663,8 @@ func TestReplicatedMemberAddAndRemove(t *testing.T) {
 	defer cancel()
 	r := newReplicated(t)
 	c := r.client()
-	var added []string
-	add := func(within time.Duration) {
-		t.Helper()
-		k := fmt.Sprintf("k%05d", len(added))
-		actx, acancel := context.WithTimeout(ctx, within)
-		defer acancel()
-		if _, err := c.Add(actx, "q", []string{k}, queueclient.AddOptions{}); err != nil {
-			t.Fatalf("Add %s within %v: %v", k, within, err)
-		}
-		added = append(added, k)
-	}
+	a := &adds{t: t, ctx: ctx, c: c}
+	add := a.add
 	for range 20 {
 		add(10 * time.Second)
 	}
@@ -750,10 +759,5 @@ func TestReplicatedMemberAddAndRemove(t *testing.T) {
 	for range 20 {
 		add(10 * time.Second)
 	}
-	offered := offeredBy(t, ctx, c)
-	for _, k := range added {
-		if !offered[k] {
-			t.Errorf("%s: acknowledged, not offered", k)
-		}
-	}
+	a.offered("")
 }

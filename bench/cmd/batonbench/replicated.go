@@ -95,29 +95,13 @@ func (b *bench) openReplicated(ctx context.Context, name string, leaseFor time.D
 func (b *bench) replicated(ctx context.Context) error {
 	for _, name := range replicatedContenders {
 		for _, sh := range cycleShapes {
-			w := wSideCycle(sh[0], sh[1])
 			if err := func() error {
 				q, _, closeQ, err := b.openReplicated(ctx, name, time.Minute)
 				if err != nil {
 					return err
 				}
 				defer closeQ()
-				done := b.step(name + ": " + w)
-				r, err := peers.Cycle(ctx, q, "cyc", sh[0], sh[1], b.cfg.dur)
-				if err != nil && (name == batonR3 || ctx.Err() != nil) {
-					return fmt.Errorf("%s: %w", w, err)
-				}
-				done()
-				if err != nil {
-					fmt.Fprintf(b.log, "batonbench: %s: %s stopped by an error: %v\n", name, w, err)
-					b.record(name, w, "stopped by an error", 1, "count")
-				}
-				b.record(name, w, mRate, r.Rate(), "keys/s")
-				if r.P50 > 0 {
-					b.record(name, w, "round p50", r.P50, "ms")
-					b.record(name, w, "round p99", r.P99, "ms")
-				}
-				return nil
+				return b.sideCycle(ctx, name, q, sh, name == batonR3)
 			}(); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
