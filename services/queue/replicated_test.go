@@ -654,10 +654,12 @@ func grepLines(s, sub string) string {
 // TestReplicatedMemberAddAndRemove: MemberAdd, asked of a follower, adds a
 // fourth member as a learner; started with an --initial-cluster that names
 // it (so another cluster id than the queue's), it joins as a voter, and
-// commits count on it: with one of the first three killed, three of four
-// is a majority only with it. MemberRemove then takes the killed member
-// out, and the queue of three commits with one of them down. The refusals
-// change nothing.
+// the four commit with one of the first three killed. MemberRemove then
+// takes the killed member out, and with one more of the first three
+// killed the leader and the new member alone commit: a majority of the
+// three only if the new member votes (with it a learner, the test fails).
+// Refusals: a name or address taken, a wildcard address, no such member,
+// the leader itself.
 func TestReplicatedMemberAddAndRemove(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
