@@ -356,13 +356,8 @@ func (b *bench) bestCycle(name string, batch int) (float64, bool) {
 
 // sideTargets judges the side-by-side targets.
 func (b *bench) sideTargets() []report.Target {
-	var ts []report.Target
-	add := func(t report.Target, ok ...bool) {
-		for _, o := range ok {
-			t.Missing = t.Missing || !o
-		}
-		ts = append(ts, t)
-	}
+	var ts targetList
+	add := ts.add
 	bc, ok := b.bestCycle(batonQ, 1000)
 	for _, p := range []struct {
 		name   string

@@ -154,13 +154,8 @@ func (b *bench) failover(ctx context.Context, name string) error {
 
 // replicatedTargets judges issue 17's targets.
 func (b *bench) replicatedTargets() []report.Target {
-	var ts []report.Target
-	add := func(t report.Target, ok ...bool) {
-		for _, o := range ok {
-			t.Missing = t.Missing || !o
-		}
-		ts = append(ts, t)
-	}
+	var ts targetList
+	add := ts.add
 	r3, ok := b.bestCycle(batonR3, 1000)
 	one, ok1 := b.bestCycle(batonQ, 1000)
 	add(report.Target{Name: "baton-r3 cycle, batch 1000 (best of 1 and 64 callers) vs one member", Measured: r3, Limit: 0.5 * one, Unit: "keys/s", AtLeast: true,

@@ -503,18 +503,22 @@ func (b *bench) clientGoHeap(context.Context) error {
 	return nil
 }
 
+// targetList collects targets, each marked Missing unless every figure it
+// needs (ok) was measured.
+type targetList []report.Target
+
+func (l *targetList) add(t report.Target, ok ...bool) {
+	for _, o := range ok {
+		t.Missing = t.Missing || !o
+	}
+	*l = append(*l, t)
+}
+
 // targets judges the queue's targets as ratios of this run's figures.
 func (b *bench) targets() []report.Target {
 	get := func(c, w, m string) (float64, bool) { return b.set.Get(c, w, m) }
-	var ts []report.Target
-	add := func(t report.Target, ok ...bool) {
-		for _, o := range ok {
-			if !o {
-				t.Missing = true
-			}
-		}
-		ts = append(ts, t)
-	}
+	var ts targetList
+	add := ts.add
 
 	add1, ok1 := get(batonQ, wAdd1x64, mRate)
 	echo64, ok2 := get(ref, wEcho64, mRate)
