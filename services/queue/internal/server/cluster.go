@@ -30,7 +30,6 @@ import (
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/replica"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -177,7 +176,7 @@ func (c *cluster) forward(ctx context.Context) (queuev1.ClusterServiceClient, co
 	if l == nil {
 		return nil, nil
 	}
-	return l, metadata.NewOutgoingContext(ctx, metadata.Pairs(mdForwarded, "1"))
+	return l, handOn(ctx)
 }
 
 // described lists members as replicated says.

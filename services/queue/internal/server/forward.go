@@ -63,11 +63,17 @@ func (f *forwarding) to(ctx context.Context) (queuev1.QueueServiceClient, contex
 	if c == nil {
 		return nil, nil
 	}
+	return c, handOn(ctx)
+}
+
+// handOn is the context a call is handed to the leader with: marked
+// forwarded, with the caller's identity as its holder.
+func handOn(ctx context.Context) context.Context {
 	md := metadata.Pairs(mdForwarded, "1")
 	if h := holderOf(ctx); h != nil {
 		md.Set(mdHolder, *h)
 	}
-	return c, metadata.NewOutgoingContext(ctx, md)
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // forwarded reports whether the call was handed on by a member.
