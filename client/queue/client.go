@@ -263,10 +263,14 @@ func (c *Client) Lease(ctx context.Context, queue string, o LeaseOptions) ([]Lea
 	}
 	out := make([]Lease, len(resp.GetLeases()))
 	for i, l := range resp.GetLeases() {
-		out[i] = Lease{Key: l.GetKey(), Token: l.GetToken(), Attempt: int(l.GetAttempt()),
-			ExpiresAt: l.GetExpiresAt().AsTime(), PendingSince: l.GetPendingSince().AsTime()}
+		out[i] = leaseOf(l)
 	}
 	return out, nil
+}
+
+func leaseOf(l *queuev1.Lease) Lease {
+	return Lease{Key: l.GetKey(), Token: l.GetToken(), Attempt: int(l.GetAttempt()),
+		ExpiresAt: l.GetExpiresAt().AsTime(), PendingSince: l.GetPendingSince().AsTime()}
 }
 
 // Outcome is the result of a reconcile, reported by Ack.
@@ -296,6 +300,25 @@ type Ack struct {
 	Token   uint64
 	Outcome Outcome
 }
+
+// proto is the ack on the wire.
+func (a Ack) proto() *queuev1.Ack {
+	pa := &queuev1.Ack{Key: a.Key, Token: a.Token}
+	switch a.Outcome.kind {
+	case 0:
+		pa.Outcome = &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}}
+	case 1:
+		pa.Outcome = &queuev1.Ack_Failure{Failure: &queuev1.AckFailure{Error: a.Outcome.err}}
+	case 3:
+		pa.Outcome = &queuev1.Ack_Terminal{Terminal: &queuev1.AckTerminal{Error: a.Outcome.err}}
+	default:
+		pa.Outcome = &queuev1.Ack_RequeueAfter{RequeueAfter: durationpb.New(a.Outcome.after)}
+	}
+	return pa
+}
+
+// IsSuccess reports whether o is Success.
+func (o Outcome) IsSuccess() bool { return o.kind == 0 }
 
 // Status is the result of one ack or extension.
 type Status int
@@ -336,18 +359,7 @@ func (c *Client) Ack(ctx context.Context, queue string, acks []Ack) ([]Result, e
 		batch := acks[start:end]
 		req := &queuev1.AckRequest{Queue: queue, Acks: make([]*queuev1.Ack, len(batch))}
 		for i, a := range batch {
-			pa := &queuev1.Ack{Key: a.Key, Token: a.Token}
-			switch a.Outcome.kind {
-			case 0:
-				pa.Outcome = &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}}
-			case 1:
-				pa.Outcome = &queuev1.Ack_Failure{Failure: &queuev1.AckFailure{Error: a.Outcome.err}}
-			case 3:
-				pa.Outcome = &queuev1.Ack_Terminal{Terminal: &queuev1.AckTerminal{Error: a.Outcome.err}}
-			default:
-				pa.Outcome = &queuev1.Ack_RequeueAfter{RequeueAfter: durationpb.New(a.Outcome.after)}
-			}
-			req.Acks[i] = pa
+			req.Acks[i] = a.proto()
 		}
 		resp, err := call(ctx, c, func(ctx context.Context) (*queuev1.AckResponse, error) { return c.rpc.Ack(ctx, req) })
 		if err != nil {

@@ -763,3 +763,86 @@ func TestReplicatedMemberAddAndRemove(t *testing.T) {
 	}
 	a.offered("")
 }
+
+// TestReplicatedWorkStreamThroughAFollower: a work stream opened on a
+// follower is handed to the leader: leases are pushed through it and acks
+// answered. When the leader is SIGKILLed the stream ends UNAVAILABLE; one
+// reopened on the same member is pushed the key it held again, under a new
+// leader's token, and the old token is LEASE_LOST.
+func TestReplicatedWorkStreamThroughAFollower(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r := newReplicated(t)
+	lead := r.leader(ctx)
+	f := followersOf(lead)[0]
+	c := queueclient.New(dial(t, r.procs[f].grpcAddr), queueclient.WithBackoff(queueclient.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}))
+	s, err := c.Work(ctx, "ws", queueclient.WorkOptions{Worker: "streamer", MaxInFlight: 2, LeaseDuration: 10 * time.Minute})
+	if err != nil {
+		t.Fatalf("open a work stream on a follower: %v", err)
+	}
+	defer s.Close()
+	next := func(s *queueclient.Stream) queueclient.Event {
+		t.Helper()
+		ev, err := s.Recv()
+		if err != nil {
+			t.Fatalf("recv through a follower: %v", err)
+		}
+		return ev
+	}
+	if _, err := r.qcs[lead].Add(ctx, &queuev1.AddRequest{Queue: "ws", Keys: []string{"k1"}}); err != nil {
+		t.Fatal(err)
+	}
+	ev := next(s)
+	if ev.Lease == nil || ev.Lease.Key != "k1" {
+		t.Fatalf("pushed %+v, want k1", ev)
+	}
+	it, err := r.qcs[lead].Inspect(ctx, &queuev1.InspectRequest{Queue: "ws", Key: "k1"})
+	if err != nil || it.GetItem().GetWorker() != "streamer" {
+		t.Fatalf("the leader shows %v %v, want k1 leased to streamer", it, err)
+	}
+	if err := s.Ack(queueclient.Ack{Key: "k1", Token: ev.Lease.Token, Outcome: queueclient.Success()}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(s); ev.Ack == nil || ev.Ack.Status != queueclient.OK {
+		t.Fatalf("the ack through a follower answered %+v", ev)
+	}
+	if _, err := r.qcs[lead].Add(ctx, &queuev1.AddRequest{Queue: "ws", Keys: []string{"k2"}}); err != nil {
+		t.Fatal(err)
+	}
+	held := next(s).Lease
+	if held == nil || held.Key != "k2" {
+		t.Fatalf("pushed %+v, want k2", held)
+	}
+
+	r.procs[lead].signal(syscall.SIGKILL, 10*time.Second)
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := s.Recv(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ended:
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("the stream ended with %v, want UNAVAILABLE", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream through a follower did not end within 10 s of the leader's SIGKILL")
+	}
+	again, err := c.Work(ctx, "ws", queueclient.WorkOptions{Worker: "streamer", MaxInFlight: 2})
+	if err != nil {
+		t.Fatalf("reopen on the same member: %v", err)
+	}
+	defer again.Close()
+	ev = next(again)
+	if ev.Lease == nil || ev.Lease.Key != "k2" || ev.Lease.Token == held.Token {
+		t.Fatalf("the new leader pushed %+v, want k2 under a new token", ev)
+	}
+	res, err := c.Ack(ctx, "ws", []queueclient.Ack{{Key: "k2", Token: held.Token, Outcome: queueclient.Success()}})
+	if err != nil || res[0].Status != queueclient.LeaseLost {
+		t.Fatalf("an ack with the old leader's token: %v %v, want LEASE_LOST", res, err)
+	}
+}

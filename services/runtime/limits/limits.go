@@ -39,8 +39,9 @@
 //	too many waiting Leases for identity "worker-1": 64 in flight (limit 64)
 //	too many waiting Leases on connection 127.0.0.1:53412: 256 in flight (limit 256)
 //
-// and is counted in baton_limit_rejected_total{limit, identity}. A Lease
-// without a wait, and every other call, is never limited here: it returns
+// and is counted in baton_limit_rejected_total{limit, identity}. A work
+// stream (QueueService Work) counts as one waiting Lease while it is open.
+// A Lease without a wait, and every other call, is never limited here: it returns
 // at once, and gRPC's MaxConcurrentStreams bounds a connection's calls.
 package limits
 
@@ -89,6 +90,10 @@ const (
 // It is matched by name, as authz matches methods, so that this package
 // (and serve, which every binary links) needs none of the queue's code.
 const LeaseMethod = "/baton.queue.v1.QueueService/Lease"
+
+// WorkMethod is the full name of the work stream, which waits for work as
+// long as it is open: each counts as one waiting Lease for its whole life.
+const WorkMethod = "/baton.queue.v1.QueueService/Work"
 
 // Config is the bounds of a Limiter. Each bound's zero value is its
 // default; a negative one is no bound.
@@ -207,6 +212,23 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		}
 		defer release()
 		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor counts each work stream as a waiting Lease for
+// as long as it is open, and refuses one beyond a bound before its handler
+// runs, as UnaryServerInterceptor refuses a waiting Lease.
+func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if info.FullMethod != WorkMethod {
+			return handler(srv, ss)
+		}
+		release, err := l.acquire(ss.Context())
+		if err != nil {
+			return err
+		}
+		defer release()
+		return handler(srv, ss)
 	}
 }
 

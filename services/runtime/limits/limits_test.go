@@ -300,3 +300,62 @@ func TestNewSharesCounter(t *testing.T) {
 		t.Fatal("New accepted a registry whose collector of the name is not a counter")
 	}
 }
+
+// ctxStream is a server stream with a context and nothing else.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s ctxStream) Context() context.Context { return s.ctx }
+
+// TestWorkStreamsCount: a work stream holds a waiting Lease's place for as
+// long as it is open, so a connection's streams and waiting Leases share
+// its bound; another stream method is not limited, and the place is given
+// back when the stream ends.
+func TestWorkStreamsCount(t *testing.T) {
+	l, err := New(Config{WaitingLeasesPerConnection: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sic, uic := l.StreamServerInterceptor(), l.UnaryServerInterceptor()
+	a := callCtx("127.0.0.1:2001", "w1", tlsfiles.RoleWorker)
+	work := &grpc.StreamServerInfo{FullMethod: WorkMethod}
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	started := make(chan struct{})
+	wg.Go(func() {
+		err := sic(nil, ctxStream{ctx: a}, work, func(any, grpc.ServerStream) error {
+			close(started)
+			<-release
+			return nil
+		})
+		if err != nil {
+			t.Errorf("the first stream: %v", err)
+		}
+	})
+	<-started
+	lease := func() error {
+		_, err := uic(a, waitingLease, &grpc.UnaryServerInfo{FullMethod: LeaseMethod}, func(context.Context, any) (any, error) { return nil, nil })
+		return err
+	}
+	if err := lease(); err != nil {
+		t.Fatalf("a waiting Lease beside one stream, bound 2: %v", err)
+	}
+	stream := func(info *grpc.StreamServerInfo) error {
+		return sic(nil, ctxStream{ctx: a}, info, func(any, grpc.ServerStream) error { return lease() })
+	}
+	// The second stream takes the last place: the waiting Lease inside it
+	// is refused.
+	if err := stream(work); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a waiting Lease beside two streams: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if err := stream(&grpc.StreamServerInfo{FullMethod: "/baton.queue.v1.RaftService/Send"}); err != nil {
+		t.Fatalf("another stream method takes no place: %v", err)
+	}
+	close(release)
+	wg.Wait()
+	if err := lease(); err != nil {
+		t.Fatalf("after the stream ended: %v", err)
+	}
+}

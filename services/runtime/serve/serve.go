@@ -500,6 +500,7 @@ func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv in
 		recovery.UnaryServerInterceptor(recover))
 	stream = append(stream,
 		logging.StreamServerInterceptor(logger, logOpts...),
+		lim.StreamServerInterceptor(),
 		recovery.StreamServerInterceptor(recover))
 	return []grpc.ServerOption{
 		// Handlers run on reused goroutines whose stacks have already grown,

@@ -1813,7 +1813,10 @@ type QueueStats struct {
 	LongestLeaseAge *durationpb.Duration `protobuf:"bytes,14,opt,name=longest_lease_age,json=longestLeaseAge" json:"longest_lease_age,omitempty"`
 	// The workers that asked this queue for keys in the last two minutes, or
 	// hold a lease from it, by name; at most 256 (the most recent).
-	Workers       []*WorkerStats `protobuf:"bytes,15,rep,name=workers" json:"workers,omitempty"`
+	Workers []*WorkerStats `protobuf:"bytes,15,rep,name=workers" json:"workers,omitempty"`
+	// Leases a work stream held when it ended, pending again (attempts + 1,
+	// last_error "work stream ended"); counted apart from expirations.
+	ReleasesTotal uint64 `protobuf:"varint,16,opt,name=releases_total,json=releasesTotal" json:"releases_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1953,6 +1956,13 @@ func (x *QueueStats) GetWorkers() []*WorkerStats {
 	return nil
 }
 
+func (x *QueueStats) GetReleasesTotal() uint64 {
+	if x != nil {
+		return x.ReleasesTotal
+	}
+	return 0
+}
+
 // WorkerStats is one worker as a queue sees it.
 type WorkerStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2016,6 +2026,405 @@ func (x *WorkerStats) GetLastLease() *timestamppb.Timestamp {
 	}
 	return nil
 }
+
+// WorkRequest is what a worker sends on a work stream: open first, exactly
+// once, then any number of ack and extend, and drain to leave.
+type WorkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One of these.
+	//
+	// Types that are valid to be assigned to Request:
+	//
+	//	*WorkRequest_Open
+	//	*WorkRequest_Ack
+	//	*WorkRequest_Extend
+	//	*WorkRequest_Drain
+	Request       isWorkRequest_Request `protobuf_oneof:"request"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkRequest) Reset() {
+	*x = WorkRequest{}
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkRequest) ProtoMessage() {}
+
+func (x *WorkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkRequest.ProtoReflect.Descriptor instead.
+func (*WorkRequest) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WorkRequest) GetRequest() isWorkRequest_Request {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetOpen() *WorkOpen {
+	if x != nil {
+		if x, ok := x.Request.(*WorkRequest_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetAck() *Ack {
+	if x != nil {
+		if x, ok := x.Request.(*WorkRequest_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetExtend() *WorkExtend {
+	if x != nil {
+		if x, ok := x.Request.(*WorkRequest_Extend); ok {
+			return x.Extend
+		}
+	}
+	return nil
+}
+
+func (x *WorkRequest) GetDrain() *WorkDrain {
+	if x != nil {
+		if x, ok := x.Request.(*WorkRequest_Drain); ok {
+			return x.Drain
+		}
+	}
+	return nil
+}
+
+type isWorkRequest_Request interface {
+	isWorkRequest_Request()
+}
+
+type WorkRequest_Open struct {
+	// Opens the stream; only as the first message.
+	Open *WorkOpen `protobuf:"bytes,1,opt,name=open,oneof"`
+}
+
+type WorkRequest_Ack struct {
+	// The outcome of a lease, as in AckRequest. A lease this stream was
+	// pushed frees its slot once answered, whatever the status.
+	Ack *Ack `protobuf:"bytes,2,opt,name=ack,oneof"`
+}
+
+type WorkRequest_Extend struct {
+	// Extends one lease, as ExtendRequest does. A lease this stream was
+	// pushed that is answered LEASE_LOST frees its slot: it is no longer
+	// the worker's to ack.
+	Extend *WorkExtend `protobuf:"bytes,3,opt,name=extend,oneof"`
+}
+
+type WorkRequest_Drain struct {
+	// Stops the pushes: the stream ends with OK once every lease it was
+	// pushed is acked or lost. A worker that shuts down sends it, finishes
+	// what it holds and acks it.
+	Drain *WorkDrain `protobuf:"bytes,4,opt,name=drain,oneof"`
+}
+
+func (*WorkRequest_Open) isWorkRequest_Request() {}
+
+func (*WorkRequest_Ack) isWorkRequest_Request() {}
+
+func (*WorkRequest_Extend) isWorkRequest_Request() {}
+
+func (*WorkRequest_Drain) isWorkRequest_Request() {}
+
+// WorkOpen opens a work stream.
+type WorkOpen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue name.
+	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
+	// Who holds the leases (shown in Inspect), as LeaseRequest.worker.
+	Worker string `protobuf:"bytes,2,opt,name=worker" json:"worker,omitempty"`
+	// The most leases the stream holds at once (pushed and not yet acked or
+	// lost); 0 means 1, at most 10,000.
+	MaxInFlight uint32 `protobuf:"varint,3,opt,name=max_in_flight,json=maxInFlight" json:"max_in_flight,omitempty"`
+	// How long each pushed lease lasts; 0 means the server default (30 s),
+	// at most 10 minutes.
+	LeaseDuration *durationpb.Duration `protobuf:"bytes,4,opt,name=lease_duration,json=leaseDuration" json:"lease_duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkOpen) Reset() {
+	*x = WorkOpen{}
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkOpen) ProtoMessage() {}
+
+func (x *WorkOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkOpen.ProtoReflect.Descriptor instead.
+func (*WorkOpen) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *WorkOpen) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *WorkOpen) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *WorkOpen) GetMaxInFlight() uint32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *WorkOpen) GetLeaseDuration() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseDuration
+	}
+	return nil
+}
+
+// WorkExtend extends one lease.
+type WorkExtend struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease.
+	Lease *LeaseRef `protobuf:"bytes,1,opt,name=lease" json:"lease,omitempty"`
+	// The new lease length from now; 0 means the server default, at most 10
+	// minutes.
+	LeaseDuration *durationpb.Duration `protobuf:"bytes,2,opt,name=lease_duration,json=leaseDuration" json:"lease_duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkExtend) Reset() {
+	*x = WorkExtend{}
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkExtend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkExtend) ProtoMessage() {}
+
+func (x *WorkExtend) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkExtend.ProtoReflect.Descriptor instead.
+func (*WorkExtend) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *WorkExtend) GetLease() *LeaseRef {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *WorkExtend) GetLeaseDuration() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseDuration
+	}
+	return nil
+}
+
+// WorkDrain asks the queue to push no more leases on this stream.
+type WorkDrain struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkDrain) Reset() {
+	*x = WorkDrain{}
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkDrain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkDrain) ProtoMessage() {}
+
+func (x *WorkDrain) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkDrain.ProtoReflect.Descriptor instead.
+func (*WorkDrain) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{30}
+}
+
+// WorkResponse is what the queue sends on a work stream.
+type WorkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One of these.
+	//
+	// Types that are valid to be assigned to Response:
+	//
+	//	*WorkResponse_Lease
+	//	*WorkResponse_AckResult
+	//	*WorkResponse_ExtendResult
+	Response      isWorkResponse_Response `protobuf_oneof:"response"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkResponse) Reset() {
+	*x = WorkResponse{}
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkResponse) ProtoMessage() {}
+
+func (x *WorkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_queue_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkResponse.ProtoReflect.Descriptor instead.
+func (*WorkResponse) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_queue_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WorkResponse) GetResponse() isWorkResponse_Response {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *WorkResponse) GetLease() *Lease {
+	if x != nil {
+		if x, ok := x.Response.(*WorkResponse_Lease); ok {
+			return x.Lease
+		}
+	}
+	return nil
+}
+
+func (x *WorkResponse) GetAckResult() *AckResult {
+	if x != nil {
+		if x, ok := x.Response.(*WorkResponse_AckResult); ok {
+			return x.AckResult
+		}
+	}
+	return nil
+}
+
+func (x *WorkResponse) GetExtendResult() *ExtendResult {
+	if x != nil {
+		if x, ok := x.Response.(*WorkResponse_ExtendResult); ok {
+			return x.ExtendResult
+		}
+	}
+	return nil
+}
+
+type isWorkResponse_Response interface {
+	isWorkResponse_Response()
+}
+
+type WorkResponse_Lease struct {
+	// A key leased to this stream's worker.
+	Lease *Lease `protobuf:"bytes,1,opt,name=lease,oneof"`
+}
+
+type WorkResponse_AckResult struct {
+	// The answer to an ack.
+	AckResult *AckResult `protobuf:"bytes,2,opt,name=ack_result,json=ackResult,oneof"`
+}
+
+type WorkResponse_ExtendResult struct {
+	// The answer to an extend.
+	ExtendResult *ExtendResult `protobuf:"bytes,3,opt,name=extend_result,json=extendResult,oneof"`
+}
+
+func (*WorkResponse_Lease) isWorkResponse_Response() {}
+
+func (*WorkResponse_AckResult) isWorkResponse_Response() {}
+
+func (*WorkResponse_ExtendResult) isWorkResponse_Response() {}
 
 var File_baton_queue_v1_queue_proto protoreflect.FileDescriptor
 
@@ -2122,7 +2531,7 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\fStatsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"C\n" +
 	"\rStatsResponse\x122\n" +
-	"\x06queues\x18\x01 \x03(\v2\x1a.baton.queue.v1.QueueStatsR\x06queues\"\xcc\x04\n" +
+	"\x06queues\x18\x01 \x03(\v2\x1a.baton.queue.v1.QueueStatsR\x06queues\"\xf3\x04\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
@@ -2142,12 +2551,36 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\x17lease_expirations_total\x18\f \x01(\x04R\x15leaseExpirationsTotal\x12G\n" +
 	"\x12oldest_pending_age\x18\r \x01(\v2\x19.google.protobuf.DurationR\x10oldestPendingAge\x12E\n" +
 	"\x11longest_lease_age\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x0flongestLeaseAge\x125\n" +
-	"\aworkers\x18\x0f \x03(\v2\x1b.baton.queue.v1.WorkerStatsR\aworkers\"x\n" +
+	"\aworkers\x18\x0f \x03(\v2\x1b.baton.queue.v1.WorkerStatsR\aworkers\x12%\n" +
+	"\x0ereleases_total\x18\x10 \x01(\x04R\rreleasesTotal\"x\n" +
 	"\vWorkerStats\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x16\n" +
 	"\x06leased\x18\x02 \x01(\x04R\x06leased\x129\n" +
 	"\n" +
-	"last_lease\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tlastLease*^\n" +
+	"last_lease\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tlastLease\"\xda\x01\n" +
+	"\vWorkRequest\x12.\n" +
+	"\x04open\x18\x01 \x01(\v2\x18.baton.queue.v1.WorkOpenH\x00R\x04open\x12'\n" +
+	"\x03ack\x18\x02 \x01(\v2\x13.baton.queue.v1.AckH\x00R\x03ack\x124\n" +
+	"\x06extend\x18\x03 \x01(\v2\x1a.baton.queue.v1.WorkExtendH\x00R\x06extend\x121\n" +
+	"\x05drain\x18\x04 \x01(\v2\x19.baton.queue.v1.WorkDrainH\x00R\x05drainB\t\n" +
+	"\arequest\"\x9e\x01\n" +
+	"\bWorkOpen\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\"\n" +
+	"\rmax_in_flight\x18\x03 \x01(\rR\vmaxInFlight\x12@\n" +
+	"\x0elease_duration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\"~\n" +
+	"\n" +
+	"WorkExtend\x12.\n" +
+	"\x05lease\x18\x01 \x01(\v2\x18.baton.queue.v1.LeaseRefR\x05lease\x12@\n" +
+	"\x0elease_duration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\"\v\n" +
+	"\tWorkDrain\"\xca\x01\n" +
+	"\fWorkResponse\x12-\n" +
+	"\x05lease\x18\x01 \x01(\v2\x15.baton.queue.v1.LeaseH\x00R\x05lease\x12:\n" +
+	"\n" +
+	"ack_result\x18\x02 \x01(\v2\x19.baton.queue.v1.AckResultH\x00R\tackResult\x12C\n" +
+	"\rextend_result\x18\x03 \x01(\v2\x1c.baton.queue.v1.ExtendResultH\x00R\fextendResultB\n" +
+	"\n" +
+	"\bresponse*^\n" +
 	"\bPriority\x12\x18\n" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x01\x12\x10\n" +
@@ -2163,7 +2596,7 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\tAckStatus\x12\x1a\n" +
 	"\x16ACK_STATUS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACK_STATUS_OK\x10\x01\x12\x19\n" +
-	"\x15ACK_STATUS_LEASE_LOST\x10\x022\xd4\x04\n" +
+	"\x15ACK_STATUS_LEASE_LOST\x10\x022\x9b\x05\n" +
 	"\fQueueService\x12C\n" +
 	"\x03Add\x12\x1a.baton.queue.v1.AddRequest\x1a\x1b.baton.queue.v1.AddResponse\"\x03\x90\x02\x02\x12D\n" +
 	"\x05Lease\x12\x1c.baton.queue.v1.LeaseRequest\x1a\x1d.baton.queue.v1.LeaseResponse\x12>\n" +
@@ -2172,7 +2605,8 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\x06Forget\x12\x1d.baton.queue.v1.ForgetRequest\x1a\x1e.baton.queue.v1.ForgetResponse\"\x03\x90\x02\x02\x12O\n" +
 	"\aInspect\x12\x1e.baton.queue.v1.InspectRequest\x1a\x1f.baton.queue.v1.InspectResponse\"\x03\x90\x02\x01\x12F\n" +
 	"\x04List\x12\x1b.baton.queue.v1.ListRequest\x1a\x1c.baton.queue.v1.ListResponse\"\x03\x90\x02\x01\x12I\n" +
-	"\x05Stats\x12\x1c.baton.queue.v1.StatsRequest\x1a\x1d.baton.queue.v1.StatsResponse\"\x03\x90\x02\x01B?Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\x05Stats\x12\x1c.baton.queue.v1.StatsRequest\x1a\x1d.baton.queue.v1.StatsResponse\"\x03\x90\x02\x01\x12E\n" +
+	"\x04Work\x12\x1b.baton.queue.v1.WorkRequest\x1a\x1c.baton.queue.v1.WorkResponse(\x010\x01B?Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_baton_queue_v1_queue_proto_rawDescOnce sync.Once
@@ -2187,7 +2621,7 @@ func file_baton_queue_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_baton_queue_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_baton_queue_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_baton_queue_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_baton_queue_v1_queue_proto_goTypes = []any{
 	(Priority)(0),                 // 0: baton.queue.v1.Priority
 	(ItemState)(0),                // 1: baton.queue.v1.ItemState
@@ -2219,63 +2653,80 @@ var file_baton_queue_v1_queue_proto_goTypes = []any{
 	(*StatsResponse)(nil),         // 27: baton.queue.v1.StatsResponse
 	(*QueueStats)(nil),            // 28: baton.queue.v1.QueueStats
 	(*WorkerStats)(nil),           // 29: baton.queue.v1.WorkerStats
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*WorkRequest)(nil),           // 30: baton.queue.v1.WorkRequest
+	(*WorkOpen)(nil),              // 31: baton.queue.v1.WorkOpen
+	(*WorkExtend)(nil),            // 32: baton.queue.v1.WorkExtend
+	(*WorkDrain)(nil),             // 33: baton.queue.v1.WorkDrain
+	(*WorkResponse)(nil),          // 34: baton.queue.v1.WorkResponse
+	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
 }
 var file_baton_queue_v1_queue_proto_depIdxs = []int32{
-	30, // 0: baton.queue.v1.AddRequest.delay:type_name -> google.protobuf.Duration
+	35, // 0: baton.queue.v1.AddRequest.delay:type_name -> google.protobuf.Duration
 	0,  // 1: baton.queue.v1.AddRequest.priority:type_name -> baton.queue.v1.Priority
-	30, // 2: baton.queue.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
-	30, // 3: baton.queue.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
+	35, // 2: baton.queue.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
+	35, // 3: baton.queue.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
 	7,  // 4: baton.queue.v1.LeaseResponse.leases:type_name -> baton.queue.v1.Lease
-	31, // 5: baton.queue.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 6: baton.queue.v1.Lease.pending_since:type_name -> google.protobuf.Timestamp
+	36, // 5: baton.queue.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 6: baton.queue.v1.Lease.pending_since:type_name -> google.protobuf.Timestamp
 	9,  // 7: baton.queue.v1.AckRequest.acks:type_name -> baton.queue.v1.Ack
 	10, // 8: baton.queue.v1.Ack.success:type_name -> baton.queue.v1.AckSuccess
 	11, // 9: baton.queue.v1.Ack.failure:type_name -> baton.queue.v1.AckFailure
-	30, // 10: baton.queue.v1.Ack.requeue_after:type_name -> google.protobuf.Duration
+	35, // 10: baton.queue.v1.Ack.requeue_after:type_name -> google.protobuf.Duration
 	12, // 11: baton.queue.v1.Ack.terminal:type_name -> baton.queue.v1.AckTerminal
 	14, // 12: baton.queue.v1.AckResponse.results:type_name -> baton.queue.v1.AckResult
 	2,  // 13: baton.queue.v1.AckResult.status:type_name -> baton.queue.v1.AckStatus
 	16, // 14: baton.queue.v1.ExtendRequest.leases:type_name -> baton.queue.v1.LeaseRef
-	30, // 15: baton.queue.v1.ExtendRequest.lease_duration:type_name -> google.protobuf.Duration
+	35, // 15: baton.queue.v1.ExtendRequest.lease_duration:type_name -> google.protobuf.Duration
 	18, // 16: baton.queue.v1.ExtendResponse.results:type_name -> baton.queue.v1.ExtendResult
 	2,  // 17: baton.queue.v1.ExtendResult.status:type_name -> baton.queue.v1.AckStatus
-	31, // 18: baton.queue.v1.ExtendResult.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 18: baton.queue.v1.ExtendResult.expires_at:type_name -> google.protobuf.Timestamp
 	25, // 19: baton.queue.v1.InspectResponse.item:type_name -> baton.queue.v1.Item
 	1,  // 20: baton.queue.v1.ListRequest.state:type_name -> baton.queue.v1.ItemState
 	25, // 21: baton.queue.v1.ListResponse.items:type_name -> baton.queue.v1.Item
 	1,  // 22: baton.queue.v1.Item.state:type_name -> baton.queue.v1.ItemState
-	31, // 23: baton.queue.v1.Item.pending_since:type_name -> google.protobuf.Timestamp
-	31, // 24: baton.queue.v1.Item.not_before:type_name -> google.protobuf.Timestamp
-	31, // 25: baton.queue.v1.Item.lease_expires_at:type_name -> google.protobuf.Timestamp
+	36, // 23: baton.queue.v1.Item.pending_since:type_name -> google.protobuf.Timestamp
+	36, // 24: baton.queue.v1.Item.not_before:type_name -> google.protobuf.Timestamp
+	36, // 25: baton.queue.v1.Item.lease_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 26: baton.queue.v1.Item.priority:type_name -> baton.queue.v1.Priority
 	28, // 27: baton.queue.v1.StatsResponse.queues:type_name -> baton.queue.v1.QueueStats
-	30, // 28: baton.queue.v1.QueueStats.oldest_pending_age:type_name -> google.protobuf.Duration
-	30, // 29: baton.queue.v1.QueueStats.longest_lease_age:type_name -> google.protobuf.Duration
+	35, // 28: baton.queue.v1.QueueStats.oldest_pending_age:type_name -> google.protobuf.Duration
+	35, // 29: baton.queue.v1.QueueStats.longest_lease_age:type_name -> google.protobuf.Duration
 	29, // 30: baton.queue.v1.QueueStats.workers:type_name -> baton.queue.v1.WorkerStats
-	31, // 31: baton.queue.v1.WorkerStats.last_lease:type_name -> google.protobuf.Timestamp
-	3,  // 32: baton.queue.v1.QueueService.Add:input_type -> baton.queue.v1.AddRequest
-	5,  // 33: baton.queue.v1.QueueService.Lease:input_type -> baton.queue.v1.LeaseRequest
-	8,  // 34: baton.queue.v1.QueueService.Ack:input_type -> baton.queue.v1.AckRequest
-	15, // 35: baton.queue.v1.QueueService.Extend:input_type -> baton.queue.v1.ExtendRequest
-	19, // 36: baton.queue.v1.QueueService.Forget:input_type -> baton.queue.v1.ForgetRequest
-	21, // 37: baton.queue.v1.QueueService.Inspect:input_type -> baton.queue.v1.InspectRequest
-	23, // 38: baton.queue.v1.QueueService.List:input_type -> baton.queue.v1.ListRequest
-	26, // 39: baton.queue.v1.QueueService.Stats:input_type -> baton.queue.v1.StatsRequest
-	4,  // 40: baton.queue.v1.QueueService.Add:output_type -> baton.queue.v1.AddResponse
-	6,  // 41: baton.queue.v1.QueueService.Lease:output_type -> baton.queue.v1.LeaseResponse
-	13, // 42: baton.queue.v1.QueueService.Ack:output_type -> baton.queue.v1.AckResponse
-	17, // 43: baton.queue.v1.QueueService.Extend:output_type -> baton.queue.v1.ExtendResponse
-	20, // 44: baton.queue.v1.QueueService.Forget:output_type -> baton.queue.v1.ForgetResponse
-	22, // 45: baton.queue.v1.QueueService.Inspect:output_type -> baton.queue.v1.InspectResponse
-	24, // 46: baton.queue.v1.QueueService.List:output_type -> baton.queue.v1.ListResponse
-	27, // 47: baton.queue.v1.QueueService.Stats:output_type -> baton.queue.v1.StatsResponse
-	40, // [40:48] is the sub-list for method output_type
-	32, // [32:40] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	36, // 31: baton.queue.v1.WorkerStats.last_lease:type_name -> google.protobuf.Timestamp
+	31, // 32: baton.queue.v1.WorkRequest.open:type_name -> baton.queue.v1.WorkOpen
+	9,  // 33: baton.queue.v1.WorkRequest.ack:type_name -> baton.queue.v1.Ack
+	32, // 34: baton.queue.v1.WorkRequest.extend:type_name -> baton.queue.v1.WorkExtend
+	33, // 35: baton.queue.v1.WorkRequest.drain:type_name -> baton.queue.v1.WorkDrain
+	35, // 36: baton.queue.v1.WorkOpen.lease_duration:type_name -> google.protobuf.Duration
+	16, // 37: baton.queue.v1.WorkExtend.lease:type_name -> baton.queue.v1.LeaseRef
+	35, // 38: baton.queue.v1.WorkExtend.lease_duration:type_name -> google.protobuf.Duration
+	7,  // 39: baton.queue.v1.WorkResponse.lease:type_name -> baton.queue.v1.Lease
+	14, // 40: baton.queue.v1.WorkResponse.ack_result:type_name -> baton.queue.v1.AckResult
+	18, // 41: baton.queue.v1.WorkResponse.extend_result:type_name -> baton.queue.v1.ExtendResult
+	3,  // 42: baton.queue.v1.QueueService.Add:input_type -> baton.queue.v1.AddRequest
+	5,  // 43: baton.queue.v1.QueueService.Lease:input_type -> baton.queue.v1.LeaseRequest
+	8,  // 44: baton.queue.v1.QueueService.Ack:input_type -> baton.queue.v1.AckRequest
+	15, // 45: baton.queue.v1.QueueService.Extend:input_type -> baton.queue.v1.ExtendRequest
+	19, // 46: baton.queue.v1.QueueService.Forget:input_type -> baton.queue.v1.ForgetRequest
+	21, // 47: baton.queue.v1.QueueService.Inspect:input_type -> baton.queue.v1.InspectRequest
+	23, // 48: baton.queue.v1.QueueService.List:input_type -> baton.queue.v1.ListRequest
+	26, // 49: baton.queue.v1.QueueService.Stats:input_type -> baton.queue.v1.StatsRequest
+	30, // 50: baton.queue.v1.QueueService.Work:input_type -> baton.queue.v1.WorkRequest
+	4,  // 51: baton.queue.v1.QueueService.Add:output_type -> baton.queue.v1.AddResponse
+	6,  // 52: baton.queue.v1.QueueService.Lease:output_type -> baton.queue.v1.LeaseResponse
+	13, // 53: baton.queue.v1.QueueService.Ack:output_type -> baton.queue.v1.AckResponse
+	17, // 54: baton.queue.v1.QueueService.Extend:output_type -> baton.queue.v1.ExtendResponse
+	20, // 55: baton.queue.v1.QueueService.Forget:output_type -> baton.queue.v1.ForgetResponse
+	22, // 56: baton.queue.v1.QueueService.Inspect:output_type -> baton.queue.v1.InspectResponse
+	24, // 57: baton.queue.v1.QueueService.List:output_type -> baton.queue.v1.ListResponse
+	27, // 58: baton.queue.v1.QueueService.Stats:output_type -> baton.queue.v1.StatsResponse
+	34, // 59: baton.queue.v1.QueueService.Work:output_type -> baton.queue.v1.WorkResponse
+	51, // [51:60] is the sub-list for method output_type
+	42, // [42:51] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_baton_queue_v1_queue_proto_init() }
@@ -2289,13 +2740,24 @@ func file_baton_queue_v1_queue_proto_init() {
 		(*Ack_RequeueAfter)(nil),
 		(*Ack_Terminal)(nil),
 	}
+	file_baton_queue_v1_queue_proto_msgTypes[27].OneofWrappers = []any{
+		(*WorkRequest_Open)(nil),
+		(*WorkRequest_Ack)(nil),
+		(*WorkRequest_Extend)(nil),
+		(*WorkRequest_Drain)(nil),
+	}
+	file_baton_queue_v1_queue_proto_msgTypes[31].OneofWrappers = []any{
+		(*WorkResponse_Lease)(nil),
+		(*WorkResponse_AckResult)(nil),
+		(*WorkResponse_ExtendResult)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_queue_v1_queue_proto_rawDesc), len(file_baton_queue_v1_queue_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   27,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,7 @@ const (
 	QueueService_Inspect_FullMethodName = "/baton.queue.v1.QueueService/Inspect"
 	QueueService_List_FullMethodName    = "/baton.queue.v1.QueueService/List"
 	QueueService_Stats_FullMethodName   = "/baton.queue.v1.QueueService/Stats"
+	QueueService_Work_FullMethodName    = "/baton.queue.v1.QueueService/Work"
 )
 
 // QueueServiceClient is the client API for QueueService service.
@@ -65,6 +66,14 @@ type QueueServiceClient interface {
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// Stats reports counts and counters of one queue, or of every queue.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// Work is a worker's one long-lived stream on one queue: it sends open
+	// first, then acks and extends; the queue pushes a lease whenever a key is
+	// ready and the stream holds fewer than max_in_flight, and answers every
+	// ack and extend. When the stream ends, the leases it still holds are
+	// pending again at once (attempts + 1, as an expiry). An ack of success
+	// may be answered before its record is durable (losing it only offers the
+	// key once more); every other change is durable before its answer.
+	Work(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkRequest, WorkResponse], error)
 }
 
 type queueServiceClient struct {
@@ -155,6 +164,19 @@ func (c *queueServiceClient) Stats(ctx context.Context, in *StatsRequest, opts .
 	return out, nil
 }
 
+func (c *queueServiceClient) Work(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkRequest, WorkResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &QueueService_ServiceDesc.Streams[0], QueueService_Work_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WorkRequest, WorkResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type QueueService_WorkClient = grpc.BidiStreamingClient[WorkRequest, WorkResponse]
+
 // QueueServiceServer is the server API for QueueService service.
 // All implementations must embed UnimplementedQueueServiceServer
 // for forward compatibility.
@@ -184,6 +206,14 @@ type QueueServiceServer interface {
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// Stats reports counts and counters of one queue, or of every queue.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// Work is a worker's one long-lived stream on one queue: it sends open
+	// first, then acks and extends; the queue pushes a lease whenever a key is
+	// ready and the stream holds fewer than max_in_flight, and answers every
+	// ack and extend. When the stream ends, the leases it still holds are
+	// pending again at once (attempts + 1, as an expiry). An ack of success
+	// may be answered before its record is durable (losing it only offers the
+	// key once more); every other change is durable before its answer.
+	Work(grpc.BidiStreamingServer[WorkRequest, WorkResponse]) error
 	mustEmbedUnimplementedQueueServiceServer()
 }
 
@@ -217,6 +247,9 @@ func (UnimplementedQueueServiceServer) List(context.Context, *ListRequest) (*Lis
 }
 func (UnimplementedQueueServiceServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedQueueServiceServer) Work(grpc.BidiStreamingServer[WorkRequest, WorkResponse]) error {
+	return status.Error(codes.Unimplemented, "method Work not implemented")
 }
 func (UnimplementedQueueServiceServer) mustEmbedUnimplementedQueueServiceServer() {}
 func (UnimplementedQueueServiceServer) testEmbeddedByValue()                      {}
@@ -383,6 +416,13 @@ func _QueueService_Stats_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QueueService_Work_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(QueueServiceServer).Work(&grpc.GenericServerStream[WorkRequest, WorkResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type QueueService_WorkServer = grpc.BidiStreamingServer[WorkRequest, WorkResponse]
+
 // QueueService_ServiceDesc is the grpc.ServiceDesc for QueueService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -423,6 +463,13 @@ var QueueService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _QueueService_Stats_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Work",
+			Handler:       _QueueService_Work_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "baton/queue/v1/queue.proto",
 }

@@ -512,6 +512,32 @@ func (b *Broker) reserveQueue() bool {
 // verified identity, to which the leases are bound (nil binds them to no
 // one; see workqueue's Holders).
 func (b *Broker) Lease(ctx context.Context, queue, worker string, holder *string, max int, d, wait time.Duration) ([]workqueue.Grant, error) {
+	return b.lease(ctx, ctx, queue, worker, holder, max, d, wait)
+}
+
+// LeaseStream is Lease for a work stream, which waits as long as ctx
+// lasts and records what it is granted before it sends it, so that the
+// stream's end hands back every lease it held. Once keys are granted,
+// the majority's confirmation (on a replicated leader) is waited for
+// even if ctx ends meanwhile, within confirmTimeout: a grant cut short
+// there would stay leased to nobody until its expiry, where one that
+// returns is the stream's to hand back.
+func (b *Broker) LeaseStream(ctx context.Context, queue, worker string, holder *string, max int, d time.Duration) ([]workqueue.Grant, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	return b.lease(ctx, cctx, queue, worker, holder, max, d, forever)
+}
+
+// forever is a wait that only the caller's context ends; confirmTimeout
+// bounds a stream's wait for the majority's confirmation of a grant.
+const (
+	forever        = time.Duration(math.MaxInt64)
+	confirmTimeout = 10 * time.Second
+)
+
+// lease is Lease, waiting for keys with ctx and for the confirmation of
+// what it grants with confirmCtx.
+func (b *Broker) lease(ctx, confirmCtx context.Context, queue, worker string, holder *string, max int, d, wait time.Duration) ([]workqueue.Grant, error) {
 	if d <= 0 {
 		d = b.cfg.DefaultLease
 	}
@@ -551,7 +577,7 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, holder *string
 				obs.queueDur.Observe(float64(now-g.PendingSince) / 1e9)
 			}
 			if len(grants) > 0 {
-				if err := b.confirm(ctx); err != nil {
+				if err := b.confirm(confirmCtx); err != nil {
 					return nil, err
 				}
 			}
@@ -590,17 +616,33 @@ type AckItem struct {
 // and reports, per item, whether it was accepted: not when the token is not
 // the key's live lease, nor when the lease is bound to another holder.
 func (b *Broker) Ack(ctx context.Context, queue string, holder *string, acks []AckItem) ([]bool, error) {
-	sh, err := b.lockExisting(queue)
+	ok, durable, err := b.AckNoWait(queue, holder, acks)
+	if err == nil {
+		err = durable(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
+	return ok, nil
+}
+
+// AckNoWait is Ack that returns once the outcomes are applied in memory
+// and their records are in line, with durable to wait for those records.
+// An error means nothing changed. A work stream answers an ack of success
+// at once and waits for the others (docs/design.md allows it for success
+// alone: losing one only offers the key once more).
+func (b *Broker) AckNoWait(queue string, holder *string, acks []AckItem) (ok []bool, durable func(context.Context) error, err error) {
+	sh, err := b.lockExisting(queue)
+	if err != nil {
+		return nil, nil, err
+	}
 	if sh == nil {
-		return make([]bool, len(acks)), nil // no queue holds these leases
+		return make([]bool, len(acks)), noWait, nil // no queue holds these leases
 	}
 	sh.use()
 	before, existed := sh.begin()
 	now := time.Now().UnixNano()
-	ok := make([]bool, len(acks))
+	ok = make([]bool, len(acks))
 	started := make([]int64, 0, len(acks))
 	for i, a := range acks {
 		res, accepted := sh.q.Ack(a.Key, a.Token, holder, a.Outcome, now)
@@ -614,18 +656,56 @@ func (b *Broker) Ack(ctx context.Context, queue string, holder *string, acks []A
 		obs = b.observers(sh)
 	}
 	batch, err := b.commit(sh, before, existed)
-	if err == nil {
-		for _, s := range started {
-			obs.workDur.Observe(float64(now-s) / 1e9)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range started {
+		obs.workDur.Observe(float64(now-s) / 1e9)
+	}
+	return ok, func(ctx context.Context) error {
+		if err := batch.Wait(ctx); err != nil {
+			return err
 		}
+		b.maybeCompact()
+		return nil
+	}, nil
+}
+
+// noWait is the durable of an operation that changed nothing.
+func noWait(context.Context) error { return nil }
+
+// Release hands back the leases a work stream held when it ended, each as
+// if it had lapsed now (workqueue's Release): pending again at once, so
+// another worker gets the key without waiting out the lease. Leases that
+// are no longer live, or bound to another holder, are left alone. It
+// returns how many it released, once their records are durable.
+func (b *Broker) Release(ctx context.Context, queue string, holder *string, leases []AckItem) (int, error) {
+	sh, err := b.lockExisting(queue)
+	if sh == nil || err != nil {
+		return 0, err
+	}
+	sh.use()
+	before, existed := sh.begin()
+	now := time.Now().UnixNano()
+	n := 0
+	for _, l := range leases {
+		if sh.q.Release(l.Key, l.Token, holder, now) {
+			n++
+		}
+	}
+	batch, err := b.commit(sh, before, existed)
+	if err == nil {
 		err = batch.Wait(ctx)
 	}
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	b.maybeCompact()
-	return ok, nil
+	return n, nil
 }
+
+// Draining is closed once Drain is called: a work stream then pushes no
+// more leases.
+func (b *Broker) Draining() <-chan struct{} { return b.draining }
 
 // Extend extends holder's live leases to now+d; a zero expiry means
 // LEASE_LOST (a token that is not live, or a lease bound to another holder).

@@ -64,6 +64,7 @@ var (
 	descAcks        = prometheus.NewDesc("baton_queue_acks_total", "Accepted acks of any outcome.", []string{"queue"}, nil)
 	descRetries     = prometheus.NewDesc("baton_queue_retries_total", "Failed reconciles reported by ack, each retried after backoff.", []string{"queue"}, nil)
 	descExpirations = prometheus.NewDesc("baton_queue_lease_expirations_total", "Leases that lapsed.", []string{"queue"}, nil)
+	descReleases    = prometheus.NewDesc("baton_queue_lease_releases_total", "Leases a work stream held when it ended, handed back (pending again, attempts + 1).", []string{"queue"}, nil)
 	descUnfinished  = prometheus.NewDesc("baton_queue_unfinished_work_seconds", "Sum of the ages of live leases.", []string{"queue"}, nil)
 	descLongest     = prometheus.NewDesc("baton_queue_longest_running_processor_seconds", "Age of the oldest live lease.", []string{"queue"}, nil)
 	descOldest      = prometheus.NewDesc("baton_queue_oldest_pending_age_seconds", "How long the oldest ready key has waited.", []string{"queue"}, nil)
@@ -74,7 +75,7 @@ var (
 type stateCollector Metrics
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDepth, descItems, descAdds, descCollapsed, descLeases, descAcks, descRetries, descExpirations, descUnfinished, descLongest, descOldest, descRepairs, descNoSpace} {
+	for _, d := range []*prometheus.Desc{descDepth, descItems, descAdds, descCollapsed, descLeases, descAcks, descRetries, descExpirations, descReleases, descUnfinished, descLongest, descOldest, descRepairs, descNoSpace} {
 		ch <- d
 	}
 }
@@ -109,6 +110,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descAcks, s.Acks)
 		counter(descRetries, s.Failures)
 		counter(descExpirations, s.Expirations)
+		counter(descReleases, s.Releases)
 		gauge(descUnfinished, time.Duration(s.UnfinishedWork).Seconds())
 		gauge(descLongest, time.Duration(s.LongestLease).Seconds())
 		gauge(descOldest, time.Duration(s.OldestPending).Seconds())

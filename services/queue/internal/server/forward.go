@@ -25,6 +25,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"io"
 
 	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
@@ -155,4 +157,79 @@ func (f *forwarding) Stats(ctx context.Context, req *queuev1.StatsRequest) (*que
 		return c.Stats(fctx, req)
 	}
 	return f.self.Stats(ctx, req)
+}
+
+// Work hands a work stream to the leader: the stream to the leader is
+// opened with the worker's open, and then carries every message both ways
+// as it came, until either side ends it. The leader's end (its status)
+// is this stream's, so a worker whose stream ends because leadership
+// moved opens another, as it would after any UNAVAILABLE.
+func (f *forwarding) Work(stream queuev1.QueueService_WorkServer) error {
+	c, fctx := f.to(stream.Context())
+	if c == nil {
+		return f.self.Work(stream)
+	}
+	// The first message first: under a policy that binds the worker's
+	// role to some queues, it is what authorizes the stream (authz), and
+	// nothing may be sent before it.
+	first, err := stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(fctx)
+	defer cancel()
+	up, err := c.Work(ctx)
+	if err != nil {
+		return err
+	}
+	if err := up.Send(first); err != nil {
+		_, err = up.Recv() // the leader's status says why
+		return err
+	}
+	md, err := up.Header()
+	if err != nil {
+		return err
+	}
+	if md == nil {
+		// Ended without a header: the leader refused the open.
+		_, err = up.Recv()
+		return err
+	}
+	if err := stream.SendHeader(md); err != nil {
+		return err
+	}
+	go func() {
+		// The worker's messages to the leader, until the worker is done;
+		// a worker that goes away cancels the leader's stream, which
+		// ends the loop below.
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					_ = up.CloseSend()
+				} else {
+					cancel()
+				}
+				return
+			}
+			if err := up.Send(m); err != nil {
+				return // the leader's end reaches the loop below
+			}
+		}
+	}()
+	for {
+		m, err := up.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(m); err != nil {
+			return err
+		}
+	}
 }

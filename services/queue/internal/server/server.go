@@ -438,6 +438,7 @@ func (s *server) Stats(ctx context.Context, req *queuev1.StatsRequest) (*queuev1
 			OldestPendingAge: durationpb.New(time.Duration(st.OldestPending)),
 			LongestLeaseAge:  durationpb.New(time.Duration(st.LongestLease)),
 			Workers:          workerStats(st.Workers),
+			ReleasesTotal:    st.Releases,
 		})
 	}
 	return resp, nil

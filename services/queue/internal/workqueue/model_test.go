@@ -186,6 +186,17 @@ func (m *model) ack(key string, token uint64, holder string, o Outcome, now int6
 	return true
 }
 
+// release ends a lease as a lapse does (a work stream that ended).
+func (m *model) release(key string, token uint64, holder string, now int64) bool {
+	if !m.holds(key, token, holder) {
+		return false
+	}
+	it := m.items[key]
+	it.lastErr = StreamEnded
+	m.fail(it, now, false)
+	return true
+}
+
 func (m *model) advance(now int64) {
 	var due []string
 	for k, it := range m.items {
@@ -256,8 +267,8 @@ func (m *model) view(key string) View {
 
 // TestModel drives the queue and the model with thousands of random event
 // sequences (Add with delay and priority, Lease by one of two holders or by
-// none, every Ack outcome, Extend, each by the lease's holder or another,
-// Forget, lease expiry by a fake clock, and restart from the stored
+// none, every Ack outcome, Extend and Release, each by the lease's holder
+// or another, Forget, lease expiry by a fake clock, and restart from the stored
 // records) and requires the same answers and the same state after each step.
 // It also replays the records the queue stored after every step and requires
 // them to describe exactly the queue's stored state.
@@ -446,6 +457,21 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			if gotOK != wantOK || (gotOK && got != now+int64(d)) {
 				fail("%s: %d %v, want ok=%v", ev, got, gotOK, wantOK)
 			}
+		case op < 85 && len(live) > 0:
+			g := live[rng.IntN(len(live))]
+			h := by(g)
+			ev = fmt.Sprintf("release(%s,%d,%q)", g.Key, g.Token, name(h))
+			var got bool
+			if !txn(func() { got = q.Release(g.Key, g.Token, h, now) }) {
+				ev += " refused"
+				break
+			}
+			if want := m.release(g.Key, g.Token, name(h), now); got != want {
+				fail("%s: %v, want %v", ev, got, want)
+			}
+			if got {
+				counted.Releases++
+			}
 		case op < 88:
 			ev = fmt.Sprintf("forget(%s)", key)
 			var got bool
@@ -506,7 +532,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				c[0]++
 			}
 		}
-		if c := st.Counters; c.Adds != counted.Adds || c.Collapsed != counted.Collapsed || c.Leases != counted.Leases || c.Acks != counted.Acks {
+		if c := st.Counters; c.Adds != counted.Adds || c.Collapsed != counted.Collapsed || c.Leases != counted.Leases || c.Acks != counted.Acks || c.Releases != counted.Releases {
 			fail("counters %+v, want %+v", c, counted)
 		}
 		if st.Pending != c[Pending] || st.Delayed != c[Delayed] || st.Leased != c[Leased] || st.Parked != c[Parked] || st.Dirty != c[0] {

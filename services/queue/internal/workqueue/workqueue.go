@@ -106,6 +106,10 @@ func (p Priority) rank() int {
 // LeaseExpired is the last_error of a key whose lease lapsed.
 const LeaseExpired = "lease expired"
 
+// StreamEnded is the last_error of a key whose lease a work stream held
+// when it ended (Release).
+const StreamEnded = "work stream ended"
+
 // Config holds the policies of every queue.
 type Config struct {
 	// BackoffBase is the wait after the first failure; the n-th consecutive
@@ -226,6 +230,8 @@ type Queue struct {
 // Counters are a queue's traffic since the process started.
 type Counters struct {
 	Adds, Collapsed, Leases, Acks, Failures, Expirations uint64
+	// Releases counts the leases handed back by Release.
+	Releases uint64
 }
 
 // New returns an empty queue. sink may be nil (nothing is stored).
@@ -475,6 +481,25 @@ func (q *Queue) Extend(key string, token uint64, holder *string, d time.Duration
 	it.ext.expires = now + int64(d)
 	q.timers.fix(it)
 	return it.ext.expires, true
+}
+
+// Release ends the lease (key, token) of holder as if it had lapsed now:
+// the key is pending again (or parked at the attempt limit), attempts + 1,
+// last_error StreamEnded. A work stream that ends releases the leases it
+// holds, so their keys go to another worker at once rather than after
+// their expiry. It returns false, and changes nothing, when token is not
+// the key's live lease or the lease is bound to another holder.
+func (q *Queue) Release(key string, token uint64, holder *string, now int64) bool {
+	it := q.live(key, token, holder)
+	if it == nil {
+		return false
+	}
+	q.touch(it)
+	q.stats.Releases++
+	q.endLease(it)
+	it.ext.lastError = StreamEnded
+	q.fail(it, now, false)
+	return true
 }
 
 // live returns key's item if it is leased under token and holder may act on
