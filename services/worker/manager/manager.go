@@ -114,6 +114,10 @@ type Options struct {
 	// controllers that make one (see Controller.For) before any of them
 	// leases. nil publishes nothing.
 	Etcd clientv3.KV
+	// UnaryCalls makes every controller lease, ack and extend with unary
+	// calls even where the queue serves the work stream (for comparison;
+	// the stream is the default).
+	UnaryCalls bool
 }
 
 // Controller is one reconciler bound to one queue.
@@ -255,6 +259,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			inflight: map[string]*job{},
 			acks:     make(chan ack, c.Concurrency),
 			stop:     make(chan struct{}),
+			unary:    m.o.UnaryCalls,
 		}
 		m.metrics.init(c.Name)
 		wg.Go(func() { r.run(ctx) })
@@ -316,9 +321,25 @@ type runner struct {
 	// abandoned is set once the grace period is over: outcomes arriving later
 	// are not acked, their leases lapse.
 	abandoned atomic.Bool
+	// unary: lease, ack and extend with unary calls (Options.UnaryCalls).
+	unary bool
 }
 
+// run runs the controller on the work stream, or with unary calls when
+// the manager is told to or the queue does not serve the stream.
 func (r *runner) run(ctx context.Context) {
+	if !r.unary {
+		err := r.runStream(ctx)
+		if !errors.Is(err, queueclient.ErrWorkUnsupported) {
+			return
+		}
+		r.log.Info("the queue does not serve the work stream: leasing with unary calls", "err", err)
+	}
+	r.runUnary(ctx)
+}
+
+// runUnary runs the controller with Lease, Ack and Extend calls.
+func (r *runner) runUnary(ctx context.Context) {
 	// Reconciles outlive ctx by up to the grace period, so their contexts
 	// derive from one that only the end of the grace period cancels.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -410,6 +431,23 @@ func (r *runner) lease(ctx, workCtx context.Context, work *sync.WaitGroup) {
 
 // process reconciles one leased key and hands its outcome to the ack loop.
 func (r *runner) process(ctx context.Context, j *job) {
+	out, ok := r.reconcile(ctx, j)
+	if !ok {
+		r.forget(j)
+		return
+	}
+	select {
+	case r.acks <- ack{job: j, outcome: out}:
+	case <-r.stop:
+		// The ack loop has finished (grace period over): let it lapse.
+		r.forget(j)
+	}
+}
+
+// reconcile runs the reconciler on j's key and returns the outcome to ack,
+// or false when it must not be acked: the lease was lost meanwhile, or
+// the grace period is over.
+func (r *runner) reconcile(ctx context.Context, j *job) (queueclient.Outcome, bool) {
 	defer j.cancel()
 	req := reconcile.Request{Queue: r.c.Name, Key: j.lease.Key, Attempt: j.lease.Attempt}
 	log := r.log.With("key", req.Key, "attempt", req.Attempt)
@@ -440,16 +478,10 @@ func (r *runner) process(ctx context.Context, j *job) {
 	r.metrics.total.WithLabelValues(r.c.Name, result).Inc()
 
 	if j.lost.Load() || r.abandoned.Load() {
-		r.forget(j)
 		log.Info("not acking: lease lost or abandoned")
-		return
+		return queueclient.Outcome{}, false
 	}
-	select {
-	case r.acks <- ack{job: j, outcome: out}:
-	case <-r.stop:
-		// The ack loop has finished (grace period over): let it lapse.
-		r.forget(j)
-	}
+	return out, true
 }
 
 // call runs the reconciler, turning a panic into an error.

@@ -13,11 +13,18 @@ import (
 	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/test/framework"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The tests against the real queue (stream_test.go) run baton-queue
+// through test/framework, which must wrap the run.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(frameworkM{m}) }
+
+type frameworkM struct{ m *testing.M }
+
+func (f frameworkM) Run() int { return framework.RunTests(f.m) }
 
 // eventually polls cond until it holds or the test's deadline nears.
 func eventually(t *testing.T, what string, cond func() bool) {

@@ -1,0 +1,290 @@
+package manager
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	queueclient "github.com/batonrun/baton/client/queue"
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/test/framework"
+)
+
+// The manager on the work stream, against the real baton-queue binary.
+
+// started returns how many calls of method (a QueueService method) the
+// queue has started, from its gRPC server metrics.
+func started(t *testing.T, q *framework.Queue, method string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + q.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`grpc_server_started_total\{[^}]*grpc_method="` + method + `"[^}]*grpc_service="baton.queue.v1.QueueService"[^}]*\} (\d+)`)
+	m := re.FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+func inspectState(t *testing.T, q *queueclient.Client, key string) queuev1.ItemState {
+	t.Helper()
+	it, err := q.Inspect(t.Context(), "things", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return it.GetState()
+}
+
+// TestStreamIsTheDefault: against a queue that serves Work, the manager
+// takes its keys from one stream, with no Lease, Ack or Extend call, and
+// every outcome lands as with unary calls.
+func TestStreamIsTheDefault(t *testing.T) {
+	queue := framework.StartQueue(t, framework.QueueOptions{BackoffBase: time.Millisecond})
+	q := queue.Client
+	var calls atomic.Int32
+	rec := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		calls.Add(1)
+		switch {
+		case req.Key == "ns/flaky" && req.Attempt < 2:
+			return reconcile.Result{}, context.DeadlineExceeded
+		case req.Key == "ns/bad":
+			return reconcile.Result{}, reconcile.Terminal(io.ErrUnexpectedEOF)
+		}
+		return reconcile.Result{}, nil
+	})
+	keys := []string{"ns/a", "ns/b", "ns/flaky", "ns/bad"}
+	add(t, q, keys...)
+	stop := start(t, q, Controller{Reconciler: rec, Concurrency: 3, LeaseDuration: 600 * time.Millisecond}, Options{})
+	eventually(t, "every key done", func() bool {
+		for _, k := range keys[:3] {
+			if inspectState(t, q, k) != queuev1.ItemState_ITEM_STATE_ABSENT {
+				return false
+			}
+		}
+		return inspectState(t, q, "ns/bad") == queuev1.ItemState_ITEM_STATE_PARKED
+	})
+	stop()
+	if got := calls.Load(); got != 6 {
+		t.Errorf("reconciles = %d, want 6 (a, b, bad once; flaky three times)", got)
+	}
+	if n := started(t, queue, "Work"); n != 1 {
+		t.Errorf("Work streams started = %d, want 1", n)
+	}
+	for _, m := range []string{"Lease", "Ack", "Extend"} {
+		if n := started(t, queue, m); n != 0 {
+			t.Errorf("%s calls = %d, want none: the stream carries them", m, n)
+		}
+	}
+}
+
+// TestStreamBreakCancelsReconciles: the queue SIGKILLed under a reconcile
+// takes the stream, and its lease, with it: the reconcile is cancelled and
+// not acked, the manager opens a new stream once the queue is back, and
+// the key (offered again after the restart) is reconciled to the end.
+func TestStreamBreakCancelsReconciles(t *testing.T) {
+	queue := framework.StartQueue(t, framework.QueueOptions{})
+	q := queue.Client
+	entered := make(chan struct{})
+	var cancelled, calls atomic.Int32
+	rec := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-ctx.Done()
+			cancelled.Add(1)
+			return reconcile.Result{}, ctx.Err()
+		}
+		return reconcile.Result{}, nil
+	})
+	add(t, q, "ns/a")
+	stop := start(t, q, Controller{Reconciler: rec}, Options{})
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no reconcile began")
+	}
+	queue.Kill()
+	eventually(t, "the reconcile of the broken stream's lease cancelled", func() bool { return cancelled.Load() == 1 })
+	queue.Start()
+	eventually(t, "ns/a reconciled on a new stream", func() bool { return inspectState(t, q, "ns/a") == queuev1.ItemState_ITEM_STATE_ABSENT })
+	stop()
+	if got := calls.Load(); got != 2 {
+		t.Errorf("reconciles = %d, want 2", got)
+	}
+	if n := started(t, queue, "Work"); n < 1 {
+		t.Errorf("the restarted queue started %d Work streams, want one", n)
+	}
+}
+
+// logged collects the messages of a logger, for tests that wait for one.
+type logged struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logged) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logged) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.msgs = append(l.msgs, r.Message)
+	l.mu.Unlock()
+	return nil
+}
+func (l *logged) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logged) WithGroup(string) slog.Handler      { return l }
+
+func (l *logged) has(msg string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.msgs, msg)
+}
+
+// TestStreamGracefulShutdown: at shutdown the stream is drained: nothing
+// more is pushed, a reconcile that finishes within the grace period is
+// acked, and one that does not is cancelled and its lease handed back at
+// once (pending, attempts + 1), not left to lapse.
+func TestStreamGracefulShutdown(t *testing.T) {
+	queue := framework.StartQueue(t, framework.QueueOptions{})
+	q := queue.Client
+	release := make(chan struct{})
+	var entered atomic.Int32
+	rec := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		entered.Add(1)
+		if req.Key == "ns/quick" {
+			<-release
+			return reconcile.Result{}, nil
+		}
+		<-ctx.Done() // "ns/stuck" only ends when the grace period is over
+		return reconcile.Result{}, ctx.Err()
+	})
+	add(t, q, "ns/quick", "ns/stuck")
+	log := &logged{}
+	stop := start(t, q, Controller{Reconciler: rec, Concurrency: 2, LeaseDuration: time.Minute},
+		Options{GracePeriod: 500 * time.Millisecond, Logger: slog.New(log)})
+	eventually(t, "both reconciling", func() bool { return entered.Load() == 2 })
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	eventually(t, "the stream drained", func() bool { return log.has(msgDraining) })
+	add(t, q, "ns/late")
+	close(release)
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the grace period")
+	}
+	if entered.Load() != 2 {
+		t.Errorf("reconciles = %d after shutdown began, want 2", entered.Load())
+	}
+	if st := inspectState(t, q, "ns/quick"); st != queuev1.ItemState_ITEM_STATE_ABSENT {
+		t.Errorf("ns/quick finished within the grace period but is %v", st)
+	}
+	it, err := q.Inspect(t.Context(), "things", "ns/stuck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.GetState() != queuev1.ItemState_ITEM_STATE_PENDING || it.GetAttempts() != 1 || it.GetLastError() != "work stream ended" {
+		t.Errorf("ns/stuck is %v, want handed back: pending, attempt 1, work stream ended", it)
+	}
+	if st := inspectState(t, q, "ns/late"); st != queuev1.ItemState_ITEM_STATE_PENDING {
+		t.Errorf("ns/late, added after the drain, is %v, want pending", st)
+	}
+}
+
+// TestStreamLeaseLostCancels: a key forgotten while it is reconciled is
+// LEASE_LOST to the next extend on the stream: the reconcile is cancelled
+// and not acked.
+func TestStreamLeaseLostCancels(t *testing.T) {
+	queue := framework.StartQueue(t, framework.QueueOptions{})
+	q := queue.Client
+	entered := make(chan struct{})
+	cancelled := make(chan struct{})
+	rec := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		close(entered)
+		<-ctx.Done()
+		close(cancelled)
+		return reconcile.Result{}, ctx.Err()
+	})
+	add(t, q, "ns/a")
+	stop := start(t, q, Controller{Reconciler: rec, LeaseDuration: 300 * time.Millisecond}, Options{})
+	<-entered
+	if _, err := q.Forget(t.Context(), "things", []string{"ns/a"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("reconcile not cancelled after its lease was lost")
+	}
+	stop()
+	st, err := q.Stats(t.Context(), "things")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st[0].GetAcksTotal() != 0 {
+		t.Errorf("acks = %d: a lost lease must not be acked", st[0].GetAcksTotal())
+	}
+}
+
+// TestStreamHeartbeatKeepsLongReconcile: a reconcile three lease durations
+// long keeps its lease by extends on the stream, and is acked once.
+func TestStreamHeartbeatKeepsLongReconcile(t *testing.T) {
+	queue := framework.StartQueue(t, framework.QueueOptions{})
+	q := queue.Client
+	var calls atomic.Int32
+	rec := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		calls.Add(1)
+		select {
+		case <-time.After(900 * time.Millisecond):
+			return reconcile.Result{}, nil
+		case <-ctx.Done():
+			return reconcile.Result{}, ctx.Err()
+		}
+	})
+	add(t, q, "ns/slow")
+	stop := start(t, q, Controller{Reconciler: rec, LeaseDuration: 300 * time.Millisecond}, Options{})
+	eventually(t, "key done", func() bool { return inspectState(t, q, "ns/slow") == queuev1.ItemState_ITEM_STATE_ABSENT })
+	stop()
+	st, err := q.Stats(t.Context(), "things")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 1 || st[0].GetLeaseExpirationsTotal() != 0 || st[0].GetAcksTotal() != 1 {
+		t.Errorf("calls = %d, expirations = %d, acks = %d; want 1, 0, 1", calls.Load(), st[0].GetLeaseExpirationsTotal(), st[0].GetAcksTotal())
+	}
+}
+
+// TestFallsBackWithoutWork: against a queue without the work stream (the
+// fake answers UNIMPLEMENTED, as a queue from before it does), the manager
+// leases with unary calls.
+func TestFallsBackWithoutWork(t *testing.T) {
+	f, q := startFakeQueue(t)
+	var calls atomic.Int32
+	rec := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+		calls.Add(1)
+		return reconcile.Result{}, nil
+	})
+	add(t, q, "ns/a")
+	stop := start(t, q, Controller{Reconciler: rec}, Options{})
+	eventually(t, "key done", func() bool { return f.empty() })
+	stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if calls.Load() != 1 || f.leaseCalls == 0 || f.ackCalls == 0 {
+		t.Errorf("reconciles %d, Lease calls %d, Ack calls %d: want the key reconciled over unary calls", calls.Load(), f.leaseCalls, f.ackCalls)
+	}
+}
