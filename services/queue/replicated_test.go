@@ -369,6 +369,33 @@ func TestReplicatedForwardingOverMTLS(t *testing.T) {
 	if status.Code(err) != codes.PermissionDenied {
 		t.Errorf("a worker's Add on the leader's peer listener: %v, want PERMISSION_DENIED", err)
 	}
+
+	// A work stream through a follower binds its leases to its worker too.
+	if _, err := q(f[0], "observer").Add(ctx, &queuev1.AddRequest{Queue: queue, Keys: []string{"s"}}); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := queueclient.New(conn(r.procs[f[0]].grpcAddr, "worker-1")).Work(ctx, queue, queueclient.WorkOptions{Worker: "w1"})
+	if err != nil {
+		t.Fatalf("worker-1's work stream through a follower: %v", err)
+	}
+	defer ws.Close()
+	ev, err := ws.Recv()
+	if err != nil || ev.Lease == nil || ev.Lease.Key != "s" {
+		t.Fatalf("worker-1's stream: %+v %v, want the lease of s", ev, err)
+	}
+	pushed := &queuev1.Lease{Key: "s", Token: ev.Lease.Token}
+	if st := c.ack(q(f[1], "worker-2"), queue, pushed); st != queuev1.AckStatus_ACK_STATUS_LEASE_LOST {
+		t.Errorf("worker-2's Ack of worker-1's streamed lease: %v, want LEASE_LOST", st)
+	}
+	if err := ws.Ack(queueclient.Ack{Key: "s", Token: pushed.GetToken(), Outcome: queueclient.Success()}); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := ws.Recv(); err != nil || ev.Ack == nil || ev.Ack.Status != queueclient.OK {
+		t.Errorf("worker-1's ack on its stream: %+v %v, want OK", ev, err)
+	}
+	if _, err := queueclient.New(conn(r.procs[f[0]].grpcAddr, "viewer")).Work(ctx, queue, queueclient.WorkOptions{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a viewer's work stream: %v, want PERMISSION_DENIED", err)
+	}
 }
 
 // TestReplicatedClientFailsOver: the Go client given every member's
