@@ -425,10 +425,13 @@ func TestWorkDrain(t *testing.T) {
 	if err := s.Drain(); err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range held {
-		if err := s.Ack(queueclient.Ack{Key: l.Key, Token: l.Token, Outcome: queueclient.Success()}); err != nil {
-			t.Fatal(err)
-		}
+	// One success, answered once applied, and one failure, answered once
+	// durable: the stream ends after both answers, not before the second.
+	if err := s.Ack(queueclient.Ack{Key: held[0].Key, Token: held[0].Token, Outcome: queueclient.Success()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ack(queueclient.Ack{Key: held[1].Key, Token: held[1].Token, Outcome: queueclient.Failure("boom")}); err != nil {
+		t.Fatal(err)
 	}
 	var acks []string
 	for {
@@ -448,8 +451,8 @@ func TestWorkDrain(t *testing.T) {
 	if !slices.Equal(acks, []string{held[0].Key, held[1].Key}) {
 		t.Fatalf("answered %v, want both acks", acks)
 	}
-	if st := snap(t, h, q).stats; st.GetPending() != 3 || st.GetLeased() != 0 {
-		t.Fatalf("stats %v: want the other 3 pending", st)
+	if st := snap(t, h, q).stats; st.GetPending() != 3 || st.GetLeased() != 0 || st.GetDelayed() != 1 {
+		t.Fatalf("stats %v: want the other 3 pending and the failed one delayed", st)
 	}
 }
 

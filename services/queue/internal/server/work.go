@@ -363,6 +363,7 @@ func (w *workStream) applyAcks(ctx context.Context, items []broker.AckItem) erro
 		return toStatus(err)
 	}
 	w.answered(items)
+	defer w.endIfDrained() // after the answers: ending the stream drops what is unsent
 	var later []int
 	for i, it := range items {
 		if ok[i] && it.Outcome != (workqueue.Outcome{}) {
@@ -402,11 +403,18 @@ func (w *workStream) answered(items []broker.AckItem) {
 			freed = true
 		}
 	}
-	drained, stopping := w.drain && len(w.held) == 0, w.stopping
 	w.mu.Unlock()
 	if freed {
 		w.wake()
 	}
+}
+
+// endIfDrained ends a stream that pushes no more once it holds nothing:
+// with OK after the worker's drain, UNAVAILABLE when the queue stops.
+func (w *workStream) endIfDrained() {
+	w.mu.Lock()
+	drained, stopping := w.drain && len(w.held) == 0, w.stopping
+	w.mu.Unlock()
 	switch {
 	case drained && stopping:
 		w.end(errShuttingDown)
@@ -450,6 +458,7 @@ func (w *workStream) extends(ctx context.Context, run []*queuev1.WorkRequest) er
 		}
 		// A lost lease is no longer the worker's to ack: its slot is free.
 		w.answered(lost)
+		w.endIfDrained()
 	}
 	return bad
 }
