@@ -153,7 +153,10 @@ func (s *server) register(srv *grpc.Server) {
 				return ss.SendMsg(&queuev1.SendSnapshotResponse{})
 			},
 		}},
-		Methods: []grpc.MethodDesc{s.unary(queuev1.RaftService_ServiceDesc.ServiceName, "Join", &queuev1.JoinRequest{})},
+		Methods: []grpc.MethodDesc{
+			s.unary(queuev1.RaftService_ServiceDesc.ServiceName, "Join", &queuev1.JoinRequest{}),
+			s.unary(queuev1.RaftService_ServiceDesc.ServiceName, "Publish", &queuev1.PublishRequest{}),
+		},
 	}
 	for _, d := range []*grpc.ServiceDesc{&queue, &observer, &cluster, &raft} {
 		srv.RegisterService(d, struct{}{})
@@ -347,6 +350,7 @@ var contractTable = map[string][]string{
 	"/baton.queue.v1.RaftService/Send":                          {"queue-peer"},
 	"/baton.queue.v1.RaftService/SendSnapshot":                  {"queue-peer"},
 	"/baton.queue.v1.RaftService/Join":                          {"queue-peer"},
+	"/baton.queue.v1.RaftService/Publish":                       {"queue-peer"},
 	"/grpc.health.v1.Health/Check":                              nil, // any verified client
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": nil,
 }

@@ -388,6 +388,7 @@ func ExamplePolicy_Marshal() {
 	//       - /baton.queue.v1.RaftService/Send
 	//       - /baton.queue.v1.RaftService/SendSnapshot
 	//       - /baton.queue.v1.RaftService/Join
+	//       - /baton.queue.v1.RaftService/Publish
 	//   - roles: [viewer, admin]
 	//     paths:
 	//       - /metrics

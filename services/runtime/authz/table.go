@@ -68,7 +68,7 @@ var services = []service{
 	{
 		name:    queuev1.RaftService_ServiceDesc.ServiceName,
 		short:   "RaftService",
-		methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName},
+		methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName, queuev1.RaftService_Publish_FullMethodName},
 	},
 }
 
@@ -148,7 +148,7 @@ func defaultRules() []Rule {
 			// admin changes membership through ClusterService; a forged
 			// vote or append would corrupt the log).
 			Roles:   []string{queuePeer},
-			Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName},
+			Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName, queuev1.RaftService_Publish_FullMethodName},
 		},
 		{
 			Roles: []string{viewer, admin},

@@ -250,6 +250,117 @@ func (x *JoinMember) GetPeerAddr() string {
 	return ""
 }
 
+// PublishRequest is a member's client address, for the leader to record.
+type PublishRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As SendRequest's.
+	ClusterId uint64 `protobuf:"varint,1,opt,name=cluster_id,json=clusterId" json:"cluster_id,omitempty"`
+	// The publishing member's Raft id and --name, as the configuration holds
+	// them.
+	Id   uint64 `protobuf:"varint,2,opt,name=id" json:"id,omitempty"`
+	Name string `protobuf:"bytes,3,opt,name=name" json:"name,omitempty"`
+	// Its --advertise-addr: host:port, not a wildcard host.
+	ClientAddr    string `protobuf:"bytes,4,opt,name=client_addr,json=clientAddr" json:"client_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishRequest) Reset() {
+	*x = PublishRequest{}
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishRequest) ProtoMessage() {}
+
+func (x *PublishRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
+func (*PublishRequest) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PublishRequest) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *PublishRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PublishRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PublishRequest) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+// PublishResponse says the leader has applied the change that records the
+// address.
+type PublishResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishResponse) Reset() {
+	*x = PublishResponse{}
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishResponse) ProtoMessage() {}
+
+func (x *PublishResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishResponse.ProtoReflect.Descriptor instead.
+func (*PublishResponse) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{4}
+}
+
 // SendRequest is one batch: the messages a sender had queued for one peer
 // when it wrote to the stream.
 type SendRequest struct {
@@ -271,7 +382,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[3]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +394,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[3]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +407,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SendRequest) GetClusterId() uint64 {
@@ -348,7 +459,7 @@ type SendSnapshotRequest struct {
 
 func (x *SendSnapshotRequest) Reset() {
 	*x = SendSnapshotRequest{}
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[4]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +471,7 @@ func (x *SendSnapshotRequest) String() string {
 func (*SendSnapshotRequest) ProtoMessage() {}
 
 func (x *SendSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[4]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +484,7 @@ func (x *SendSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SendSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SendSnapshotRequest) GetClusterId() uint64 {
@@ -427,7 +538,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[5]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +550,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[5]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +563,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 // SendSnapshotResponse says the receiving member's Raft node has the
@@ -465,7 +576,7 @@ type SendSnapshotResponse struct {
 
 func (x *SendSnapshotResponse) Reset() {
 	*x = SendSnapshotResponse{}
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[6]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +588,7 @@ func (x *SendSnapshotResponse) String() string {
 func (*SendSnapshotResponse) ProtoMessage() {}
 
 func (x *SendSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_raft_proto_msgTypes[6]
+	mi := &file_baton_queue_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +601,7 @@ func (x *SendSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SendSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_baton_queue_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 var File_baton_queue_v1_raft_proto protoreflect.FileDescriptor
@@ -516,7 +627,15 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"JoinMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
-	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\"l\n" +
+	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\"t\n" +
+	"\x0ePublishRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1f\n" +
+	"\vclient_addr\x18\x04 \x01(\tR\n" +
+	"clientAddr\"\x11\n" +
+	"\x0fPublishResponse\"l\n" +
 	"\vSendRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
@@ -533,11 +652,12 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"data_bytes\x18\x05 \x01(\x04R\tdataBytes\x12\x12\n" +
 	"\x04data\x18\x06 \x01(\fR\x04data\"\x0e\n" +
 	"\fSendResponse\"\x16\n" +
-	"\x14SendSnapshotResponse2\xf2\x01\n" +
+	"\x14SendSnapshotResponse2\xbe\x02\n" +
 	"\vRaftService\x12C\n" +
 	"\x04Send\x12\x1b.baton.queue.v1.SendRequest\x1a\x1c.baton.queue.v1.SendResponse(\x01\x12[\n" +
 	"\fSendSnapshot\x12#.baton.queue.v1.SendSnapshotRequest\x1a$.baton.queue.v1.SendSnapshotResponse(\x01\x12A\n" +
-	"\x04Join\x12\x1b.baton.queue.v1.JoinRequest\x1a\x1c.baton.queue.v1.JoinResponseB=Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1\x92\x03\x02\b\x02b\beditionsp\xe8\a"
+	"\x04Join\x12\x1b.baton.queue.v1.JoinRequest\x1a\x1c.baton.queue.v1.JoinResponse\x12J\n" +
+	"\aPublish\x12\x1e.baton.queue.v1.PublishRequest\x1a\x1f.baton.queue.v1.PublishResponseB=Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1\x92\x03\x02\b\x02b\beditionsp\xe8\a"
 
 var (
 	file_baton_queue_v1_raft_proto_rawDescOnce sync.Once
@@ -551,26 +671,30 @@ func file_baton_queue_v1_raft_proto_rawDescGZIP() []byte {
 	return file_baton_queue_v1_raft_proto_rawDescData
 }
 
-var file_baton_queue_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_baton_queue_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_baton_queue_v1_raft_proto_goTypes = []any{
 	(*JoinRequest)(nil),          // 0: baton.queue.v1.JoinRequest
 	(*JoinResponse)(nil),         // 1: baton.queue.v1.JoinResponse
 	(*JoinMember)(nil),           // 2: baton.queue.v1.JoinMember
-	(*SendRequest)(nil),          // 3: baton.queue.v1.SendRequest
-	(*SendSnapshotRequest)(nil),  // 4: baton.queue.v1.SendSnapshotRequest
-	(*SendResponse)(nil),         // 5: baton.queue.v1.SendResponse
-	(*SendSnapshotResponse)(nil), // 6: baton.queue.v1.SendSnapshotResponse
+	(*PublishRequest)(nil),       // 3: baton.queue.v1.PublishRequest
+	(*PublishResponse)(nil),      // 4: baton.queue.v1.PublishResponse
+	(*SendRequest)(nil),          // 5: baton.queue.v1.SendRequest
+	(*SendSnapshotRequest)(nil),  // 6: baton.queue.v1.SendSnapshotRequest
+	(*SendResponse)(nil),         // 7: baton.queue.v1.SendResponse
+	(*SendSnapshotResponse)(nil), // 8: baton.queue.v1.SendSnapshotResponse
 }
 var file_baton_queue_v1_raft_proto_depIdxs = []int32{
 	2, // 0: baton.queue.v1.JoinResponse.members:type_name -> baton.queue.v1.JoinMember
-	3, // 1: baton.queue.v1.RaftService.Send:input_type -> baton.queue.v1.SendRequest
-	4, // 2: baton.queue.v1.RaftService.SendSnapshot:input_type -> baton.queue.v1.SendSnapshotRequest
+	5, // 1: baton.queue.v1.RaftService.Send:input_type -> baton.queue.v1.SendRequest
+	6, // 2: baton.queue.v1.RaftService.SendSnapshot:input_type -> baton.queue.v1.SendSnapshotRequest
 	0, // 3: baton.queue.v1.RaftService.Join:input_type -> baton.queue.v1.JoinRequest
-	5, // 4: baton.queue.v1.RaftService.Send:output_type -> baton.queue.v1.SendResponse
-	6, // 5: baton.queue.v1.RaftService.SendSnapshot:output_type -> baton.queue.v1.SendSnapshotResponse
-	1, // 6: baton.queue.v1.RaftService.Join:output_type -> baton.queue.v1.JoinResponse
-	4, // [4:7] is the sub-list for method output_type
-	1, // [1:4] is the sub-list for method input_type
+	3, // 4: baton.queue.v1.RaftService.Publish:input_type -> baton.queue.v1.PublishRequest
+	7, // 5: baton.queue.v1.RaftService.Send:output_type -> baton.queue.v1.SendResponse
+	8, // 6: baton.queue.v1.RaftService.SendSnapshot:output_type -> baton.queue.v1.SendSnapshotResponse
+	1, // 7: baton.queue.v1.RaftService.Join:output_type -> baton.queue.v1.JoinResponse
+	4, // 8: baton.queue.v1.RaftService.Publish:output_type -> baton.queue.v1.PublishResponse
+	5, // [5:9] is the sub-list for method output_type
+	1, // [1:5] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -587,7 +711,7 @@ func file_baton_queue_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_queue_v1_raft_proto_rawDesc), len(file_baton_queue_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	RaftService_Send_FullMethodName         = "/baton.queue.v1.RaftService/Send"
 	RaftService_SendSnapshot_FullMethodName = "/baton.queue.v1.RaftService/SendSnapshot"
 	RaftService_Join_FullMethodName         = "/baton.queue.v1.RaftService/Join"
+	RaftService_Publish_FullMethodName      = "/baton.queue.v1.RaftService/Publish"
 )
 
 // RaftServiceClient is the client API for RaftService service.
@@ -69,6 +70,18 @@ type RaftServiceClient interface {
 	// it (FAILED_PRECONDITION otherwise, and for a member that is not the
 	// leader, which answers leader_addr instead).
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
+	// Publish is how a member tells the others the address clients reach it
+	// at (its --advertise-addr), which ClusterService lists for every member.
+	// A member calls it on the leader it knows whenever the configuration's
+	// record of itself lacks that address or holds another (a first start, a
+	// new --advertise-addr), retrying with backoff until it is recorded, as
+	// etcd members publish their attributes. The leader records it through
+	// the log, as a configuration change that changes no vote (raft's
+	// ConfChangeUpdateNode), and answers once that is applied on it. A member
+	// that is not the leader is UNAVAILABLE; another cluster id, or an id and
+	// name that are not a member's, FAILED_PRECONDITION; an address another
+	// process cannot dial, INVALID_ARGUMENT.
+	Publish(ctx context.Context, in *PublishRequest, opts ...grpc.CallOption) (*PublishResponse, error)
 }
 
 type raftServiceClient struct {
@@ -115,6 +128,16 @@ func (c *raftServiceClient) Join(ctx context.Context, in *JoinRequest, opts ...g
 	return out, nil
 }
 
+func (c *raftServiceClient) Publish(ctx context.Context, in *PublishRequest, opts ...grpc.CallOption) (*PublishResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PublishResponse)
+	err := c.cc.Invoke(ctx, RaftService_Publish_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RaftServiceServer is the server API for RaftService service.
 // All implementations must embed UnimplementedRaftServiceServer
 // for forward compatibility.
@@ -155,6 +178,18 @@ type RaftServiceServer interface {
 	// it (FAILED_PRECONDITION otherwise, and for a member that is not the
 	// leader, which answers leader_addr instead).
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
+	// Publish is how a member tells the others the address clients reach it
+	// at (its --advertise-addr), which ClusterService lists for every member.
+	// A member calls it on the leader it knows whenever the configuration's
+	// record of itself lacks that address or holds another (a first start, a
+	// new --advertise-addr), retrying with backoff until it is recorded, as
+	// etcd members publish their attributes. The leader records it through
+	// the log, as a configuration change that changes no vote (raft's
+	// ConfChangeUpdateNode), and answers once that is applied on it. A member
+	// that is not the leader is UNAVAILABLE; another cluster id, or an id and
+	// name that are not a member's, FAILED_PRECONDITION; an address another
+	// process cannot dial, INVALID_ARGUMENT.
+	Publish(context.Context, *PublishRequest) (*PublishResponse, error)
 	mustEmbedUnimplementedRaftServiceServer()
 }
 
@@ -173,6 +208,9 @@ func (UnimplementedRaftServiceServer) SendSnapshot(grpc.ClientStreamingServer[Se
 }
 func (UnimplementedRaftServiceServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
+}
+func (UnimplementedRaftServiceServer) Publish(context.Context, *PublishRequest) (*PublishResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Publish not implemented")
 }
 func (UnimplementedRaftServiceServer) mustEmbedUnimplementedRaftServiceServer() {}
 func (UnimplementedRaftServiceServer) testEmbeddedByValue()                     {}
@@ -227,6 +265,24 @@ func _RaftService_Join_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RaftService_Publish_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PublishRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServiceServer).Publish(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RaftService_Publish_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServiceServer).Publish(ctx, req.(*PublishRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RaftService_ServiceDesc is the grpc.ServiceDesc for RaftService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -237,6 +293,10 @@ var RaftService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Join",
 			Handler:    _RaftService_Join_Handler,
+		},
+		{
+			MethodName: "Publish",
+			Handler:    _RaftService_Publish_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -130,3 +130,12 @@ func (r *receiver) Join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1
 	}
 	return t.cfg.Join(ctx, req)
 }
+
+// Publish hands the request to Config.Publish.
+func (r *receiver) Publish(ctx context.Context, req *queuev1.PublishRequest) (*queuev1.PublishResponse, error) {
+	t := r.t
+	if t.cfg.Publish == nil {
+		return nil, status.Error(codes.Unimplemented, "transport: this member takes no publications")
+	}
+	return t.cfg.Publish(ctx, req)
+}

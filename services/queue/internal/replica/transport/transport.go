@@ -79,6 +79,10 @@ type Config struct {
 	// yet, and whether it may ask is a question of membership, which is
 	// the node's, not the transport's. Nil answers UNIMPLEMENTED.
 	Join func(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.JoinResponse, error)
+	// Publish, if set, answers RaftService.Publish: a member telling the
+	// leader its client address. The node checks the request. Nil answers
+	// UNIMPLEMENTED.
+	Publish func(ctx context.Context, req *queuev1.PublishRequest) (*queuev1.PublishResponse, error)
 	// Logger receives stream failures and refusals; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the transport's metrics (metrics.go); nil
@@ -192,6 +196,19 @@ func checkPeer(self, id uint64, addr string) error {
 // table: queue-peer only).
 func (t *Transport) Register(srv grpc.ServiceRegistrar) {
 	queuev1.RegisterRaftServiceServer(srv, &receiver{t: t})
+}
+
+// Publish calls RaftService.Publish on peer id over the connection its
+// messages take (so with the same certificate and keepalives), and returns
+// its answer; a peer this transport does not know is an error.
+func (t *Transport) Publish(ctx context.Context, id uint64, req *queuev1.PublishRequest) (*queuev1.PublishResponse, error) {
+	t.mu.RLock()
+	p := t.peers[id]
+	t.mu.RUnlock()
+	if p == nil {
+		return nil, fmt.Errorf("transport: no peer %d to publish to", id)
+	}
+	return queuev1.NewRaftServiceClient(p.conn).Publish(ctx, req)
 }
 
 // Send queues msgs for their peers (each message's To) and returns without
