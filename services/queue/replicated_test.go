@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -547,7 +548,8 @@ func offeredBy(t *testing.T, ctx context.Context, c *queueclient.Client) map[str
 // directory, it finds that the queue is in use and rejoins under a new
 // Raft id, catches up by the leader's snapshot and counts again: with the
 // other follower killed, writes still commit. Every acknowledged Add is
-// offered at the end, and ClusterService lists three members.
+// offered at the end, and ClusterService lists three members with their
+// client addresses.
 func TestReplicatedMemberLosesItsDisk(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -634,7 +636,7 @@ func TestReplicatedMemberLosesItsDisk(t *testing.T) {
 	if code, body := dash(other, "/api/queues"); code != http.StatusServiceUnavailable {
 		t.Errorf("a follower's /api/queues: %d %s, want 503", code, body)
 	}
-	if _, body := dash(other, "/api/members"); !strings.Contains(string(body), fmt.Sprintf(`"name":"m%d","peer_addr":%q,"leader":true`, lead+1, r.peers[lead])) {
+	if _, body := dash(other, "/api/members"); !strings.Contains(string(body), fmt.Sprintf(`"name":"m%d","peer_addr":%q,"client_addr":%q,"leader":true`, lead+1, r.peers[lead], r.procs[lead].grpcAddr)) {
 		t.Errorf("a follower's /api/members does not show the leader m%d: %s", lead+1, body)
 	}
 
@@ -660,10 +662,49 @@ func TestReplicatedMemberLosesItsDisk(t *testing.T) {
 	if err != nil || len(ml.GetMembers()) != 3 {
 		t.Fatalf("MemberList on the rejoined member: %v, %v; want three members", ml, err)
 	}
+	// The others' client addresses came to it in the leader's snapshot.
+	if got, want := clientAddrs(ml.GetMembers()), r.wantClientAddrs(); !maps.Equal(got, want) {
+		t.Errorf("MemberList on the rejoined member lists the client addresses %v, want %v", got, want)
+	}
 	p := r.procs[lost]
 	logs, err := os.ReadFile(filepath.Join(p.logDir, fmt.Sprintf("run-%03d.log", p.n)))
 	if err != nil || !strings.Contains(string(logs), "rejoined under a new Raft id") {
 		t.Errorf("the rejoined member's log does not say it rejoined (%v):\n%s", err, logs)
+	}
+}
+
+// clientAddrs is each member's client address as ms list them, by name.
+func clientAddrs(ms []*queuev1.Member) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		out[m.GetName()] = m.GetClientAddr()
+	}
+	return out
+}
+
+// wantClientAddrs is the client address of each of the three members, by
+// name: the address each listens on, which is what it advertises.
+func (r *replicated) wantClientAddrs() map[string]string {
+	out := map[string]string{}
+	for i, p := range r.procs {
+		out[fmt.Sprintf("m%d", i+1)] = p.grpcAddr
+	}
+	return out
+}
+
+// awaitClientAddrs waits until MemberList on cc lists want.
+func awaitClientAddrs(t *testing.T, ctx context.Context, cc queuev1.ClusterServiceClient, want map[string]string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		ml, err := cc.MemberList(lctx, &queuev1.MemberListRequest{})
+		cancel()
+		if err == nil && maps.Equal(clientAddrs(ml.GetMembers()), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s, MemberList lists the client addresses %v (%v), want %v", clientAddrs(ml.GetMembers()), err, want)
+		}
 	}
 }
 
@@ -678,9 +719,12 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestReplicatedMemberAddAndRemove: MemberAdd, asked of a follower, adds a
-// fourth member as a learner; started with an --initial-cluster that names
-// it (so another cluster id than the queue's), it joins as a voter, and
+// TestReplicatedMemberAddAndRemove: a follower's MemberList lists every
+// member's client address (each member publishes its own). MemberAdd,
+// asked of a follower, adds a fourth member as a learner, with the client
+// address it was given; started with an --initial-cluster that names it
+// (so another cluster id than the queue's), it joins as a voter, lists
+// the four client addresses, and
 // the four commit with one of the first three killed. MemberRemove then
 // takes the killed member out, and with one more of the first three
 // killed the leader and the new member alone commit: a majority of the
@@ -699,10 +743,24 @@ func TestReplicatedMemberAddAndRemove(t *testing.T) {
 	}
 	lead := r.leader(ctx)
 	follower := (lead + 1) % 3
+	want := r.wantClientAddrs()
+	awaitClientAddrs(t, ctx, r.ccs[follower], want)
+
 	peer4 := freePort(t)
-	resp, err := r.ccs[follower].MemberAdd(ctx, &queuev1.MemberAddRequest{Name: "m4", PeerAddr: peer4})
+	var cluster []string
+	for i, p := range r.peers {
+		cluster = append(cluster, fmt.Sprintf("m%d=%s", i+1, p))
+	}
+	cluster = append(cluster, "m4="+peer4)
+	p4 := newProc(t, "--name", "m4", "--peer-addr", peer4, "--initial-cluster", strings.Join(cluster, ","),
+		"--heartbeat-interval", "50ms", "--election-timeout", "500ms")
+	resp, err := r.ccs[follower].MemberAdd(ctx, &queuev1.MemberAddRequest{Name: "m4", PeerAddr: peer4, ClientAddr: p4.grpcAddr})
 	if err != nil {
 		t.Fatalf("MemberAdd through a follower: %v", err)
+	}
+	want["m4"] = p4.grpcAddr
+	if got := clientAddrs(resp.GetMembers()); !maps.Equal(got, want) {
+		t.Errorf("MemberAdd's answer lists the client addresses %v, want %v", got, want)
 	}
 	names := func(ms []*queuev1.Member) string {
 		var out []string
@@ -737,13 +795,6 @@ func TestReplicatedMemberAddAndRemove(t *testing.T) {
 		t.Errorf("MemberRemove of the leader: %v, want FailedPrecondition", err)
 	}
 
-	var cluster []string
-	for i, p := range r.peers {
-		cluster = append(cluster, fmt.Sprintf("m%d=%s", i+1, p))
-	}
-	cluster = append(cluster, "m4="+peer4)
-	p4 := newProc(t, "--name", "m4", "--peer-addr", peer4, "--initial-cluster", strings.Join(cluster, ","),
-		"--heartbeat-interval", "50ms", "--election-timeout", "500ms")
 	p4.start()
 	cc4 := queuev1.NewClusterServiceClient(dial(t, p4.grpcAddr))
 	deadline := time.Now().Add(30 * time.Second)
@@ -760,6 +811,7 @@ func TestReplicatedMemberAddAndRemove(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	awaitClientAddrs(t, ctx, cc4, want)
 
 	// Four voters: a majority is three, so with one of the first three
 	// down every commit needs m4.

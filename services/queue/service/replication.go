@@ -234,7 +234,8 @@ func (l *leaders) Close() {
 func peerPolicy() (*authz.Policy, error) {
 	return authz.Compile([]authz.Rule{{
 		Roles: []string{tlsfiles.RoleQueuePeer},
-		Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName, "/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*",
+		Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName, queuev1.RaftService_Publish_FullMethodName,
+			"/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*",
 			queuev1.ClusterService_MemberAdd_FullMethodName, queuev1.ClusterService_MemberRemove_FullMethodName},
 	}})
 }
@@ -246,7 +247,7 @@ func dashboardMembers(node *replica.Node, self string) func() dashboard.Members 
 		st := node.Status()
 		out := dashboard.Members{Self: self}
 		for _, m := range node.Members() {
-			dm := dashboard.Member{Name: m.Name, PeerAddr: m.Addr, Leader: m.ID == st.Leader}
+			dm := dashboard.Member{Name: m.Name, PeerAddr: m.Addr, ClientAddr: m.ClientAddr, Leader: m.ID == st.Leader}
 			if match, ok := st.Match[m.ID]; ok && st.IsLeader {
 				dm.Known, dm.Lag = true, st.LastIndex-min(match, st.LastIndex)
 			}

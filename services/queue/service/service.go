@@ -327,6 +327,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if cfg.AdvertiseAddr == "" {
 			advertise, _ = defaultAdvertiseAddr(cfg.GRPCAddr, g) // Validate has derived it once already
 		}
+		if node := b.Member(); node != nil {
+			// The other members learn it from this one (replica's
+			// publish.go), so that any member lists every address.
+			node.SetClientAddr(advertise)
+		}
 		if cfg.OnListen != nil {
 			cfg.OnListen(g, h)
 		}

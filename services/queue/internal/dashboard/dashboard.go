@@ -51,14 +51,16 @@ type Members struct {
 	Members []Member `json:"members"`
 }
 
-// Member is one member: Lag is how many entries its log is behind the
+// Member is one member: ClientAddr is where clients reach it, empty until
+// it has published it; Lag is how many entries its log is behind the
 // leader's, known only on the leader (Known false elsewhere).
 type Member struct {
-	Name     string `json:"name"`
-	PeerAddr string `json:"peer_addr"`
-	Leader   bool   `json:"leader"`
-	Known    bool   `json:"lag_known"`
-	Lag      uint64 `json:"lag"`
+	Name       string `json:"name"`
+	PeerAddr   string `json:"peer_addr"`
+	ClientAddr string `json:"client_addr"`
+	Leader     bool   `json:"leader"`
+	Known      bool   `json:"lag_known"`
+	Lag        uint64 `json:"lag"`
 }
 
 // Dashboard samples the queues and serves the page.

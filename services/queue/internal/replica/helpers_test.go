@@ -174,15 +174,17 @@ func (l *logBuffer) String() string {
 // member is one Node on a RaftLog in its own directory, served by its own
 // gRPC server on a fixed 127.0.0.1 address (so it can come back there).
 type member struct {
-	t     *testing.T
-	id    uint64
-	dir   string
-	addr  string
-	name  string
-	peers map[uint64]string
-	names map[uint64]string
-	join  bool // start with Config.Join (it rejoined under a new id)
-	logs  *logBuffer
+	t    *testing.T
+	id   uint64
+	dir  string
+	addr string
+	name string
+	// client is the client address it publishes (Config.ClientAddr).
+	client string
+	peers  map[uint64]string
+	names  map[uint64]string
+	join   bool // start with Config.Join (it rejoined under a new id)
+	logs   *logBuffer
 
 	node   *Node
 	rlog   *store.RaftLog
@@ -216,7 +218,7 @@ func newCluster(t *testing.T) *cluster {
 	}
 	names := map[uint64]string{1: "m1", 2: "m2", 3: "m3"}
 	for id := uint64(1); id <= 3; id++ {
-		m := &member{t: t, id: id, dir: t.TempDir(), addr: peers[id], name: names[id], peers: peers, names: names, logs: &logBuffer{}}
+		m := &member{t: t, id: id, dir: t.TempDir(), addr: peers[id], name: names[id], client: testClientAddr(names[id], 1), peers: peers, names: names, logs: &logBuffer{}}
 		c.members[id] = m
 		m.start(lis[id])
 	}
@@ -231,6 +233,12 @@ func newCluster(t *testing.T) *cluster {
 		}
 	})
 	return c
+}
+
+// testClientAddr is a member's client address, of generation gen (a
+// member moved to another is given the next).
+func testClientAddr(name string, gen int) string {
+	return fmt.Sprintf("%s.clients.test:%d", name, 7000+gen)
 }
 
 // start opens the member's log and starts its node and server; lis, if
@@ -252,7 +260,7 @@ func (m *member) start(lis net.Listener) {
 	m.sm = newApplied()
 	m.reg = prometheus.NewRegistry()
 	m.node, err = New(Config{
-		ID: m.id, ClusterID: testCluster, Peers: m.peers, Names: m.names, Join: m.join, Log: m.rlog, Apply: m.sm.apply,
+		ID: m.id, ClusterID: testCluster, Peers: m.peers, Names: m.names, ClientAddr: m.client, Join: m.join, Log: m.rlog, Apply: m.sm.apply,
 		Lead: m.sm.lead, Follow: m.sm.follow, Restore: m.sm.restore, RequestSnapshot: m.requestSnapshot,
 		TickInterval: testTick, Logger: logger, Registerer: m.reg,
 	})

@@ -209,9 +209,11 @@ func (n *Node) apply(e *raftpb.Entry) error {
 }
 
 // applyConfChange applies a committed configuration change to raft, then
-// points the transport at the members it adds and away from those it
-// removes. An added member's address is the change's Context when it adds
-// that one member alone (bootstrap puts each address there), else Peers'.
+// to the members (members.go) and the transport, which it points at the
+// members it adds and away from those it removes. The change's Context
+// (confctx.go) is read when the change is about one member alone, as
+// every change this package proposes is: an added member's address is
+// there (bootstrap puts each address there), else Peers'.
 func (n *Node) applyConfChange(cc raftpb.ConfChangeV2, index uint64) {
 	n.confState, n.confIndex = *n.rn.ApplyConfChange(cc), index
 	n.noteLearners(n.confState)
@@ -228,30 +230,58 @@ func (n *Node) applyConfChange(cc raftpb.ConfChangeV2, index uint64) {
 			if adds == 1 {
 				ctx = cc.Context
 			}
-			m, ok := n.memberOf(c.NodeID, ctx)
-			if !ok {
-				n.log.Error("a member was added with no address: nothing is sent to it", "peer", c.NodeID)
-				continue
-			}
-			n.membersMu.Lock()
-			n.members[c.NodeID] = m
-			n.membersMu.Unlock()
-			if c.NodeID == n.cfg.ID {
-				continue
-			}
-			if err := n.tr.AddPeer(c.NodeID, m.Addr); err != nil {
-				n.log.Error("could not add a peer to the transport", "peer", c.NodeID, "addr", m.Addr, "error", err)
-			}
+			n.applyAdd(c.NodeID, ctx)
 		case raftpb.ConfChangeRemoveNode:
-			n.membersMu.Lock()
-			delete(n.members, c.NodeID)
-			n.membersMu.Unlock()
-			if c.NodeID == n.cfg.ID {
-				n.log.Warn("this member was removed from the configuration")
-				continue
+			n.applyRemove(c.NodeID)
+		case raftpb.ConfChangeUpdateNode:
+			if len(cc.Changes) == 1 {
+				n.applyUpdate(c.NodeID, cc.Context)
 			}
-			n.tr.RemovePeer(c.NodeID)
 		}
+	}
+	n.kickPublisher()
+}
+
+// applyAdd records a member an applied change added.
+func (n *Node) applyAdd(id uint64, ctx []byte) {
+	m, ok := n.memberOf(id, ctx)
+	if !ok {
+		n.log.Error("a member was added with no address: nothing is sent to it", "peer", id)
+		return
+	}
+	n.membersMu.Lock()
+	n.members[id] = m
+	n.membersMu.Unlock()
+	if id == n.cfg.ID {
+		return
+	}
+	if err := n.tr.AddPeer(id, m.Addr); err != nil {
+		n.log.Error("could not add a peer to the transport", "peer", id, "addr", m.Addr, "error", err)
+	}
+}
+
+// applyRemove forgets a member an applied change removed.
+func (n *Node) applyRemove(id uint64) {
+	n.membersMu.Lock()
+	delete(n.members, id)
+	n.membersMu.Unlock()
+	if id == n.cfg.ID {
+		n.log.Warn("this member was removed from the configuration")
+		return
+	}
+	n.tr.RemovePeer(id)
+}
+
+// applyUpdate records the client address a member published (an
+// UpdateNode, which raft applies as no change). One for an id no longer
+// in the configuration, or under another name, changes nothing.
+func (n *Node) applyUpdate(id uint64, ctx []byte) {
+	c := parseContext(ctx)
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	if m, ok := n.members[id]; ok && m.Name == c.name && c.client != "" {
+		m.ClientAddr = c.client
+		n.members[id] = m
 	}
 }
 
@@ -267,6 +297,7 @@ func (n *Node) observe(soft *raft.SoftState) {
 			n.m.leaderChanges.Inc()
 		}
 		n.lastLead = bs.Lead
+		defer n.kickPublisher() // once Status names the leader
 	}
 	isLeader := bs.RaftState == raft.StateLeader
 	n.m.term.Set(float64(bs.Term))
@@ -342,6 +373,8 @@ func (n *Node) lead(term uint64) {
 	if n.cfg.Lead != nil {
 		n.cfg.Lead(term)
 	}
+	// A leader proposes its own client address only from now on.
+	n.kickPublisher()
 }
 
 // follow ends a leadership: Follow rebuilds the state machine from the

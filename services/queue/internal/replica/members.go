@@ -13,12 +13,15 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Members. The node keeps every member's name and peer address by Raft id:
-// the initial ones from Config (Peers, Names), the others from the
-// configuration changes that added them, whose context is "name=addr"
-// (bootstrap's entries carry the address alone, and the name is Names').
-// The map is part of every snapshot (snapshotData), since the entries
-// that added a member are compacted away with the rest.
+// Members. The node keeps every member's name, peer address and client
+// address by Raft id: the initial ones from Config (Peers, Names), the
+// others from the configuration changes that added them, whose context
+// names them (confctx.go; bootstrap's entries carry the address alone, and
+// the name is Names'). A member's client address comes with MemberAdd, if
+// it was given, and from the member itself, which publishes it (publish.go)
+// as a change that changes no vote. The map is part of every snapshot
+// (snapshotData), since the entries that made it are compacted away with
+// the rest.
 //
 // A member that lost its disk must not come back under its old Raft id:
 // the leader remembers how far that id's log reached and would send it a
@@ -35,6 +38,9 @@ type Member struct {
 	ID   uint64
 	Name string
 	Addr string // its peer address
+	// ClientAddr is where clients reach it (its --advertise-addr): empty
+	// until MemberAdd gave it or the member published it.
+	ClientAddr string
 	// Learner: it receives the log but does not vote, nor count towards a
 	// majority (AddMember's, until it starts and joins).
 	Learner bool
@@ -175,44 +181,26 @@ func (n *Node) confLost(bs raft.BasicStatus) {
 func (n *Node) Replace(ctx context.Context, name, addr string) (uint64, []Member, error) {
 	n.replaceMu.Lock()
 	defer n.replaceMu.Unlock()
-	// The name's address is the configuration's, or, for a name whose id
-	// was removed by a Replace that did not get to add the new one, the
-	// initial one's (Peers and Names).
-	var old uint64
-	known := false
-	for _, m := range n.Members() {
-		if m.Name == name {
-			if m.Addr != addr {
-				return 0, nil, fmt.Errorf("%w: %s is at %s, not %s", ErrNotMember, name, m.Addr, addr)
-			}
-			old, known = m.ID, true
-		}
+	old, err := n.replaced(name, addr)
+	if err != nil {
+		return 0, nil, err
 	}
-	if !known {
-		for id, nm := range n.cfg.Names {
-			if nm == name && n.cfg.Peers[id] == addr {
-				known = true
-			}
-		}
-	}
-	if !known {
-		return 0, nil, fmt.Errorf("%w: no member is %s at %s", ErrNotMember, name, addr)
-	}
-	if old == n.cfg.ID {
+	if old.ID == n.cfg.ID {
 		return 0, nil, fmt.Errorf("%w: %s is this member, the leader, which has its disk", ErrNotMember, name)
 	}
-	if old != 0 {
-		cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: old}}, Context: []byte(name)}
-		if err := n.changeConf(ctx, cc); err != nil {
-			return 0, nil, fmt.Errorf("remove %s's old id %d: %w", name, old, err)
+	if old.ID != 0 {
+		if err := n.removeID(ctx, name, old.ID); err != nil {
+			return 0, nil, fmt.Errorf("remove %s's old id %d: %w", name, old.ID, err)
 		}
-		n.log.Warn("removed a member's old id: it rejoins under a new one", "name", name, "old_id", old)
+		n.log.Warn("removed a member's old id: it rejoins under a new one", "name", name, "old_id", old.ID)
 	}
 	id, err := n.freshID()
 	if err != nil {
 		return 0, nil, err
 	}
-	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: id}}, Context: []byte(name + "=" + addr)}
+	// The client address the old id had, until the member publishes its
+	// own.
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: id}}, Context: addContext(name, addr, old.ClientAddr)}
 	if err := n.changeConf(ctx, cc); err != nil {
 		return 0, nil, fmt.Errorf("add %s under id %d: %w", name, id, err)
 	}
@@ -220,14 +208,46 @@ func (n *Node) Replace(ctx context.Context, name, addr string) (uint64, []Member
 	return id, n.Members(), nil
 }
 
-// AddMember makes name, reached by its peers at addr, a member of the
-// queue: on the leader, it adds a fresh Raft id for it as a learner, which
-// receives the log and does not vote, so a member added but not started
-// yet weighs on no majority. When the member starts, with an empty log, it
-// asks to join (Rejoin), and Replace makes it a voter under another fresh
-// id. It returns the new id and the members once the change is applied
-// here. A name or address a member already has is ErrMemberExists.
-func (n *Node) AddMember(ctx context.Context, name, addr string) (uint64, []Member, error) {
+// replaced finds the member Replace takes back: the configuration's
+// record of name (its ID 0 if it has none), which must be at addr. A name
+// the configuration does not hold is taken back only if it is one of the
+// initial members (Peers and Names) at addr: a Replace that removed its old
+// id and did not get to add the new one leaves it so.
+func (n *Node) replaced(name, addr string) (Member, error) {
+	for _, m := range n.Members() {
+		if m.Name != name {
+			continue
+		}
+		if m.Addr != addr {
+			return Member{}, fmt.Errorf("%w: %s is at %s, not %s", ErrNotMember, name, m.Addr, addr)
+		}
+		return m, nil
+	}
+	for id, nm := range n.cfg.Names {
+		if nm == name && n.cfg.Peers[id] == addr {
+			return Member{Name: name, Addr: addr}, nil
+		}
+	}
+	return Member{}, fmt.Errorf("%w: no member is %s at %s", ErrNotMember, name, addr)
+}
+
+// removeID takes id, name's, out of the configuration. replaceMu must be
+// held.
+func (n *Node) removeID(ctx context.Context, name string, id uint64) error {
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: id}}, Context: []byte(name)}
+	return n.changeConf(ctx, cc)
+}
+
+// AddMember makes name, reached by its peers at addr and by clients at
+// client (empty if not known yet: the member publishes it when it starts),
+// a member of the queue: on the leader, it adds a fresh Raft id for it as
+// a learner, which receives the log and does not vote, so a member added
+// but not started yet weighs on no majority. When the member starts, with
+// an empty log, it asks to join (Rejoin), and Replace makes it a voter
+// under another fresh id. It returns the new id and the members once the
+// change is applied here. A name or address a member already has is
+// ErrMemberExists.
+func (n *Node) AddMember(ctx context.Context, name, addr, client string) (uint64, []Member, error) {
 	n.replaceMu.Lock()
 	defer n.replaceMu.Unlock()
 	for _, m := range n.Members() {
@@ -242,11 +262,11 @@ func (n *Node) AddMember(ctx context.Context, name, addr string) (uint64, []Memb
 	if err != nil {
 		return 0, nil, err
 	}
-	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id}}, Context: []byte(name + "=" + addr)}
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id}}, Context: addContext(name, addr, client)}
 	if err := n.changeConf(ctx, cc); err != nil {
 		return 0, nil, fmt.Errorf("add %s under id %d: %w", name, id, err)
 	}
-	n.log.Info("added a member, as a learner until it starts", "name", name, "id", id, "addr", addr)
+	n.log.Info("added a member, as a learner until it starts", "name", name, "id", id, "addr", addr, "client_addr", client)
 	return id, n.Members(), nil
 }
 
@@ -277,8 +297,7 @@ func (n *Node) RemoveMember(ctx context.Context, name string) ([]Member, error) 
 	case !target.Learner && voters == 1:
 		return nil, fmt.Errorf("%w: %s", ErrLastVoter, name)
 	}
-	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: target.ID}}, Context: []byte(name)}
-	if err := n.changeConf(ctx, cc); err != nil {
+	if err := n.removeID(ctx, name, target.ID); err != nil {
 		return nil, fmt.Errorf("remove %s (id %d): %w", name, target.ID, err)
 	}
 	n.log.Warn("removed a member", "name", name, "id", target.ID)
@@ -303,12 +322,14 @@ func (n *Node) freshID() (uint64, error) {
 }
 
 // memberOf reads a configuration change's context for the member it adds:
-// "name=addr", or bootstrap's address alone, named from Names.
+// "name=addr" (and its client address, if given), or bootstrap's address
+// alone, named from Names.
 func (n *Node) memberOf(id uint64, ctx []byte) (Member, bool) {
-	if name, addr, ok := strings.Cut(string(ctx), "="); ok {
-		return Member{ID: id, Name: name, Addr: addr}, true
+	c := parseContext(ctx)
+	if c.pair {
+		return Member{ID: id, Name: c.name, Addr: c.peer, ClientAddr: c.client}, true
 	}
-	addr := string(ctx)
+	addr := c.peer
 	if addr == "" {
 		addr = n.cfg.Peers[id]
 	}
@@ -322,12 +343,19 @@ func (n *Node) memberOf(id uint64, ctx []byte) (Member, bool) {
 //
 //	version  1 byte, snapshotVersion
 //	count    uvarint
-//	members  each: uvarint id, uvarint-length name, uvarint-length addr
+//	members  each: uvarint id, uvarint-length name, uvarint-length addr,
+//	         uvarint-length client address
 //	state    the rest: what Compact was given
-const snapshotVersion = 1
+//
+// Version 1, which earlier versions wrote and existing logs still hold, has
+// no client addresses; it is read as having none.
+const (
+	snapshotVersion   = 2
+	snapshotVersionV1 = 1
+)
 
 func snapshotData(members map[uint64]Member, state []byte) []byte {
-	b := make([]byte, 0, 1+16+len(members)*48+len(state))
+	b := make([]byte, 0, 1+16+len(members)*64+len(state))
 	b = append(b, snapshotVersion)
 	b = binary.AppendUvarint(b, uint64(len(members)))
 	ids := make([]uint64, 0, len(members))
@@ -335,64 +363,96 @@ func snapshotData(members map[uint64]Member, state []byte) []byte {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	appendStr := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
 	for _, id := range ids {
 		m := members[id]
 		b = binary.AppendUvarint(b, id)
-		b = binary.AppendUvarint(b, uint64(len(m.Name)))
-		b = append(b, m.Name...)
-		b = binary.AppendUvarint(b, uint64(len(m.Addr)))
-		b = append(b, m.Addr...)
+		appendStr(m.Name)
+		appendStr(m.Addr)
+		appendStr(m.ClientAddr)
 	}
 	return append(b, state...)
 }
 
-// parseSnapshotData splits snapshotData's; state aliases data.
+// snapshotReader reads snapshotData's fields; ok turns false at the first
+// that runs past the data.
+type snapshotReader struct {
+	data []byte
+	off  int
+	ok   bool
+}
+
+func (r *snapshotReader) uvarint() uint64 {
+	if !r.ok {
+		return 0
+	}
+	v, k := binary.Uvarint(r.data[r.off:])
+	if k <= 0 {
+		r.ok = false
+		return 0
+	}
+	r.off += k
+	return v
+}
+
+func (r *snapshotReader) str() string {
+	l := r.uvarint()
+	if !r.ok || l > uint64(len(r.data)-r.off) {
+		r.ok = false
+		return ""
+	}
+	s := string(r.data[r.off : r.off+int(l)])
+	r.off += int(l)
+	return s
+}
+
+// count reads a count of items that take at least a byte each.
+func (r *snapshotReader) count() uint64 {
+	c := r.uvarint()
+	if c > uint64(len(r.data)-r.off) {
+		r.ok = false
+	}
+	return c
+}
+
+// parseSnapshotData splits snapshotData's, of either version; state
+// aliases data.
 func parseSnapshotData(data []byte) (members map[uint64]Member, state []byte, err error) {
 	bad := func(what string) error { return fmt.Errorf("%w: snapshot: %s", errBadEntry, what) }
-	if len(data) < 1 || data[0] != snapshotVersion {
+	if len(data) < 1 || (data[0] != snapshotVersion && data[0] != snapshotVersionV1) {
 		return nil, nil, bad("unknown version")
 	}
-	off := 1
-	uv := func() (uint64, bool) {
-		v, k := binary.Uvarint(data[off:])
-		if k <= 0 {
-			return 0, false
-		}
-		off += k
-		return v, true
-	}
-	str := func() (string, bool) {
-		l, ok := uv()
-		if !ok || l > uint64(len(data)-off) {
-			return "", false
-		}
-		s := string(data[off : off+int(l)])
-		off += int(l)
-		return s, true
-	}
-	count, ok := uv()
-	if !ok || count > uint64(len(data)) {
+	v1 := data[0] == snapshotVersionV1
+	r := &snapshotReader{data: data, off: 1, ok: true}
+	count := r.count()
+	if !r.ok {
 		return nil, nil, bad("member count")
 	}
 	members = make(map[uint64]Member, count)
 	for range count {
-		id, ok1 := uv()
-		name, ok2 := str()
-		addr, ok3 := str()
-		if !ok1 || !ok2 || !ok3 || id == 0 {
+		m := Member{ID: r.uvarint(), Name: r.str(), Addr: r.str()}
+		if !v1 {
+			m.ClientAddr = r.str()
+		}
+		if !r.ok || m.ID == 0 {
 			return nil, nil, bad("a member")
 		}
-		members[id] = Member{ID: id, Name: name, Addr: addr}
+		members[m.ID] = m
 	}
-	return members, data[off:], nil
+	return members, data[r.off:], nil
 }
 
-// setMembers makes members the node's, and points the transport at them.
+// setMembers makes a snapshot's members the node's, and points the
+// transport at them.
 func (n *Node) setMembers(members map[uint64]Member) {
 	n.membersMu.Lock()
 	old := n.members
 	n.members = members
 	n.membersMu.Unlock()
+	n.kickPublisher()
 	if n.tr == nil {
 		return // New: the transport is made from them
 	}

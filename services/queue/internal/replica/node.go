@@ -56,6 +56,10 @@ type Config struct {
 	// Names are the members' names by Raft id (Peers'); those that
 	// configuration changes add carry their own.
 	Names map[uint64]string
+	// ClientAddr is where clients reach this member (--advertise-addr),
+	// which it publishes to the others (publish.go); empty publishes
+	// nothing until SetClientAddr gives it.
+	ClientAddr string
 	// Join starts a member whose log is empty without bootstrapping it:
 	// a member that rejoined under a new id (Replace) and waits for the
 	// leader to send it the log. Peers are then the members Replace
@@ -212,10 +216,17 @@ type Node struct {
 	confIndex uint64
 	conf      *confCall // the configuration change in flight, if any
 
-	membersMu sync.Mutex
-	members   map[uint64]Member // members.go
-	learners  map[uint64]bool   // the configuration's learners, by id (members.go)
-	replaceMu sync.Mutex        // one Replace at a time
+	membersMu  sync.Mutex
+	members    map[uint64]Member // members.go
+	learners   map[uint64]bool   // the configuration's learners, by id (members.go)
+	clientAddr string            // this member's, to publish (publish.go)
+	replaceMu  sync.Mutex        // one configuration change at a time
+
+	// The publisher (publish.go): publishc wakes it, buffered 1;
+	// stopPublish ends it and publishDone is closed once it has.
+	publishc    chan struct{}
+	stopPublish context.CancelFunc
+	publishDone chan struct{}
 }
 
 // compaction is one Compact waiting for the loop.
@@ -300,6 +311,9 @@ func New(cfg Config) (*Node, error) {
 		compactc:    make(chan *compaction),
 		confc:       make(chan *confCall),
 		members:     map[uint64]Member{},
+		clientAddr:  cfg.ClientAddr,
+		publishc:    make(chan struct{}, 1),
+		publishDone: make(chan struct{}),
 		kick:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
@@ -318,7 +332,7 @@ func New(cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("replica: the log's snapshot at %d: %w", snap.Metadata.Index, err)
 		}
-		n.members = members
+		n.setMembers(members)
 		if err := cfg.Restore(state, snap.Metadata.Index); err != nil {
 			return nil, fmt.Errorf("replica: restore the log's snapshot at %d: %w", snap.Metadata.Index, err)
 		}
@@ -371,6 +385,7 @@ func New(cfg Config) (*Node, error) {
 		ReportUnreachable: n.reportUnreachable,
 		ReportSnapshot:    n.reportSnapshot,
 		Join:              n.join,
+		Publish:           n.answerPublish,
 		Logger:            log,
 		Registerer:        cfg.Registerer,
 	}, n.recv)
@@ -381,6 +396,9 @@ func New(cfg Config) (*Node, error) {
 	n.status = Status{ID: cfg.ID, Term: hs.Term, Commit: hs.Commit, Applied: n.applied}
 	log.Info("raft node started", "fresh", fresh, "join", cfg.Join && fresh, "term", hs.Term, "commit", hs.Commit, "last_index", last)
 	go n.run()
+	var pctx context.Context
+	pctx, n.stopPublish = context.WithCancel(context.Background())
+	go n.publisher(pctx)
 	return n, nil
 }
 
@@ -472,6 +490,8 @@ var errClosedByCaller = fmt.Errorf("%w: closed", ErrStopped)
 func (n *Node) Close() error {
 	n.stopOnce.Do(func() { close(n.stop) })
 	<-n.done
+	n.stopPublish()
+	<-n.publishDone // it calls the transport
 	n.tr.Close()
 	n.m.unregister()
 	return n.Err()

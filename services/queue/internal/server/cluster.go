@@ -113,9 +113,10 @@ func (c *cluster) Status(context.Context, *queuev1.StatusRequest) (*queuev1.Stat
 
 // replicated lists the members of a replicated queue as this one sees
 // them (its configuration: a member that rejoined after losing its disk
-// is there under its new Raft id): the leader it knows, and its own term
-// and applied index (another member's it does not know, so they are 0;
-// nor their client addresses, which they do not tell each other yet).
+// is there under its new Raft id): the leader it knows, every member's
+// client address as the members published it (replica's publish.go), and
+// its own term and applied index (another member's it does not know, so
+// they are 0).
 func (c *cluster) replicated() []*queuev1.Member {
 	return c.described(c.b.Member().Members())
 }
@@ -139,7 +140,7 @@ func (c *cluster) MemberAdd(ctx context.Context, req *queuev1.MemberAddRequest) 
 	if l, fctx := c.forward(ctx); l != nil {
 		return l.MemberAdd(fctx, req)
 	}
-	_, members, err := node.AddMember(ctx, req.GetName(), req.GetPeerAddr())
+	_, members, err := node.AddMember(ctx, req.GetName(), req.GetPeerAddr(), req.GetClientAddr())
 	if err != nil {
 		return nil, membershipStatus(err, "member %q was not added", req.GetName())
 	}
@@ -179,12 +180,14 @@ func (c *cluster) forward(ctx context.Context) (queuev1.ClusterServiceClient, co
 	return l, handOn(ctx)
 }
 
-// described lists members as replicated says.
+// described lists members as replicated says. This member's own client
+// address is the one it has now, which the configuration holds only once
+// its publication is applied.
 func (c *cluster) described(members []replica.Member) []*queuev1.Member {
 	st := c.b.Member().Status()
 	out := make([]*queuev1.Member, 0, len(members))
 	for _, p := range members {
-		m := &queuev1.Member{Name: p.Name, PeerAddr: p.Addr, Leader: p.ID == st.Leader, Learner: p.Learner}
+		m := &queuev1.Member{Name: p.Name, PeerAddr: p.Addr, ClientAddr: p.ClientAddr, Leader: p.ID == st.Leader, Learner: p.Learner}
 		if p.Name == c.self.Name {
 			m.ClientAddr, m.Term, m.AppliedIndex = c.self.ClientAddr(), st.Term, st.Applied
 		}

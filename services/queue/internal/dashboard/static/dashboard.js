@@ -79,6 +79,7 @@ async function members() {
     tr.dataset.member = mb.name;
     cell(tr, mb.name + (mb.name === m.self ? " (this one)" : "")).className = "";
     cell(tr, mb.peer_addr).className = "";
+    cell(tr, mb.client_addr || "—").className = "";
     cell(tr, mb.leader ? "leader" : "follower", mb.leader ? "leased" : "");
     cell(tr, mb.lag_known ? String(mb.lag) : "—");
     if (mb.leader) leader = mb.name;

@@ -1,0 +1,231 @@
+package replica
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// clientAddrs is every member's client address as m's node knows it, by
+// name.
+func clientAddrs(m *member) map[string]string {
+	out := map[string]string{}
+	for _, mm := range m.node.Members() {
+		out[mm.Name] = mm.ClientAddr
+	}
+	return out
+}
+
+// wantClientAddrs is every member's own client address, by name.
+func (c *cluster) wantClientAddrs() map[string]string {
+	out := map[string]string{}
+	for _, m := range c.members {
+		out[m.name] = m.client
+	}
+	return out
+}
+
+// awaitClientAddrs waits until every member that is up knows every
+// member's client address.
+func (c *cluster) awaitClientAddrs(when string) {
+	c.t.Helper()
+	want := c.wantClientAddrs()
+	for _, m := range c.members {
+		if !m.up {
+			continue
+		}
+		eventually(c.t, fmt.Sprintf("%s: member %s knows every client address %v (knows %v)", when, m.name, want, clientAddrs(m)), func() bool {
+			return maps.Equal(clientAddrs(m), want)
+		})
+	}
+}
+
+// others are the cluster's members but m.
+func (c *cluster) others(m *member) []*member {
+	var out []*member
+	for _, o := range c.members {
+		if o != m {
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(a, b *member) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// askToRejoin runs Rejoin for m, stopped and wiped, as a member on an
+// empty directory does: answering the others with the empty responder
+// meanwhile.
+func (c *cluster) askToRejoin(ctx context.Context, m *member) (Decision, error) {
+	stop := serveEmpty(c.t, m.addr)
+	defer stop()
+	peers := map[string]string{}
+	for _, o := range c.others(m) {
+		peers[o.name] = o.addr
+	}
+	return Rejoin(ctx, JoinConfig{ClusterID: testCluster, Name: m.name, Addr: m.addr, Peers: peers, Retry: 50 * time.Millisecond})
+}
+
+// startJoined starts m, which Rejoin let back under d.ID, with Join on its
+// empty log, among d.Members.
+func (c *cluster) startJoined(m *member, d Decision) {
+	c.t.Helper()
+	if d.Bootstrap || d.ID == 0 || d.ID == m.id {
+		c.t.Fatalf("Rejoin decided %+v for member %s (old id %d), which lost its disk", d, m.name, m.id)
+	}
+	m.peers, m.names = map[uint64]string{}, map[uint64]string{}
+	for _, mm := range d.Members {
+		m.peers[mm.ID], m.names[mm.ID] = mm.Addr, mm.Name
+	}
+	delete(c.members, m.id)
+	m.id, m.join = d.ID, true
+	c.members[d.ID] = m
+	m.start(nil)
+}
+
+// wipe stops m and deletes its log: a lost disk.
+func (m *member) wipe() {
+	m.t.Helper()
+	m.stop()
+	if err := os.RemoveAll(m.dir); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// compactAll makes sure the log of every member that is up is compacted
+// at what it has applied (raft's asking for a snapshot may have done it).
+func (c *cluster) compactAll(ctx context.Context) {
+	c.t.Helper()
+	for _, m := range c.members {
+		if !m.up {
+			continue
+		}
+		data, index := m.sm.encode()
+		err := m.node.Compact(ctx, index, data)
+		if snap, _ := m.rlog.MemoryStorage().Snapshot(); errors.Is(err, ErrCompactRefused) && snap.Metadata.Index >= index {
+			continue
+		}
+		if err != nil {
+			c.t.Fatalf("member %s: Compact at %d: %v", m.name, index, err)
+		}
+	}
+}
+
+// TestClientAddrsPublished: every member publishes its client address,
+// and every member's Members ends up with all three. A member that lost
+// its disk learns the others' from the leader's snapshot (the entries
+// that recorded them are compacted away); a member restarted on its own
+// compacted log has them from its snapshot before it applies anything;
+// and a member restarted with another address publishes that one, which
+// every member then holds.
+func TestClientAddrsPublished(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newCluster(t)
+	lead := c.leader(0)
+	c.awaitClientAddrs("at the start")
+	proposeRange(t, ctx, lead, 0, 20)
+	c.agree(20)
+
+	// A lost disk: the rejoined member has only the leader's snapshot.
+	lost := c.others(lead)[0]
+	lost.wipe()
+	proposeRange(t, ctx, lead, 20, 30)
+	c.agree(30)
+	c.compactAll(ctx)
+	d, err := c.askToRejoin(ctx, lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.startJoined(lost, d)
+	c.agree(30)
+	if h := lost.sm.hooks(); !slices.ContainsFunc(h, func(s string) bool { return strings.HasPrefix(s, "restore ") }) {
+		t.Fatalf("the rejoined member caught up without a snapshot: hooks %v", h)
+	}
+	c.awaitClientAddrs("after a member restored the leader's snapshot")
+
+	// A restart on a compacted log: the snapshot's members, at once.
+	c.compactAll(ctx)
+	other := c.others(lead)[0]
+	other.stop()
+	other.start(nil)
+	if got, want := clientAddrs(other), c.wantClientAddrs(); !maps.Equal(got, want) {
+		t.Fatalf("restarted on its snapshot, member %s knows the client addresses %v, want %v", other.name, got, want)
+	}
+
+	// Another address at a restart.
+	moved := c.others(c.leader(0))[1]
+	moved.stop()
+	moved.client = testClientAddr(moved.name, 2)
+	moved.start(nil)
+	c.awaitClientAddrs("after a member restarted with another client address")
+	proposeRange(t, ctx, c.leader(0), 30, 40)
+	c.agree(40)
+}
+
+// TestSnapshotDataVersions: snapshot data round-trips the members with
+// their client addresses, and the version 1 data that earlier versions
+// wrote (and logs on disk still hold) reads as members without client
+// addresses; a node started on a log holding one restores it.
+func TestSnapshotDataVersions(t *testing.T) {
+	ms := map[uint64]Member{
+		7: {ID: 7, Name: "m1", Addr: "h1:7072", ClientAddr: "h1:7070"},
+		9: {ID: 9, Name: "m2", Addr: "h2:7072"},
+	}
+	got, state, err := parseSnapshotData(snapshotData(ms, []byte("the state")))
+	if err != nil || string(state) != "the state" || !maps.Equal(got, ms) {
+		t.Fatalf("round trip: %+v %q %v, want %+v", got, state, err, ms)
+	}
+
+	v1 := []byte{snapshotVersionV1}
+	v1 = binary.AppendUvarint(v1, 2)
+	for _, m := range []Member{{ID: 1, Name: "a", Addr: "127.0.0.1:1"}, {ID: 2, Name: "b", Addr: "127.0.0.1:2"}} {
+		v1 = binary.AppendUvarint(v1, m.ID)
+		v1 = binary.AppendUvarint(v1, uint64(len(m.Name)))
+		v1 = append(v1, m.Name...)
+		v1 = binary.AppendUvarint(v1, uint64(len(m.Addr)))
+		v1 = append(v1, m.Addr...)
+	}
+	v1 = append(v1, "old state"...)
+	got, state, err = parseSnapshotData(v1)
+	wantV1 := map[uint64]Member{1: {ID: 1, Name: "a", Addr: "127.0.0.1:1"}, 2: {ID: 2, Name: "b", Addr: "127.0.0.1:2"}}
+	if err != nil || string(state) != "old state" || !maps.Equal(got, wantV1) {
+		t.Fatalf("version 1: %+v %q %v", got, state, err)
+	}
+	for _, bad := range [][]byte{nil, {3}, snapshotData(ms, nil)[:5]} {
+		if _, _, err := parseSnapshotData(bad); err == nil {
+			t.Errorf("parseSnapshotData(%x) read it", bad)
+		}
+	}
+
+	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rlog.Close()
+	if err := rlog.Save(raftpb.HardState{Term: 1, Commit: 1}, []raftpb.Entry{{Term: 1, Index: 1}}, raftpb.Snapshot{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rlog.CreateSnapshot(1, &raftpb.ConfState{Voters: []uint64{1, 2}}, v1); err != nil {
+		t.Fatal(err)
+	}
+	var restored string
+	n, err := New(Config{ID: 1, ClusterID: testCluster, Peers: map[uint64]string{1: "127.0.0.1:1"}, Log: rlog, Apply: func([][]byte, uint64) {},
+		Restore: func(data []byte, _ uint64) error { restored = string(data); return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if members := n.Members(); restored != "old state" || len(members) != 2 || members[0] != wantV1[1] || members[1] != wantV1[2] {
+		t.Fatalf("a node on a log with a version 1 snapshot: members %+v, state %q", members, restored)
+	}
+}
