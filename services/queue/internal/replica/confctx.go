@@ -8,22 +8,31 @@ import "strings"
 //
 //	name=peer [client=host:port]   an added member (AddNode, AddLearnerNode)
 //	peer                           a member bootstrap added (its name is Names')
-//	name                           a removed member (RemoveNode)
+//	name [removed]                 a removed member (RemoveNode); "removed"
+//	                               when MemberRemove took it out, so the name
+//	                               is tombstoned, and absent when a Replace
+//	                               takes out the id a member had before it
+//	                               lost its disk, which leaves the name the
+//	                               queue's
 //	name client=host:port          a member's client address (UpdateNode)
 //
 // Names are letters, digits, '.', '-' and '_', and addresses host:port
 // (limits.CheckMemberName, CheckAddr), so neither holds a space or, but
-// for "name=peer", an '='. Versions before client addresses wrote the
-// first field alone; a field this version does not know is
+// for "name=peer", an '='. Versions before client addresses and tombstones
+// wrote the first field alone; a field this version does not know is
 // skipped, so a later one may add more.
 type confContext struct {
 	name, peer, client string
 	// pair: the first field was "name=peer"; else it is in both name and
 	// peer, and the change's type says which it is.
-	pair bool
+	pair    bool
+	removed bool
 }
 
-const ctxClient = "client="
+const (
+	ctxClient  = "client="
+	ctxRemoved = "removed"
+)
 
 // addContext is an added member's context.
 func addContext(name, peer, client string) []byte {
@@ -32,6 +41,15 @@ func addContext(name, peer, client string) []byte {
 		s += " " + ctxClient + client
 	}
 	return []byte(s)
+}
+
+// removeContext is a removal's: tombstone says whether the name leaves
+// the queue (MemberRemove) or only the id does (Replace).
+func removeContext(name string, tombstone bool) []byte {
+	if tombstone {
+		return []byte(name + " " + ctxRemoved)
+	}
+	return []byte(name)
 }
 
 // updateContext is a member's new client address.
@@ -58,6 +76,8 @@ func parseContext(ctx []byte) confContext {
 		switch {
 		case strings.HasPrefix(f, ctxClient):
 			c.client = strings.TrimPrefix(f, ctxClient)
+		case f == ctxRemoved:
+			c.removed = true
 		}
 	}
 	return c

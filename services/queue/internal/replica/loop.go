@@ -232,7 +232,11 @@ func (n *Node) applyConfChange(cc raftpb.ConfChangeV2, index uint64) {
 			}
 			n.applyAdd(c.NodeID, ctx)
 		case raftpb.ConfChangeRemoveNode:
-			n.applyRemove(c.NodeID)
+			var ctx []byte
+			if len(cc.Changes) == 1 {
+				ctx = cc.Context
+			}
+			n.applyRemove(c.NodeID, ctx)
 		case raftpb.ConfChangeUpdateNode:
 			if len(cc.Changes) == 1 {
 				n.applyUpdate(c.NodeID, cc.Context)
@@ -242,7 +246,8 @@ func (n *Node) applyConfChange(cc raftpb.ConfChangeV2, index uint64) {
 	n.kickPublisher()
 }
 
-// applyAdd records a member an applied change added.
+// applyAdd records a member an applied change added, and a name it had
+// removed is the queue's again.
 func (n *Node) applyAdd(id uint64, ctx []byte) {
 	m, ok := n.memberOf(id, ctx)
 	if !ok {
@@ -251,6 +256,7 @@ func (n *Node) applyAdd(id uint64, ctx []byte) {
 	}
 	n.membersMu.Lock()
 	n.members[id] = m
+	delete(n.removed, m.Name)
 	n.membersMu.Unlock()
 	if id == n.cfg.ID {
 		return
@@ -260,10 +266,16 @@ func (n *Node) applyAdd(id uint64, ctx []byte) {
 	}
 }
 
-// applyRemove forgets a member an applied change removed.
-func (n *Node) applyRemove(id uint64) {
+// applyRemove forgets a member an applied change removed, and tombstones
+// its name if MemberRemove removed it (its context says "removed"); a
+// Replace's removal, and those of versions that did not say, do not.
+func (n *Node) applyRemove(id uint64, ctx []byte) {
+	c := parseContext(ctx)
 	n.membersMu.Lock()
 	delete(n.members, id)
+	if c.removed && c.name != "" {
+		n.removed[c.name] = true
+	}
 	n.membersMu.Unlock()
 	if id == n.cfg.ID {
 		n.log.Warn("this member was removed from the configuration")
@@ -452,11 +464,11 @@ func (n *Node) restore(snap *raftpb.Snapshot) error {
 	n.last = nil
 	n.mu.Unlock()
 	start := time.Now()
-	members, state, err := parseSnapshotData(snap.Data)
+	ms, state, err := parseSnapshotData(snap.Data)
 	if err != nil {
 		return fmt.Errorf("the snapshot at %d: %w", snap.Metadata.Index, err)
 	}
-	n.setMembers(members)
+	n.setMembers(ms)
 	if err := n.cfg.Restore(state, snap.Metadata.Index); err != nil {
 		return fmt.Errorf("restore the snapshot at %d: %w", snap.Metadata.Index, err)
 	}
@@ -486,9 +498,7 @@ func (n *Node) compact(index uint64, data []byte) error {
 	}
 	start := time.Now()
 	cs := n.confState
-	n.membersMu.Lock()
-	data = snapshotData(n.members, data)
-	n.membersMu.Unlock()
+	data = snapshotData(n.membership(), data)
 	if err := n.cfg.Log.CreateSnapshot(index, &cs, data); err != nil {
 		return fmt.Errorf("replica: compact the log at %d: %w", index, err)
 	}

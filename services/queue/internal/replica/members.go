@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -19,9 +20,11 @@ import (
 // names them (confctx.go; bootstrap's entries carry the address alone, and
 // the name is Names'). A member's client address comes with MemberAdd, if
 // it was given, and from the member itself, which publishes it (publish.go)
-// as a change that changes no vote. The map is part of every snapshot
-// (snapshotData), since the entries that made it are compacted away with
-// the rest.
+// as a change that changes no vote. The names MemberRemove took out are
+// kept too (tombstones), so that a removed member started again on an
+// empty directory is not taken back as one that lost its disk. Both are
+// part of every snapshot (snapshotData), since the entries that made them
+// are compacted away with the rest.
 //
 // A member that lost its disk must not come back under its old Raft id:
 // the leader remembers how far that id's log reached and would send it a
@@ -58,6 +61,10 @@ var (
 	ErrLastVoter = errors.New("replica: the only voting member cannot be removed")
 	// ErrRemoveLeader: RemoveMember was asked to remove the leader itself.
 	ErrRemoveLeader = errors.New("replica: the leader does not remove itself")
+	// ErrRemoved: Replace was asked for a name MemberRemove took out of
+	// the queue. Its member, started again on an empty directory, is not
+	// one that lost its disk; AddMember takes the name back.
+	ErrRemoved = errors.New("replica: that member was removed from the queue (MemberRemove): MemberAdd it again to take it back")
 )
 
 // noteLearners records which members are learners, from the configuration
@@ -177,7 +184,8 @@ func (n *Node) confLost(bs raft.BasicStatus) {
 // leader, it removes the id name has from the configuration, if it has
 // one, adds a fresh id for name at addr, and returns it and the members
 // once both changes are applied here. name and addr must be a member's
-// (ErrNotMember); this member's own name is refused.
+// (ErrNotMember); this member's own name is refused, and so is a name
+// MemberRemove took out (ErrRemoved).
 func (n *Node) Replace(ctx context.Context, name, addr string) (uint64, []Member, error) {
 	n.replaceMu.Lock()
 	defer n.replaceMu.Unlock()
@@ -189,7 +197,9 @@ func (n *Node) Replace(ctx context.Context, name, addr string) (uint64, []Member
 		return 0, nil, fmt.Errorf("%w: %s is this member, the leader, which has its disk", ErrNotMember, name)
 	}
 	if old.ID != 0 {
-		if err := n.removeID(ctx, name, old.ID); err != nil {
+		// Not a tombstone: the name stays the queue's, and if the second
+		// change never comes, the member asks again and is let back.
+		if err := n.removeID(ctx, name, old.ID, false); err != nil {
 			return 0, nil, fmt.Errorf("remove %s's old id %d: %w", name, old.ID, err)
 		}
 		n.log.Warn("removed a member's old id: it rejoins under a new one", "name", name, "old_id", old.ID)
@@ -211,8 +221,9 @@ func (n *Node) Replace(ctx context.Context, name, addr string) (uint64, []Member
 // replaced finds the member Replace takes back: the configuration's
 // record of name (its ID 0 if it has none), which must be at addr. A name
 // the configuration does not hold is taken back only if it is one of the
-// initial members (Peers and Names) at addr: a Replace that removed its old
-// id and did not get to add the new one leaves it so.
+// initial members (Peers and Names) at addr and MemberRemove did not take
+// it out: a Replace that removed its old id and did not get to add the new
+// one leaves it so.
 func (n *Node) replaced(name, addr string) (Member, error) {
 	for _, m := range n.Members() {
 		if m.Name != name {
@@ -223,6 +234,9 @@ func (n *Node) replaced(name, addr string) (Member, error) {
 		}
 		return m, nil
 	}
+	if n.tombstoned(name) {
+		return Member{}, fmt.Errorf("%w: %s at %s", ErrRemoved, name, addr)
+	}
 	for id, nm := range n.cfg.Names {
 		if nm == name && n.cfg.Peers[id] == addr {
 			return Member{Name: name, Addr: addr}, nil
@@ -231,10 +245,19 @@ func (n *Node) replaced(name, addr string) (Member, error) {
 	return Member{}, fmt.Errorf("%w: no member is %s at %s", ErrNotMember, name, addr)
 }
 
-// removeID takes id, name's, out of the configuration. replaceMu must be
-// held.
-func (n *Node) removeID(ctx context.Context, name string, id uint64) error {
-	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: id}}, Context: []byte(name)}
+// tombstoned reports whether MemberRemove took name out of the queue (and
+// MemberAdd has not taken it back since).
+func (n *Node) tombstoned(name string) bool {
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	return n.removed[name]
+}
+
+// removeID takes id, name's, out of the configuration. tombstone says
+// whether the name leaves the queue with it (MemberRemove) or only the id
+// does (Replace's first change). replaceMu must be held.
+func (n *Node) removeID(ctx context.Context, name string, id uint64, tombstone bool) error {
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: id}}, Context: removeContext(name, tombstone)}
 	return n.changeConf(ctx, cc)
 }
 
@@ -244,7 +267,8 @@ func (n *Node) removeID(ctx context.Context, name string, id uint64) error {
 // a learner, which receives the log and does not vote, so a member added
 // but not started yet weighs on no majority. When the member starts, with
 // an empty log, it asks to join (Rejoin), and Replace makes it a voter
-// under another fresh id. It returns the new id and the members once the
+// under another fresh id. A name MemberRemove took out is the queue's
+// again from then on. It returns the new id and the members once the
 // change is applied here. A name or address a member already has is
 // ErrMemberExists.
 func (n *Node) AddMember(ctx context.Context, name, addr, client string) (uint64, []Member, error) {
@@ -271,7 +295,10 @@ func (n *Node) AddMember(ctx context.Context, name, addr, client string) (uint64
 }
 
 // RemoveMember takes name out of the configuration, on the leader, and
-// returns the members that remain once the change is applied here. A name
+// returns the members that remain once the change is applied here. The
+// name is tombstoned: Replace refuses it (ErrRemoved) until AddMember
+// adds it again, so the removed member, started again on an empty
+// directory with its old flags, is not taken back. A name
 // no member has is ErrNotMember; the only voter is ErrLastVoter; the
 // leader's own name is ErrRemoveLeader (once it is stopped, another member
 // leads and can remove it).
@@ -297,7 +324,7 @@ func (n *Node) RemoveMember(ctx context.Context, name string) ([]Member, error) 
 	case !target.Learner && voters == 1:
 		return nil, fmt.Errorf("%w: %s", ErrLastVoter, name)
 	}
-	if err := n.removeID(ctx, name, target.ID); err != nil {
+	if err := n.removeID(ctx, name, target.ID, true); err != nil {
 		return nil, fmt.Errorf("remove %s (id %d): %w", name, target.ID, err)
 	}
 	n.log.Warn("removed a member", "name", name, "id", target.ID)
@@ -345,21 +372,28 @@ func (n *Node) memberOf(id uint64, ctx []byte) (Member, bool) {
 //	count    uvarint
 //	members  each: uvarint id, uvarint-length name, uvarint-length addr,
 //	         uvarint-length client address
+//	removed  uvarint count, then each a uvarint-length name: the tombstones
 //	state    the rest: what Compact was given
 //
 // Version 1, which earlier versions wrote and existing logs still hold, has
-// no client addresses; it is read as having none.
+// no client addresses and no tombstones; it is read as having none.
 const (
 	snapshotVersion   = 2
 	snapshotVersionV1 = 1
 )
 
-func snapshotData(members map[uint64]Member, state []byte) []byte {
-	b := make([]byte, 0, 1+16+len(members)*64+len(state))
+// memberState is what a snapshot holds of the membership.
+type memberState struct {
+	members map[uint64]Member
+	removed map[string]bool
+}
+
+func snapshotData(ms memberState, state []byte) []byte {
+	b := make([]byte, 0, 1+16+len(ms.members)*64+len(ms.removed)*16+len(state))
 	b = append(b, snapshotVersion)
-	b = binary.AppendUvarint(b, uint64(len(members)))
-	ids := make([]uint64, 0, len(members))
-	for id := range members {
+	b = binary.AppendUvarint(b, uint64(len(ms.members)))
+	ids := make([]uint64, 0, len(ms.members))
+	for id := range ms.members {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
@@ -368,11 +402,16 @@ func snapshotData(members map[uint64]Member, state []byte) []byte {
 		b = append(b, s...)
 	}
 	for _, id := range ids {
-		m := members[id]
+		m := ms.members[id]
 		b = binary.AppendUvarint(b, id)
 		appendStr(m.Name)
 		appendStr(m.Addr)
 		appendStr(m.ClientAddr)
+	}
+	names := slices.Sorted(maps.Keys(ms.removed))
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, name := range names {
+		appendStr(name)
 	}
 	return append(b, state...)
 }
@@ -420,48 +459,66 @@ func (r *snapshotReader) count() uint64 {
 
 // parseSnapshotData splits snapshotData's, of either version; state
 // aliases data.
-func parseSnapshotData(data []byte) (members map[uint64]Member, state []byte, err error) {
+func parseSnapshotData(data []byte) (ms memberState, state []byte, err error) {
 	bad := func(what string) error { return fmt.Errorf("%w: snapshot: %s", errBadEntry, what) }
 	if len(data) < 1 || (data[0] != snapshotVersion && data[0] != snapshotVersionV1) {
-		return nil, nil, bad("unknown version")
+		return memberState{}, nil, bad("unknown version")
 	}
 	v1 := data[0] == snapshotVersionV1
 	r := &snapshotReader{data: data, off: 1, ok: true}
 	count := r.count()
 	if !r.ok {
-		return nil, nil, bad("member count")
+		return memberState{}, nil, bad("member count")
 	}
-	members = make(map[uint64]Member, count)
+	ms = memberState{members: make(map[uint64]Member, count), removed: map[string]bool{}}
 	for range count {
 		m := Member{ID: r.uvarint(), Name: r.str(), Addr: r.str()}
 		if !v1 {
 			m.ClientAddr = r.str()
 		}
 		if !r.ok || m.ID == 0 {
-			return nil, nil, bad("a member")
+			return memberState{}, nil, bad("a member")
 		}
-		members[m.ID] = m
+		ms.members[m.ID] = m
 	}
-	return members, data[r.off:], nil
+	if !v1 {
+		removed := r.count()
+		for range removed {
+			if name := r.str(); r.ok {
+				ms.removed[name] = true
+			}
+		}
+		if !r.ok {
+			return memberState{}, nil, bad("the removed members")
+		}
+	}
+	return ms, data[r.off:], nil
 }
 
-// setMembers makes a snapshot's members the node's, and points the
-// transport at them.
-func (n *Node) setMembers(members map[uint64]Member) {
+// membership is the node's members and tombstones, copied.
+func (n *Node) membership() memberState {
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	return memberState{members: maps.Clone(n.members), removed: maps.Clone(n.removed)}
+}
+
+// setMembers makes a snapshot's membership the node's, and points the
+// transport at its members.
+func (n *Node) setMembers(ms memberState) {
 	n.membersMu.Lock()
 	old := n.members
-	n.members = members
+	n.members, n.removed = ms.members, ms.removed
 	n.membersMu.Unlock()
 	n.kickPublisher()
 	if n.tr == nil {
 		return // New: the transport is made from them
 	}
 	for id := range old {
-		if _, ok := members[id]; !ok && id != n.cfg.ID {
+		if _, ok := ms.members[id]; !ok && id != n.cfg.ID {
 			n.tr.RemovePeer(id)
 		}
 	}
-	for id, m := range members {
+	for id, m := range ms.members {
 		if id == n.cfg.ID {
 			continue
 		}

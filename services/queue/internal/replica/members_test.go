@@ -12,8 +12,13 @@ import (
 	"testing"
 	"time"
 
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // clientAddrs is every member's client address as m's node knows it, by
@@ -102,20 +107,31 @@ func (m *member) wipe() {
 }
 
 // compactAll makes sure the log of every member that is up is compacted
-// at what it has applied (raft's asking for a snapshot may have done it).
+// at what it has applied, configuration changes included: raft's asking
+// for a snapshot may have done it already, and a change applied meanwhile
+// (a member's publication) has it try again.
 func (c *cluster) compactAll(ctx context.Context) {
 	c.t.Helper()
 	for _, m := range c.members {
 		if !m.up {
 			continue
 		}
-		data, index := m.sm.encode()
-		err := m.node.Compact(ctx, index, data)
-		if snap, _ := m.rlog.MemoryStorage().Snapshot(); errors.Is(err, ErrCompactRefused) && snap.Metadata.Index >= index {
-			continue
-		}
-		if err != nil {
-			c.t.Fatalf("member %s: Compact at %d: %v", m.name, index, err)
+		var err error
+		eventually(c.t, fmt.Sprintf("member %s compacted its log at what it applied", m.name), func() bool {
+			data, last := m.sm.encode()
+			index := m.node.Status().Applied
+			if index < last {
+				return false
+			}
+			err = m.node.Compact(ctx, index, data)
+			snap, _ := m.rlog.MemoryStorage().Snapshot()
+			if errors.Is(err, ErrCompactRefused) && snap.Metadata.Index < index {
+				return false
+			}
+			return true
+		})
+		if err != nil && !errors.Is(err, ErrCompactRefused) {
+			c.t.Fatalf("member %s: Compact: %v", m.name, err)
 		}
 	}
 }
@@ -173,16 +189,20 @@ func TestClientAddrsPublished(t *testing.T) {
 }
 
 // TestSnapshotDataVersions: snapshot data round-trips the members with
-// their client addresses, and the version 1 data that earlier versions
-// wrote (and logs on disk still hold) reads as members without client
-// addresses; a node started on a log holding one restores it.
+// their client addresses and the tombstones, and the version 1 data that
+// earlier versions wrote (and logs on disk still hold) reads as members
+// without client addresses and no tombstones; a node started on a log
+// holding one restores it.
 func TestSnapshotDataVersions(t *testing.T) {
-	ms := map[uint64]Member{
-		7: {ID: 7, Name: "m1", Addr: "h1:7072", ClientAddr: "h1:7070"},
-		9: {ID: 9, Name: "m2", Addr: "h2:7072"},
+	ms := memberState{
+		members: map[uint64]Member{
+			7: {ID: 7, Name: "m1", Addr: "h1:7072", ClientAddr: "h1:7070"},
+			9: {ID: 9, Name: "m2", Addr: "h2:7072"},
+		},
+		removed: map[string]bool{"m3": true, "m4": true},
 	}
 	got, state, err := parseSnapshotData(snapshotData(ms, []byte("the state")))
-	if err != nil || string(state) != "the state" || !maps.Equal(got, ms) {
+	if err != nil || string(state) != "the state" || !maps.Equal(got.members, ms.members) || !maps.Equal(got.removed, ms.removed) {
 		t.Fatalf("round trip: %+v %q %v, want %+v", got, state, err, ms)
 	}
 
@@ -198,7 +218,7 @@ func TestSnapshotDataVersions(t *testing.T) {
 	v1 = append(v1, "old state"...)
 	got, state, err = parseSnapshotData(v1)
 	wantV1 := map[uint64]Member{1: {ID: 1, Name: "a", Addr: "127.0.0.1:1"}, 2: {ID: 2, Name: "b", Addr: "127.0.0.1:2"}}
-	if err != nil || string(state) != "old state" || !maps.Equal(got, wantV1) {
+	if err != nil || string(state) != "old state" || !maps.Equal(got.members, wantV1) || len(got.removed) != 0 {
 		t.Fatalf("version 1: %+v %q %v", got, state, err)
 	}
 	for _, bad := range [][]byte{nil, {3}, snapshotData(ms, nil)[:5]} {
@@ -228,4 +248,106 @@ func TestSnapshotDataVersions(t *testing.T) {
 	if members := n.Members(); restored != "old state" || len(members) != 2 || members[0] != wantV1[1] || members[1] != wantV1[2] {
 		t.Fatalf("a node on a log with a version 1 snapshot: members %+v, state %q", members, restored)
 	}
+}
+
+// TestRemovedMemberIsNotTakenBack: a member MemberRemove took out, started
+// again on an empty directory with its old configuration, is refused by
+// the leader (FAILED_PRECONDITION, saying to MemberAdd it again) and keeps
+// asking without joining, also after the remaining members restarted from
+// their snapshots (the tombstone is in them). Once MemberAdd adds it
+// again, the same Rejoin takes it in, as a voter.
+func TestRemovedMemberIsNotTakenBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newCluster(t)
+	lead := c.leader(0)
+	proposeRange(t, ctx, lead, 0, 10)
+	c.agree(10)
+	gone := c.others(lead)[0]
+	gone.wipe()
+	if _, err := lead.node.RemoveMember(ctx, gone.name); err != nil {
+		t.Fatalf("RemoveMember %s: %v", gone.name, err)
+	}
+	c.compactAll(ctx)
+	for _, m := range c.others(gone) {
+		m.stop()
+	}
+	for _, m := range c.others(gone) {
+		m.start(nil)
+	}
+	lead = c.leader(0)
+	proposeRange(t, ctx, lead, 10, 20)
+
+	conn, err := grpc.NewClient(lead.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = queuev1.NewRaftServiceClient(conn).Join(ctx, &queuev1.JoinRequest{ClusterId: testCluster, Name: gone.name, PeerAddr: gone.addr, Replace: true})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "MemberAdd") {
+		t.Fatalf("the leader's answer to a removed member's rejoin: %v; want FAILED_PRECONDITION saying to MemberAdd it", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	if d, err := c.askToRejoin(short, gone); err == nil || !strings.Contains(err.Error(), "MemberAdd") {
+		t.Fatalf("Rejoin of a removed member: %+v, %v; want it still asking, refused", d, err)
+	}
+	if slices.ContainsFunc(lead.node.Members(), func(m Member) bool { return m.Name == gone.name }) {
+		t.Fatalf("the removed member is back: %+v", lead.node.Members())
+	}
+
+	type decision struct {
+		d   Decision
+		err error
+	}
+	decided := make(chan decision, 1)
+	go func() {
+		d, err := c.askToRejoin(ctx, gone)
+		decided <- decision{d, err}
+	}()
+	if _, _, err := lead.node.AddMember(ctx, gone.name, gone.addr, ""); err != nil {
+		t.Fatalf("MemberAdd %s again: %v", gone.name, err)
+	}
+	got := <-decided
+	if got.err != nil {
+		t.Fatalf("Rejoin after MemberAdd: %v", got.err)
+	}
+	c.startJoined(gone, got.d)
+	c.agree(20)
+	eventually(t, "the member added again is a voter", func() bool {
+		return slices.ContainsFunc(lead.node.Members(), func(m Member) bool { return m.Name == gone.name && !m.Learner })
+	})
+}
+
+// TestInterruptedReplaceLetsTheMemberBack: a Replace that removed a
+// member's old id and stopped before adding the new one (its leader
+// failed in between) does not tombstone the name: the member, asking
+// again, is taken back under its name of the initial configuration.
+func TestInterruptedReplaceLetsTheMemberBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newCluster(t)
+	lead := c.leader(0)
+	proposeRange(t, ctx, lead, 0, 10)
+	c.agree(10)
+	lost := c.others(lead)[0]
+	lost.wipe()
+	lead.node.replaceMu.Lock()
+	err := lead.node.removeID(ctx, lost.name, lost.id, false) // Replace's first change alone
+	lead.node.replaceMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(lead.node.Members(), func(m Member) bool { return m.Name == lost.name }) {
+		t.Fatalf("%s's old id is still a member: %+v", lost.name, lead.node.Members())
+	}
+	d, err := c.askToRejoin(ctx, lost)
+	if err != nil {
+		t.Fatalf("Rejoin after an interrupted Replace: %v", err)
+	}
+	c.startJoined(lost, d)
+	c.agree(10)
+	// It counts: with the other follower down, the leader and it commit.
+	c.others(lead)[1].stop()
+	proposeRange(t, ctx, lead, 10, 20)
 }

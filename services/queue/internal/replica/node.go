@@ -218,6 +218,7 @@ type Node struct {
 
 	membersMu  sync.Mutex
 	members    map[uint64]Member // members.go
+	removed    map[string]bool   // the names MemberRemove took out (members.go)
 	learners   map[uint64]bool   // the configuration's learners, by id (members.go)
 	clientAddr string            // this member's, to publish (publish.go)
 	replaceMu  sync.Mutex        // one configuration change at a time
@@ -311,6 +312,7 @@ func New(cfg Config) (*Node, error) {
 		compactc:    make(chan *compaction),
 		confc:       make(chan *confCall),
 		members:     map[uint64]Member{},
+		removed:     map[string]bool{},
 		clientAddr:  cfg.ClientAddr,
 		publishc:    make(chan struct{}, 1),
 		publishDone: make(chan struct{}),
@@ -328,11 +330,11 @@ func New(cfg Config) (*Node, error) {
 		// The state as of the snapshot first; raft hands the entries
 		// after it to the Ready loop as committed.
 		start := time.Now()
-		members, state, err := parseSnapshotData(snap.Data)
+		ms, state, err := parseSnapshotData(snap.Data)
 		if err != nil {
 			return nil, fmt.Errorf("replica: the log's snapshot at %d: %w", snap.Metadata.Index, err)
 		}
-		n.setMembers(members)
+		n.setMembers(ms)
 		if err := cfg.Restore(state, snap.Metadata.Index); err != nil {
 			return nil, fmt.Errorf("replica: restore the log's snapshot at %d: %w", snap.Metadata.Index, err)
 		}

@@ -39,7 +39,7 @@ func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.Joi
 	}
 	id, members, err := n.Replace(ctx, req.GetName(), req.GetPeerAddr())
 	switch {
-	case errors.Is(err, ErrNotMember):
+	case errors.Is(err, ErrNotMember), errors.Is(err, ErrRemoved):
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	case err != nil:
 		return nil, status.Error(codes.Unavailable, err.Error())
@@ -105,6 +105,11 @@ type Decision struct {
 //     more disks were lost than a majority survives.
 //   - Otherwise it waits for more members to answer.
 //
+// A leader that refuses to take it back (a member MemberRemove took out
+// is refused until MemberAdd adds it again) is asked again every round
+// too: Rejoin gives up only when ctx ends, with the last round's answers
+// in its error.
+//
 // The one case it cannot tell apart is a disk lost before the queue's
 // first election ended: its vote in that election is forgotten. Nothing
 // had been committed then.
@@ -155,6 +160,10 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 		return c.Join(actx, &queuev1.JoinRequest{ClusterId: cfg.ClusterID, Name: cfg.Name, PeerAddr: cfg.Addr, Replace: replace})
 	}
 	members := len(cfg.Peers) + 1
+	// The errors of the last round ctx did not cut short: a leader's
+	// refusal (of a member MemberRemove took out) is what an operator
+	// needs to read when Rejoin gives up.
+	var lastErrs []error
 	for round := 0; ; round++ {
 		empty := 1 // this member
 		var leaders []string
@@ -207,8 +216,14 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 			}
 			log.Log(ctx, level, "a member with an empty log waits to tell whether the queue is new or it lost its disk", "empty", empty, "in_use", inUse, "members", members, "errors", errors.Join(errs...))
 		}
+		if ctx.Err() == nil {
+			lastErrs = errs
+		}
 		select {
 		case <-ctx.Done():
+			if len(lastErrs) > 0 {
+				return Decision{}, fmt.Errorf("replica: waiting to tell whether the queue is new: %w (last round: %w)", ctx.Err(), errors.Join(lastErrs...))
+			}
 			return Decision{}, fmt.Errorf("replica: waiting to tell whether the queue is new: %w", ctx.Err())
 		case <-time.After(retry):
 		}
