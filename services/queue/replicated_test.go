@@ -315,9 +315,10 @@ func TestReplicatedFollowersForward(t *testing.T) {
 	}
 }
 
-// TestReplicatedForwardingOverMTLS: with mutual TLS, a lease taken through
-// one follower is bound to the caller's identity on the leader, so the
-// same worker acks it through the other follower while another worker
+// TestReplicatedForwardingOverMTLS: with mutual TLS, the members tell each
+// other their client addresses through the peer listeners; a lease taken
+// through one follower is bound to the caller's identity on the leader, so
+// the same worker acks it through the other follower while another worker
 // gets LEASE_LOST; a worker that sets the forwarding metadata itself
 // claims nothing by it; and only members may call the peer listener.
 func TestReplicatedForwardingOverMTLS(t *testing.T) {
@@ -346,6 +347,9 @@ func TestReplicatedForwardingOverMTLS(t *testing.T) {
 	r.settle()
 	lead := r.leader(ctx)
 	f := followersOf(lead)
+	// The followers' publications of their client addresses pass the
+	// leader's peer listener, its mutual TLS and its policy.
+	awaitClientAddrs(t, ctx, r.ccs[f[0]], r.wantClientAddrs())
 	q := func(i int, name string) queuev1.QueueServiceClient {
 		return queuev1.NewQueueServiceClient(conn(r.procs[i].grpcAddr, name))
 	}
