@@ -38,8 +38,9 @@ type Member struct {
 	PeerAddr string `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr" json:"peer_addr,omitempty"`
 	// The host:port clients reach its gRPC services at: its --advertise-addr
 	// (by default --grpc-addr, a wildcard host such as ":7070" replaced by the
-	// host name). Empty for a member added without one that has not yet
-	// started and said it.
+	// host name). Each member tells the others its own once it knows a
+	// leader, so any member lists every member's. Empty for a member added
+	// without one that has not yet started and said it.
 	ClientAddr string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr" json:"client_addr,omitempty"`
 	// It is the leader of term: the member that orders every change. With one
 	// member, always true.
@@ -239,7 +240,8 @@ type MemberAddRequest struct {
 	// 65535.
 	PeerAddr string `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr" json:"peer_addr,omitempty"`
 	// The host:port clients will reach it at (its --advertise-addr), in the
-	// same form; optional: empty until the member starts and says it.
+	// same form; optional. Listed from then on; the address the member says
+	// itself once it starts replaces it. Empty: unknown until then.
 	ClientAddr    string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr" json:"client_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

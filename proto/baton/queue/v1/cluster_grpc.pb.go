@@ -52,8 +52,10 @@ type ClusterServiceClient interface {
 	// MemberRemove takes a member out of the queue. A name no member has is
 	// NOT_FOUND; the leader's own name, and the only voter, are
 	// FAILED_PRECONDITION (stop the leader: another takes over and can remove
-	// it). A queue of one member refuses it with FAILED_PRECONDITION (reason
-	// NOT_REPLICATED) and changes nothing.
+	// it). The removed member, started again on an empty data directory, is
+	// not taken back as one that lost its disk: its rejoin is refused until
+	// MemberAdd adds its name again. A queue of one member refuses it with
+	// FAILED_PRECONDITION (reason NOT_REPLICATED) and changes nothing.
 	MemberRemove(ctx context.Context, in *MemberRemoveRequest, opts ...grpc.CallOption) (*MemberRemoveResponse, error)
 	// Status describes the member that answers, as it sees the queue.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
@@ -128,8 +130,10 @@ type ClusterServiceServer interface {
 	// MemberRemove takes a member out of the queue. A name no member has is
 	// NOT_FOUND; the leader's own name, and the only voter, are
 	// FAILED_PRECONDITION (stop the leader: another takes over and can remove
-	// it). A queue of one member refuses it with FAILED_PRECONDITION (reason
-	// NOT_REPLICATED) and changes nothing.
+	// it). The removed member, started again on an empty data directory, is
+	// not taken back as one that lost its disk: its rejoin is refused until
+	// MemberAdd adds its name again. A queue of one member refuses it with
+	// FAILED_PRECONDITION (reason NOT_REPLICATED) and changes nothing.
 	MemberRemove(context.Context, *MemberRemoveRequest) (*MemberRemoveResponse, error)
 	// Status describes the member that answers, as it sees the queue.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)

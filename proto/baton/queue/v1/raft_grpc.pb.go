@@ -68,7 +68,9 @@ type RaftServiceClient interface {
 	// vote are lost: Raft must not mistake the empty member for the one it
 	// was. name and peer_addr must be a member's as the configuration holds
 	// it (FAILED_PRECONDITION otherwise, and for a member that is not the
-	// leader, which answers leader_addr instead).
+	// leader, which answers leader_addr instead), and not a name
+	// ClusterService.MemberRemove took out of the queue (FAILED_PRECONDITION
+	// until MemberAdd adds it again).
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 	// Publish is how a member tells the others the address clients reach it
 	// at (its --advertise-addr), which ClusterService lists for every member.
@@ -176,7 +178,9 @@ type RaftServiceServer interface {
 	// vote are lost: Raft must not mistake the empty member for the one it
 	// was. name and peer_addr must be a member's as the configuration holds
 	// it (FAILED_PRECONDITION otherwise, and for a member that is not the
-	// leader, which answers leader_addr instead).
+	// leader, which answers leader_addr instead), and not a name
+	// ClusterService.MemberRemove took out of the queue (FAILED_PRECONDITION
+	// until MemberAdd adds it again).
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	// Publish is how a member tells the others the address clients reach it
 	// at (its --advertise-addr), which ClusterService lists for every member.
