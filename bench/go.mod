@@ -10,6 +10,7 @@ replace (
 	github.com/batonrun/baton/services/queue => ../services/queue
 	github.com/batonrun/baton/services/runtime => ../services/runtime
 	github.com/batonrun/baton/services/worker => ../services/worker
+	github.com/batonrun/baton/test/framework => ../test/framework
 )
 
 require (
