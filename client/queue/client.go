@@ -199,6 +199,10 @@ type AddOptions struct {
 	Priority Priority
 	// Source names the announcer, for the queue's logs.
 	Source string
+	// Revision is the etcd revision of the newest change the keys stand
+	// for (0: none): the queue hands the highest it was given out with
+	// every lease (Lease.MinRevision).
+	Revision int64
 }
 
 // AddResult counts an Add's keys: Queued + Collapsed = len(keys).
@@ -212,7 +216,7 @@ type AddResult struct {
 func (c *Client) Add(ctx context.Context, queue string, keys []string, o AddOptions) (AddResult, error) {
 	var res AddResult
 	err := batches(len(keys), func(i int) int { return len(keys[i]) }, func(start, end int) error {
-		req := &queuev1.AddRequest{Queue: queue, Keys: keys[start:end], Priority: o.Priority, Source: o.Source}
+		req := &queuev1.AddRequest{Queue: queue, Keys: keys[start:end], Priority: o.Priority, Source: o.Source, Revision: o.Revision}
 		if o.Delay > 0 {
 			req.Delay = durationpb.New(o.Delay)
 		}
@@ -246,6 +250,10 @@ type Lease struct {
 	Attempt      int // failures so far
 	ExpiresAt    time.Time
 	PendingSince time.Time
+	// MinRevision is the etcd revision to read the observer's cache at
+	// (min_revision) so that the read sees the change that announced the
+	// key; 0 when the queue knows none.
+	MinRevision int64
 }
 
 // Lease takes up to o.MaxItems ready keys; none is not an error.
@@ -270,7 +278,7 @@ func (c *Client) Lease(ctx context.Context, queue string, o LeaseOptions) ([]Lea
 
 func leaseOf(l *queuev1.Lease) Lease {
 	return Lease{Key: l.GetKey(), Token: l.GetToken(), Attempt: int(l.GetAttempt()),
-		ExpiresAt: l.GetExpiresAt().AsTime(), PendingSince: l.GetPendingSince().AsTime()}
+		ExpiresAt: l.GetExpiresAt().AsTime(), PendingSince: l.GetPendingSince().AsTime(), MinRevision: l.GetMinRevision()}
 }
 
 // Outcome is the result of a reconcile, reported by Ack.

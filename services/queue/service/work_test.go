@@ -479,3 +479,41 @@ func TestWorkEndsWhenTheQueueStops(t *testing.T) {
 		t.Fatalf("the stream ended with %v, want UNAVAILABLE", err)
 	}
 }
+
+// TestLeasesCarryTheRevision: every lease, unary or streamed, carries the
+// highest revision announced to its queue (AddRequest.revision), which a
+// lower one does not lower; another queue's is its own; a negative one is
+// refused and stores nothing.
+func TestLeasesCarryTheRevision(t *testing.T) {
+	h := start(t)
+	ctx := ctxT(t)
+	add := func(queue, key string, rev int64) error {
+		_, err := h.raw.Add(ctx, &queuev1.AddRequest{Queue: queue, Keys: []string{key}, Revision: rev})
+		return err
+	}
+	for _, a := range []struct {
+		queue, key string
+		rev        int64
+	}{{"revs", "a", 40}, {"revs", "b", 12}, {"other", "o", 3}} {
+		if err := add(a.queue, a.key, a.rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := add("revs", "bad", -1); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a negative revision: %v, want INVALID_ARGUMENT", err)
+	}
+	if it := inspect(t, h, "revs", "bad"); it.GetState() != queuev1.ItemState_ITEM_STATE_ABSENT {
+		t.Fatalf("the refused Add stored its key: %v", it)
+	}
+	ls, err := h.c.Lease(ctx, "revs", queueclient.LeaseOptions{MaxItems: 1})
+	if err != nil || len(ls) != 1 || ls[0].MinRevision != 40 {
+		t.Fatalf("unary lease %+v %v, want min_revision 40", ls, err)
+	}
+	s := openWork(t, ctx, h, "revs", 1)
+	if l := recvLease(t, s); l.Key != "b" || l.MinRevision != 40 {
+		t.Fatalf("streamed lease %+v, want b at min_revision 40", l)
+	}
+	if ls, err := h.c.Lease(ctx, "other", queueclient.LeaseOptions{}); err != nil || len(ls) != 1 || ls[0].MinRevision != 3 {
+		t.Fatalf("the other queue's lease %+v %v, want min_revision 3", ls, err)
+	}
+}

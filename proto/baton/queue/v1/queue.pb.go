@@ -223,7 +223,11 @@ type AddRequest struct {
 	Priority Priority `protobuf:"varint,4,opt,name=priority,enum=baton.queue.v1.Priority" json:"priority,omitempty"`
 	// Who announced the keys (for logs), e.g. "observer"; UTF-8, at most 256
 	// bytes.
-	Source        string `protobuf:"bytes,5,opt,name=source" json:"source,omitempty"`
+	Source string `protobuf:"bytes,5,opt,name=source" json:"source,omitempty"`
+	// The etcd revision of the newest change the keys stand for (0: none, or
+	// not from etcd); at least 0. The queue keeps the highest it was given
+	// per queue and hands it out with every lease as Lease.min_revision.
+	Revision      int64 `protobuf:"varint,6,opt,name=revision" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -291,6 +295,13 @@ func (x *AddRequest) GetSource() string {
 		return x.Source
 	}
 	return ""
+}
+
+func (x *AddRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 // AddResponse counts the keys of the request: queued + collapsed = len(keys).
@@ -492,7 +503,14 @@ type Lease struct {
 	// When the lease lapses unless extended.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt" json:"expires_at,omitempty"`
 	// When the key became ready.
-	PendingSince  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=pending_since,json=pendingSince" json:"pending_since,omitempty"`
+	PendingSince *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=pending_since,json=pendingSince" json:"pending_since,omitempty"`
+	// The highest etcd revision announced to this queue (AddRequest.revision)
+	// when the lease was granted, so at least that of the change that
+	// announced this key: a worker that reads the observer's cache with it as
+	// min_revision sees that change, whichever observer announced it. 0 when
+	// the queue has been given none since it started (or, replicated, since
+	// its leader was elected): read without a bound then.
+	MinRevision   int64 `protobuf:"varint,6,opt,name=min_revision,json=minRevision" json:"min_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -560,6 +578,13 @@ func (x *Lease) GetPendingSince() *timestamppb.Timestamp {
 		return x.PendingSince
 	}
 	return nil
+}
+
+func (x *Lease) GetMinRevision() int64 {
+	if x != nil {
+		return x.MinRevision
+	}
+	return 0
 }
 
 // AckRequest reports outcomes for leased keys.
@@ -2430,14 +2455,15 @@ var File_baton_queue_v1_queue_proto protoreflect.FileDescriptor
 
 const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x1abaton/queue/v1/queue.proto\x12\x0ebaton.queue.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x01\n" +
+	"\x1abaton/queue/v1/queue.proto\x12\x0ebaton.queue.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x01\n" +
 	"\n" +
 	"AddRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\x12/\n" +
 	"\x05delay\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x124\n" +
 	"\bpriority\x18\x04 \x01(\x0e2\x18.baton.queue.v1.PriorityR\bpriority\x12\x16\n" +
-	"\x06source\x18\x05 \x01(\tR\x06source\"C\n" +
+	"\x06source\x18\x05 \x01(\tR\x06source\x12\x1a\n" +
+	"\brevision\x18\x06 \x01(\x03R\brevision\"C\n" +
 	"\vAddResponse\x12\x16\n" +
 	"\x06queued\x18\x01 \x01(\rR\x06queued\x12\x1c\n" +
 	"\tcollapsed\x18\x02 \x01(\rR\tcollapsed\"\xca\x01\n" +
@@ -2448,14 +2474,15 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\x0elease_duration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12-\n" +
 	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\">\n" +
 	"\rLeaseResponse\x12-\n" +
-	"\x06leases\x18\x01 \x03(\v2\x15.baton.queue.v1.LeaseR\x06leases\"\xc5\x01\n" +
+	"\x06leases\x18\x01 \x03(\v2\x15.baton.queue.v1.LeaseR\x06leases\"\xe8\x01\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x129\n" +
 	"\n" +
 	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12?\n" +
-	"\rpending_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fpendingSince\"K\n" +
+	"\rpending_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fpendingSince\x12!\n" +
+	"\fmin_revision\x18\x06 \x01(\x03R\vminRevision\"K\n" +
 	"\n" +
 	"AckRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12'\n" +

@@ -117,6 +117,10 @@ type Box struct {
 	items   map[string]*entry
 	seq     uint64
 	lastErr string
+	// maxRev is the highest revision announced to this queue: every Add
+	// carries it, so a worker's lease says which revision of the
+	// observer's cache holds the change behind its key.
+	maxRev int64
 
 	wake      chan struct{}
 	delivered atomic.Uint64
@@ -249,6 +253,7 @@ func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time, rev int64)
 		return
 	}
 	b.mu.Lock()
+	b.maxRev = max(b.maxRev, rev)
 	for _, k := range keys {
 		// A key the queue refuses would fail its whole batch forever, so
 		// such keys are dropped (and counted) instead of delivered.
@@ -320,8 +325,9 @@ type sent struct {
 }
 
 // take returns up to n keys grouped by priority, leaving out keys already in
-// an Add in flight.
-func (b *Box) take(n int) map[queuev1.Priority][]sent {
+// an Add in flight, and the highest revision announced so far, which covers
+// every one of them.
+func (b *Box) take(n int) (map[queuev1.Priority][]sent, int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := map[queuev1.Priority][]sent{}
@@ -337,7 +343,7 @@ func (b *Box) take(n int) map[queuev1.Priority][]sent {
 		e.takenSeq, e.afterRev, e.afterSince = e.seq, 0, time.Time{}
 		i++
 	}
-	return out
+	return out, b.maxRev
 }
 
 // done removes delivered keys not announced again since they were taken.
@@ -439,7 +445,7 @@ func (b *Box) run(ctx context.Context) {
 		if delivered.Swap(false) {
 			wait = b.opts.RetryMin
 		}
-		taken := b.take(b.opts.MaxBatch)
+		taken, rev := b.take(b.opts.MaxBatch)
 		if len(taken) == 0 {
 			<-slots
 			select {
@@ -455,7 +461,7 @@ func (b *Box) run(ctx context.Context) {
 		}
 		flights.Go(func() {
 			defer func() { <-slots }()
-			if err := b.deliver(ctx, taken); err != nil {
+			if err := b.deliver(ctx, taken, rev); err != nil {
 				failed <- err
 				return
 			}
@@ -464,9 +470,10 @@ func (b *Box) run(ctx context.Context) {
 	}
 }
 
-// deliver sends one taken batch, one Add per priority. The keys of an Add
-// that fails (and of those not tried after it) go back to the outbox.
-func (b *Box) deliver(ctx context.Context, taken map[queuev1.Priority][]sent) error {
+// deliver sends one taken batch, one Add per priority, each at revision
+// rev. The keys of an Add that fails (and of those not tried after it) go
+// back to the outbox.
+func (b *Box) deliver(ctx context.Context, taken map[queuev1.Priority][]sent, rev int64) error {
 	var err error
 	for prio, batch := range taken {
 		if err != nil {
@@ -478,7 +485,7 @@ func (b *Box) deliver(ctx context.Context, taken map[queuev1.Priority][]sent) er
 			keys[i] = s.key
 		}
 		cctx, cancel := context.WithTimeout(ctx, b.opts.CallTimeout)
-		_, err = b.add.Add(cctx, b.queue, keys, queueclient.AddOptions{Priority: prio, Source: b.opts.Source})
+		_, err = b.add.Add(cctx, b.queue, keys, queueclient.AddOptions{Priority: prio, Source: b.opts.Source, Revision: rev})
 		cancel()
 		if err != nil {
 			b.fail(batch, err)
@@ -496,7 +503,8 @@ func (b *Box) flush(log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.opts.FlushTimeout)
 	defer cancel()
 	for b.Len() > 0 && ctx.Err() == nil {
-		if err := b.deliver(ctx, b.take(b.opts.MaxBatch)); err != nil {
+		taken, rev := b.take(b.opts.MaxBatch)
+		if err := b.deliver(ctx, taken, rev); err != nil {
 			log.Warn("outbox not flushed at shutdown; a restarted observer lists everything again", "error", err, "left", b.Len())
 			return
 		}

@@ -21,8 +21,9 @@ type fakeQueue struct {
 	block   chan struct{}               // if set, Add waits on it
 	entered chan struct{}               // if set, Add signals here before waiting
 
-	inFlight map[string]bool // keys of the Adds in progress
-	twice    []string        // keys sent while an Add carrying them was in flight
+	inFlight map[string]bool  // keys of the Adds in progress
+	twice    []string         // keys sent while an Add carrying them was in flight
+	revs     map[string]int64 // key → the revision of the Add that delivered it
 }
 
 func (f *fakeQueue) Add(ctx context.Context, queue string, keys []string, o queueclient.AddOptions) (queueclient.AddResult, error) {
@@ -60,10 +61,14 @@ func (f *fakeQueue) Add(ctx context.Context, queue string, keys []string, o queu
 	if f.down {
 		return queueclient.AddResult{}, errors.New("queue down")
 	}
+	if f.revs == nil {
+		f.revs = map[string]int64{}
+	}
 	for _, k := range keys {
 		if p, ok := f.got[k]; !ok || rank(o.Priority) > rank(p) {
 			f.got[k] = o.Priority
 		}
+		f.revs[k] = o.Revision
 	}
 	return queueclient.AddResult{Queued: len(keys)}, nil
 }
@@ -274,5 +279,31 @@ func TestEnsureWhileRunning(t *testing.T) {
 	waitFor(t, "the added queue's outbox to be drained", func() bool { return box.Delivered() == 1 })
 	if s.Box("greetings") != box || s.MinPendingRevision() != 0 {
 		t.Errorf("a second Ensure replaced the outbox, or a delivered key is still pending")
+	}
+}
+
+// TestAddsCarryTheRevision: every Add carries the highest revision
+// announced to its queue so far, which covers each key in it (a worker
+// reads the cache at it), including keys announced at an older one.
+func TestAddsCarryTheRevision(t *testing.T) {
+	q := &fakeQueue{got: map[string]queuev1.Priority{}, down: true}
+	s := NewSet([]string{"pods", "jobs"}, q, Options{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go s.Run(ctx)
+	for _, p := range []struct {
+		queue, key string
+		rev        int64
+	}{{"pods", "ns/a", 7}, {"pods", "ns/b", 3}, {"jobs", "ns/j", 2}} {
+		if err := s.Put(p.queue, []string{p.key}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), p.rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.setDown(false)
+	waitFor(t, "the outboxes to drain", func() bool { return s.Len() == 0 })
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.revs["ns/a"] != 7 || q.revs["ns/b"] != 7 || q.revs["ns/j"] != 2 {
+		t.Fatalf("revisions delivered %v, want pods' keys at 7 (the queue's highest), jobs' at 2", q.revs)
 	}
 }

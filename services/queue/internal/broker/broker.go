@@ -139,6 +139,9 @@ type shard struct {
 	// than at once.
 	stalled bool
 	obs     *queueObservers
+	// rev is the highest etcd revision an Add has announced (AddAt), in
+	// memory only: every lease carries it as its min_revision.
+	rev atomic.Int64
 }
 
 // Open recovers the queues from the store in dir and starts the broker.
@@ -458,6 +461,13 @@ func (b *Broker) fire(sh *shard) {
 // Add announces keys to queue. It returns how many were queued and
 // collapsed, once every change is durable.
 func (b *Broker) Add(ctx context.Context, queue string, keys []string, delay time.Duration, p workqueue.Priority) (queued, collapsed int, err error) {
+	return b.AddAt(ctx, queue, keys, delay, p, 0)
+}
+
+// AddAt is Add of keys that stand for changes up to etcd revision rev:
+// the queue's revision (Revision) becomes at least rev before any of the
+// keys can be leased, so every lease of them carries it.
+func (b *Broker) AddAt(ctx context.Context, queue string, keys []string, delay time.Duration, p workqueue.Priority, rev int64) (queued, collapsed int, err error) {
 	sh, err := b.lock(queue)
 	if err != nil {
 		return 0, 0, err
@@ -473,6 +483,11 @@ func (b *Broker) Add(ctx context.Context, queue string, keys []string, delay tim
 		}
 		sh.exists = true
 		sh.sink(&record.Record{Kind: record.KindQueue, Queue: queue})
+	}
+	if rev > sh.rev.Load() {
+		// Kept even if the Add is refused: a revision higher than needed
+		// only makes a worker's read wait for a cache that is that recent.
+		sh.rev.Store(rev)
 	}
 	for _, k := range keys {
 		if sh.q.Add(k, delay, p, now) {
@@ -701,6 +716,18 @@ func (b *Broker) Release(ctx context.Context, queue string, holder *string, leas
 		return 0, err
 	}
 	return n, nil
+}
+
+// Revision returns the highest etcd revision announced to queue since
+// this broker started leading it (0 if none): what a lease granted now
+// carries as its min_revision.
+func (b *Broker) Revision(queue string) int64 {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if sh := b.queues[queue]; sh != nil {
+		return sh.rev.Load()
+	}
+	return 0
 }
 
 // Draining is closed once Drain is called: a work stream then pushes no

@@ -197,7 +197,10 @@ func (s *server) Add(ctx context.Context, req *queuev1.AddRequest) (*queuev1.Add
 	if err != nil {
 		return nil, err
 	}
-	queued, collapsed, err := s.b.Add(ctx, req.GetQueue(), req.GetKeys(), delay, p)
+	if req.GetRevision() < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "revision %d is negative", req.GetRevision())
+	}
+	queued, collapsed, err := s.b.AddAt(ctx, req.GetQueue(), req.GetKeys(), delay, p, req.GetRevision())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -230,6 +233,9 @@ func (s *server) Lease(ctx context.Context, req *queuev1.LeaseRequest) (*queuev1
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	// Read after the grants: at least the revision of every Add that made
+	// one of them ready.
+	rev := s.b.Revision(req.GetQueue())
 	// Three allocations for the whole answer rather than three per lease:
 	// a batch of a thousand leases was mostly malloc and garbage.
 	resp := &queuev1.LeaseResponse{Leases: make([]*queuev1.Lease, len(grants))}
@@ -239,7 +245,7 @@ func (s *server) Lease(ctx context.Context, req *queuev1.LeaseRequest) (*queuev1
 		l, exp, since := &leases[i], &stamps[2*i], &stamps[2*i+1]
 		setTS(exp, g.ExpiresAt)
 		setTS(since, g.PendingSince)
-		l.Key, l.Token, l.Attempt, l.ExpiresAt, l.PendingSince = g.Key, g.Token, g.Attempt, exp, since
+		l.Key, l.Token, l.Attempt, l.ExpiresAt, l.PendingSince, l.MinRevision = g.Key, g.Token, g.Attempt, exp, since, rev
 		resp.Leases[i] = l
 	}
 	return resp, nil

@@ -482,8 +482,9 @@ func (w *workStream) push() {
 			w.held[g.Key] = g.Token
 		}
 		w.mu.Unlock()
+		rev := w.b.Revision(w.queue) // as Lease's: after the grants
 		for _, g := range grants {
-			if err := w.send(&queuev1.WorkResponse{Response: &queuev1.WorkResponse_Lease{Lease: lease(g)}}); err != nil {
+			if err := w.send(&queuev1.WorkResponse{Response: &queuev1.WorkResponse_Lease{Lease: lease(g, rev)}}); err != nil {
 				w.end(err)
 				return
 			}
@@ -561,7 +562,7 @@ func (w *workStream) release() {
 }
 
 // lease converts a grant for the wire.
-func lease(g workqueue.Grant) *queuev1.Lease {
-	return &queuev1.Lease{Key: g.Key, Token: g.Token, Attempt: g.Attempt,
+func lease(g workqueue.Grant, minRev int64) *queuev1.Lease {
+	return &queuev1.Lease{Key: g.Key, Token: g.Token, Attempt: g.Attempt, MinRevision: minRev,
 		ExpiresAt: timestamppb.New(time.Unix(0, g.ExpiresAt)), PendingSince: timestamppb.New(time.Unix(0, g.PendingSince))}
 }
