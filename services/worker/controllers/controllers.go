@@ -12,14 +12,25 @@
 //   - pods: the pod runtime, standing in for a node agent: Pending → Running,
 //     and job pods Succeeded or Failed after their simulated duration.
 //
-// Every controller is level-based: it reads its object (from etcd, so the
-// reads of its children through the observer's cache are at least that
-// recent), compares desired with observed, acts, and writes status with
-// observedGeneration only when the status changed. When its object is gone
-// it deletes the children that named it as owner (Kubernetes leaves that to a
-// garbage collector; here it is part of each invariant). Children whose owner
-// reference carries another uid belong to an earlier object of the same name
-// and are deleted too.
+// Every controller is level-based: it reads its object and its children
+// through the observer's cache, at least at the revision of the change that
+// announced its key (objects.AtLeast with the request's MinRevision) and of
+// its own last write, compares desired with observed, acts, and writes
+// status with observedGeneration only when the status changed. Writes are
+// compare-and-swaps on etcd, so one made from a stale read is refused and
+// retried from etcd. When its object is gone it deletes the children that
+// named it as owner (Kubernetes leaves that to a garbage collector; here it
+// is part of each invariant). Children whose owner reference carries another
+// uid belong to an earlier object of the same name and are deleted too.
+//
+// Deletes are the one decision a stale read could make wrong: a cache that
+// lags may not show an owner that etcd has (deleted and created again under
+// its name), or show the old one, and its children would be taken for
+// orphans. So, as Kubernetes' garbage collector looks its owner up live
+// before it deletes a dependent, a controller deletes children only after
+// etcd itself says that the owner their reference names (by uid) is gone:
+// one etcd read, and only when there is something to delete. Otherwise no
+// reconcile reads etcd.
 package controllers
 
 import (
@@ -104,11 +115,18 @@ func parseKey(key string) (ns, name string, err error) {
 	return ns, name, nil
 }
 
+// errStale says that the cache showed an owner that etcd has replaced by
+// another of the same name: the reconcile stops before it acts on that
+// view. The new owner's creation is announced once the cache has it.
+var errStale = errors.New("the cache shows an owner etcd has replaced")
+
 // children lists the objects of resource in ns that name kind/name as owner,
-// and deletes those whose owner reference has a uid other than uid (left
-// over from an earlier owner of the same name). With uid empty, every child
-// is returned.
-func children[T any](ctx context.Context, st *objects.Store, resource, ns, kind, name, uid string) ([]objects.Item[T], error) {
+// the owner read from the cache at ownerKey with uid, and deletes those
+// whose owner reference has another uid (left over from an earlier owner of
+// the same name) once etcd confirms that the owner at ownerKey is the one
+// with uid. If etcd has another, the cache is behind: it returns errStale
+// and deletes nothing. With uid empty, every child is returned.
+func children[T any](ctx context.Context, st *objects.Store, resource, ns, kind, name, ownerKey, uid string) ([]objects.Item[T], error) {
 	items, err := objects.List[T](ctx, st, objects.Prefix(resource, ns), objects.OwnedBy{Namespace: ns, Kind: kind, Name: name})
 	if err != nil {
 		return nil, err
@@ -117,12 +135,26 @@ func children[T any](ctx context.Context, st *objects.Store, resource, ns, kind,
 		return items, nil
 	}
 	out := items[:0]
+	var leftovers []objects.Item[T]
 	for _, it := range items {
 		m := any(it.Object).(objects.Metaobject).Meta()
 		if m.OwnedBy(kind, name, uid) {
 			out = append(out, it)
-			continue
+		} else {
+			leftovers = append(leftovers, it)
 		}
+	}
+	if len(leftovers) == 0 {
+		return out, nil
+	}
+	gone, err := st.OwnerGone(ctx, ownerKey, uid)
+	if err != nil {
+		return nil, err
+	}
+	if gone {
+		return nil, fmt.Errorf("%s %s/%s: %w", kind, ns, name, errStale)
+	}
+	for _, it := range leftovers {
 		if err := st.Delete(ctx, it.Key, it.ModRevision); err != nil && !errors.Is(err, objects.ErrConflict) {
 			return nil, err
 		}
@@ -130,19 +162,50 @@ func children[T any](ctx context.Context, st *objects.Store, resource, ns, kind,
 	return out, nil
 }
 
-// deleteChildren deletes every object of resource in ns owned by kind/name:
-// the cleanup when the owner is gone.
-func deleteChildren(ctx context.Context, st *objects.Store, resource, ns, kind, name string) (int, error) {
+// deleteChildren deletes the objects of resource in ns owned by kind/name
+// whose owner is really gone: the cleanup when the cache does not show the
+// owner at ownerKey. Children whose owner reference names the uid etcd now
+// has at ownerKey are kept (the owner was created again and the cache has
+// not caught up), and so is a child that changed since the cache's read
+// (its change announces the owner again). It returns how many it deleted.
+func deleteChildren(ctx context.Context, st *objects.Store, resource, ns, kind, name, ownerKey string) (int, error) {
 	raws, err := st.List(ctx, objects.Prefix(resource, ns), objects.OwnedBy{Namespace: ns, Kind: kind, Name: name})
-	if err != nil {
+	if err != nil || len(raws) == 0 {
 		return 0, err
 	}
-	for _, r := range raws {
-		if err := st.Delete(ctx, r.Key, 0); err != nil {
-			return 0, err
+	live, err := st.GetDirect(ctx, ownerKey)
+	switch {
+	case errors.Is(err, objects.ErrNotFound):
+	case err != nil:
+		return 0, err
+	}
+	liveUID := ""
+	if live.Value != nil {
+		if o, err := objects.Decode[struct {
+			Metadata objects.ObjectMeta `json:"metadata"`
+		}](live); err == nil {
+			liveUID = o.Metadata.UID
 		}
 	}
-	return len(raws), nil
+	n := 0
+	for _, r := range raws {
+		if liveUID != "" {
+			o, err := objects.Decode[struct {
+				Metadata objects.ObjectMeta `json:"metadata"`
+			}](r)
+			if err == nil && o.Metadata.OwnedBy(kind, name, liveUID) {
+				continue // the live owner's
+			}
+		}
+		switch err := st.Delete(ctx, r.Key, r.ModRevision); {
+		case errors.Is(err, objects.ErrConflict):
+		case err != nil:
+			return n, err
+		default:
+			n++
+		}
+	}
+	return n, nil
 }
 
 // newPod builds a pod named name from an owner's template.

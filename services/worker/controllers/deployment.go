@@ -78,7 +78,7 @@ func (c *DeploymentController) Reconcile(ctx context.Context, req reconcile.Requ
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	r, err := c.observe(ctx, ns, name)
+	r, err := c.observe(objects.AtLeast(ctx, req.MinRevision), ns, name)
 	if err != nil || r == nil {
 		return reconcile.Result{}, err
 	}
@@ -105,9 +105,10 @@ func (c *DeploymentController) Reconcile(ctx context.Context, req reconcile.Requ
 // controller then deletes the pods of each), and observe returns nil.
 func (c *DeploymentController) observe(ctx context.Context, ns, name string) (*rollout, error) {
 	st := c.d.Store
-	raw, err := st.GetDirect(ctx, objects.Key(objects.ResourceDeployments, ns, name))
+	key := objects.Key(objects.ResourceDeployments, ns, name)
+	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {
-		_, err := deleteChildren(ctx, st, objects.ResourceReplicaSets, ns, objects.KindDeployment, name)
+		_, err := deleteChildren(ctx, st, objects.ResourceReplicaSets, ns, objects.KindDeployment, name, key)
 		return nil, err
 	}
 	if err != nil {
@@ -117,7 +118,7 @@ func (c *DeploymentController) observe(ctx context.Context, ns, name string) (*r
 	if err != nil {
 		return nil, reconcile.Terminal(err)
 	}
-	items, err := children[objects.ReplicaSet](ctx, st, objects.ResourceReplicaSets, ns, objects.KindDeployment, name, d.Metadata.UID)
+	items, err := children[objects.ReplicaSet](ctx, st, objects.ResourceReplicaSets, ns, objects.KindDeployment, name, key, d.Metadata.UID)
 	if err != nil {
 		return nil, err
 	}
@@ -131,16 +132,15 @@ func (c *DeploymentController) observe(ctx context.Context, ns, name string) (*r
 	if r.surge <= 0 && r.unavailable <= 0 {
 		r.surge = 1 // both 0 could never make progress
 	}
+	pods, err := c.podsOf(ctx, ns, name, items)
+	if err != nil {
+		return nil, err
+	}
 	for _, it := range items {
 		s := &rsState{item: it, rs: it.Object, spec: objects.Or(it.Object.Spec.Replicas, 1)}
 		s.revision, _ = strconv.Atoi(it.Object.Metadata.Annotations[AnnotationRevision])
 		r.maxRev = max(r.maxRev, s.revision)
-		pods, err := objects.List[objects.Pod](ctx, st, objects.Prefix(objects.ResourcePods, ns),
-			objects.OwnedBy{Namespace: ns, Kind: objects.KindReplicaSet, Name: it.Object.Metadata.Name})
-		if err != nil {
-			return nil, err
-		}
-		n := count(pods)
+		n := count(pods[it.Object.Metadata.UID])
 		s.live, s.ready = n.live, n.ready
 		if it.Object.Metadata.Name == r.newName {
 			r.newRS = s
@@ -149,6 +149,37 @@ func (c *DeploymentController) observe(ctx context.Context, ns, name string) (*r
 		}
 	}
 	return r, nil
+}
+
+// podsOf returns the pods of the Deployment name's ReplicaSets rss, by
+// ReplicaSet uid, from one read: a ReplicaSet <name>-<hash> names its pods
+// <name>-<hash>-<suffix> (docs/design.md), so every one of them is under
+// the key prefix of <name>-, whatever their number. (A list per
+// ReplicaSet, as before, read the cache once per ReplicaSet in the
+// history.) Other objects' pods whose names share the prefix are left
+// out by their owner references.
+func (c *DeploymentController) podsOf(ctx context.Context, ns, name string, rss []objects.Item[objects.ReplicaSet]) (map[string][]objects.Item[objects.Pod], error) {
+	out := make(map[string][]objects.Item[objects.Pod], len(rss))
+	if len(rss) == 0 {
+		return out, nil
+	}
+	byName := make(map[string]string, len(rss)) // ReplicaSet name → uid
+	for _, it := range rss {
+		byName[it.Object.Metadata.Name] = it.Object.Metadata.UID
+	}
+	pods, err := objects.List[objects.Pod](ctx, c.d.Store, objects.Prefix(objects.ResourcePods, ns)+name+"-", objects.OwnedBy{})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
+		for _, o := range p.Object.Metadata.OwnerReferences {
+			if uid, ok := byName[o.Name]; ok && o.Kind == objects.KindReplicaSet && (o.UID == "" || o.UID == uid) {
+				out[uid] = append(out[uid], p)
+				break
+			}
+		}
+	}
+	return out, nil
 }
 
 // rollNew creates the current template's ReplicaSet, or scales it towards
@@ -249,7 +280,7 @@ func (c *DeploymentController) createRS(ctx context.Context, d *objects.Deployme
 // scale sets a ReplicaSet's spec.replicas (and bumps its generation).
 func (c *DeploymentController) scale(ctx context.Context, s *rsState, n int) error {
 	uid := s.rs.Metadata.UID
-	err := objects.Modify(ctx, c.d.Store, s.item.Key, func(rs *objects.ReplicaSet) (bool, error) {
+	err := objects.ModifyFrom(ctx, c.d.Store, s.item.Raw(), func(rs *objects.ReplicaSet) (bool, error) {
 		if rs.Metadata.UID != uid || objects.Or(rs.Spec.Replicas, 1) == n {
 			return false, nil
 		}
@@ -267,7 +298,7 @@ func (c *DeploymentController) scale(ctx context.Context, s *rsState, n int) err
 // setRevision records that s is the newest ReplicaSet.
 func (c *DeploymentController) setRevision(ctx context.Context, s *rsState, rev int) error {
 	uid := s.rs.Metadata.UID
-	err := objects.Modify(ctx, c.d.Store, s.item.Key, func(rs *objects.ReplicaSet) (bool, error) {
+	err := objects.ModifyFrom(ctx, c.d.Store, s.item.Raw(), func(rs *objects.ReplicaSet) (bool, error) {
 		if rs.Metadata.UID != uid {
 			return false, nil
 		}

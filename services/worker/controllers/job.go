@@ -22,10 +22,11 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	st := c.d.Store
+	ctx = objects.AtLeast(ctx, req.MinRevision)
 	key := objects.Key(objects.ResourceJobs, ns, name)
-	raw, err := st.GetDirect(ctx, key)
+	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {
-		_, err := deleteChildren(ctx, st, objects.ResourcePods, ns, objects.KindJob, name)
+		_, err := deleteChildren(ctx, st, objects.ResourcePods, ns, objects.KindJob, name, key)
 		return reconcile.Result{}, err
 	}
 	if err != nil {
@@ -35,7 +36,7 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if err != nil {
 		return reconcile.Result{}, reconcile.Terminal(err)
 	}
-	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindJob, name, job.Metadata.UID)
+	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindJob, name, key, job.Metadata.UID)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

@@ -22,9 +22,17 @@ func (c *PodRuntime) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	st := c.d.Store
+	ctx = objects.AtLeast(ctx, req.MinRevision)
 	key := objects.Key(objects.ResourcePods, ns, name)
+	raw, err := st.Get(ctx, key)
+	if errors.Is(err, objects.ErrNotFound) {
+		return reconcile.Result{}, nil // deleted: nothing runs
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	var requeue reconcile.Result
-	err = objects.Modify(ctx, st, key, func(p *objects.Pod) (bool, error) {
+	err = objects.ModifyFrom(ctx, st, raw, func(p *objects.Pod) (bool, error) {
 		requeue = reconcile.Result{}
 		isJobPod := hasOwnerKind(&p.Metadata, objects.KindJob)
 		now := c.d.Now()

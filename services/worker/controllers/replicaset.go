@@ -19,10 +19,11 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 		return reconcile.Result{}, err
 	}
 	st := c.d.Store
+	ctx = objects.AtLeast(ctx, req.MinRevision)
 	key := objects.Key(objects.ResourceReplicaSets, ns, name)
-	raw, err := st.GetDirect(ctx, key)
+	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {
-		n, err := deleteChildren(ctx, st, objects.ResourcePods, ns, objects.KindReplicaSet, name)
+		n, err := deleteChildren(ctx, st, objects.ResourcePods, ns, objects.KindReplicaSet, name, key)
 		if n > 0 {
 			c.d.Log.Info("replicaset gone, deleted its pods", "key", req.Key, "pods", n)
 		}
@@ -35,7 +36,7 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 	if err != nil {
 		return reconcile.Result{}, reconcile.Terminal(err)
 	}
-	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindReplicaSet, name, rs.Metadata.UID)
+	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindReplicaSet, name, key, rs.Metadata.UID)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

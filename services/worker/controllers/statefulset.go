@@ -24,10 +24,11 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 		return reconcile.Result{}, err
 	}
 	st := c.d.Store
+	ctx = objects.AtLeast(ctx, req.MinRevision)
 	key := objects.Key(objects.ResourceStatefulSets, ns, name)
-	raw, err := st.GetDirect(ctx, key)
+	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {
-		_, err := deleteChildren(ctx, st, objects.ResourcePods, ns, objects.KindStatefulSet, name)
+		_, err := deleteChildren(ctx, st, objects.ResourcePods, ns, objects.KindStatefulSet, name, key)
 		return reconcile.Result{}, err
 	}
 	if err != nil {
@@ -37,7 +38,7 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 	if err != nil {
 		return reconcile.Result{}, reconcile.Terminal(err)
 	}
-	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindStatefulSet, name, set.Metadata.UID)
+	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindStatefulSet, name, key, set.Metadata.UID)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -57,7 +58,9 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 	// Scale down, highest ordinal first.
 	sort.Sort(sort.Reverse(sort.IntSlice(extra)))
 	for _, i := range extra {
-		if err := st.Delete(ctx, byOrdinal[i].Key, 0); err != nil {
+		// On the mod revision read: a pod of that name made since (by
+		// another owner's controller) is not the one to remove.
+		if err := st.Delete(ctx, byOrdinal[i].Key, byOrdinal[i].ModRevision); err != nil && !errors.Is(err, objects.ErrConflict) {
 			return reconcile.Result{}, err
 		}
 		delete(byOrdinal, i)

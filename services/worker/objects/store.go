@@ -6,17 +6,29 @@
 //
 // A Store reads through the observer's cache (ObserverService Get and List),
 // never loading etcd with the reads of every worker. Each read asks for
-// min_revision = the revision of this Store's last write, so a worker always
-// sees its own writes even though the cache lags etcd by a few milliseconds.
-// A Store built without an observer (or asked with Direct) reads etcd itself.
+// min_revision = the highest of the revision of this Store's last write (so
+// a worker always sees its own writes, though the cache lags etcd by a few
+// milliseconds) and the revision on the read's context (AtLeast: a
+// reconcile puts its lease's min_revision there, so it sees the change that
+// announced its key, whichever observer announced it). A Store built
+// without an observer reads etcd itself; GetDirect and ListDirect always
+// do. Reads counts both kinds.
+//
+// A cache read can be stale in one way that matters: it may not yet show an
+// object that etcd has (deleted and created again under its name, say).
+// Acting on a stale "not found" could delete a live object's children, so
+// OwnerGone asks etcd itself before a controller deletes children for an
+// owner it did not find, or whose uid is not the one the cache shows.
 //
 // # Writes
 //
 // Every write goes to etcd as a compare-and-swap: Create succeeds only if the
 // key does not exist, Update and Delete only if the key's mod_revision is the
-// one read. Modify and UpdateStatus read the object from etcd, apply a change
-// and write it back, and on a conflict (someone wrote in between) read again
-// and retry instead of failing the reconcile. A Create that finds no uid sets
+// one read. Modify and UpdateStatus read the object, apply a change and
+// write it back, and on a conflict (someone wrote in between, or the read
+// was a stale cache's) read again from etcd and retry instead of failing
+// the reconcile; ModifyFrom and UpdateStatusFrom start from an object the
+// caller has read already, from the cache. A Create that finds no uid sets
 // metadata.uid.
 //
 //	st := objects.NewStore(etcdClient, observerClient)
@@ -96,20 +108,106 @@ type OwnedBy struct {
 
 // Store reads and writes objects. It is safe for concurrent use.
 type Store struct {
-	etcd     *clientv3.Client
-	observer *observerclient.Client // nil: read etcd
+	etcd  *clientv3.Client
+	cache Cache // nil: read etcd
 	// minRev is the newest etcd revision this Store has written or read
 	// from etcd; cache reads wait for it (read-your-writes, and a child list
 	// never older than its owner read from etcd).
 	minRev atomic.Int64
 	// opTimeout bounds each call (DefaultOpTimeout unless set).
 	opTimeout time.Duration
+
+	etcdReads, cacheReads atomic.Uint64
+}
+
+// Cache is what a Store reads through: the observer's (ObserverService Get
+// and List), reflecting etcd at least up to minRev.
+type Cache interface {
+	// Get returns the object at key, or an error wrapping ErrNotFound.
+	Get(ctx context.Context, key string, minRev int64) (Raw, error)
+	// List returns the objects under prefix in key order, only the
+	// children of owner if owner.Kind or owner.UID is set.
+	List(ctx context.Context, prefix string, owner OwnedBy, minRev int64) ([]Raw, error)
 }
 
 // NewStore returns a Store that writes to etcd and reads through observer
 // (or from etcd when observer is nil).
 func NewStore(etcd *clientv3.Client, observer *observerclient.Client) *Store {
-	return &Store{etcd: etcd, observer: observer, opTimeout: DefaultOpTimeout}
+	if observer == nil {
+		return NewStoreWithCache(etcd, nil)
+	}
+	return NewStoreWithCache(etcd, observerCache{observer})
+}
+
+// NewStoreWithCache returns a Store that writes to etcd and reads through
+// cache (or from etcd when cache is nil).
+func NewStoreWithCache(etcd *clientv3.Client, cache Cache) *Store {
+	return &Store{etcd: etcd, cache: cache, opTimeout: DefaultOpTimeout}
+}
+
+// observerCache is the observer's cache as a Store's Cache.
+type observerCache struct{ c *observerclient.Client }
+
+func (o observerCache) Get(ctx context.Context, key string, minRev int64) (Raw, error) {
+	obj, err := o.c.Get(ctx, key, minRev)
+	if errors.Is(err, observerclient.ErrNotFound) {
+		return Raw{}, fmt.Errorf("get %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return Raw{}, err
+	}
+	return Raw(obj), nil
+}
+
+func (o observerCache) List(ctx context.Context, prefix string, owner OwnedBy, minRev int64) ([]Raw, error) {
+	objs, _, err := o.c.List(ctx, observerclient.ListOptions{Prefix: prefix, MinRevision: minRev,
+		Owner: observerclient.Owner{Kind: owner.Kind, Name: owner.Name, Namespace: owner.Namespace, UID: owner.UID}})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Raw, len(objs))
+	for i, obj := range objs {
+		out[i] = Raw(obj)
+	}
+	return out, nil
+}
+
+// atLeastKey is the context key of AtLeast's revision.
+type atLeastKey struct{}
+
+// AtLeast returns ctx with rev as the lowest etcd revision the Store's
+// cache reads under it may reflect (a reconcile passes its lease's
+// MinRevision). A lower revision than one already on ctx changes nothing.
+func AtLeast(ctx context.Context, rev int64) context.Context {
+	if rev <= revisionOf(ctx) {
+		return ctx
+	}
+	return context.WithValue(ctx, atLeastKey{}, rev)
+}
+
+func revisionOf(ctx context.Context) int64 {
+	rev, _ := ctx.Value(atLeastKey{}).(int64)
+	return rev
+}
+
+// readRevision is the min_revision of a cache read under ctx.
+func (s *Store) readRevision(ctx context.Context) int64 {
+	return max(s.minRev.Load(), revisionOf(ctx))
+}
+
+// ReadCounts counts a Store's reads.
+type ReadCounts struct {
+	// Etcd counts reads of etcd itself: GetDirect, ListDirect, OwnerGone,
+	// the reads of a Modify or UpdateStatus retried after a conflict, and
+	// every read of a Store without a cache.
+	Etcd uint64
+	// Cache counts reads through the cache.
+	Cache uint64
+}
+
+// Reads returns the reads this Store has made.
+func (s *Store) Reads() ReadCounts {
+	return ReadCounts{Etcd: s.etcdReads.Load(), Cache: s.cacheReads.Load()}
 }
 
 // SetOpTimeout sets the bound of each etcd or observer call; call it before
@@ -135,19 +233,13 @@ func (s *Store) wrote(rev int64) {
 
 // Get reads one object through the cache (or etcd).
 func (s *Store) Get(ctx context.Context, key string) (Raw, error) {
-	if s.observer == nil {
+	if s.cache == nil {
 		return s.GetDirect(ctx, key)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	obj, err := s.observer.Get(ctx, key, s.minRev.Load())
-	if errors.Is(err, observerclient.ErrNotFound) {
-		return Raw{}, fmt.Errorf("get %s: %w", key, ErrNotFound)
-	}
-	if err != nil {
-		return Raw{}, err
-	}
-	return Raw(obj), nil
+	s.cacheReads.Add(1)
+	return s.cache.Get(ctx, key, s.readRevision(ctx))
 }
 
 // GetDirect reads one object from etcd (linearizable). Later cache reads of
@@ -155,6 +247,7 @@ func (s *Store) Get(ctx context.Context, key string) (Raw, error) {
 func (s *Store) GetDirect(ctx context.Context, key string) (Raw, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
+	s.etcdReads.Add(1)
 	resp, err := s.etcd.Get(ctx, key)
 	if err != nil {
 		return Raw{}, fmt.Errorf("get %s from etcd: %w", key, err)
@@ -170,27 +263,20 @@ func (s *Store) GetDirect(ctx context.Context, key string) (Raw, error) {
 // List reads the objects under prefix through the cache (or etcd), only the
 // children of owner if owner.Kind is set, in key order.
 func (s *Store) List(ctx context.Context, prefix string, owner OwnedBy) ([]Raw, error) {
-	if s.observer == nil {
+	if s.cache == nil {
 		return s.ListDirect(ctx, prefix, owner)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	objs, _, err := s.observer.List(ctx, observerclient.ListOptions{Prefix: prefix, MinRevision: s.minRev.Load(),
-		Owner: observerclient.Owner{Kind: owner.Kind, Name: owner.Name, Namespace: owner.Namespace, UID: owner.UID}})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Raw, len(objs))
-	for i, o := range objs {
-		out[i] = Raw(o)
-	}
-	return out, nil
+	s.cacheReads.Add(1)
+	return s.cache.List(ctx, prefix, owner, s.readRevision(ctx))
 }
 
 // ListDirect is List from etcd; the owner filter is applied here.
 func (s *Store) ListDirect(ctx context.Context, prefix string, owner OwnedBy) ([]Raw, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
+	s.etcdReads.Add(1)
 	resp, err := s.etcd.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("list %s from etcd: %w", prefix, err)
@@ -339,15 +425,50 @@ func (s *Store) Delete(ctx context.Context, key string, modRev int64) error {
 	return nil
 }
 
+// OwnerGone reports, from etcd itself, whether the object at key with uid
+// is gone: there is no object at key, or it has another uid (a new object
+// of the same name). A controller asks before it deletes children for an
+// owner its cache read did not find, or found with another uid, since a
+// lagging cache can miss an object etcd has.
+func (s *Store) OwnerGone(ctx context.Context, key, uid string) (bool, error) {
+	raw, err := s.GetDirect(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var o struct {
+		Metadata ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw.Value, &o); err != nil {
+		// Not an object this Store can read: gone as an owner of anything.
+		return true, nil
+	}
+	return o.Metadata.UID != uid, nil
+}
+
 // Modify reads key from etcd into a T, calls change, and writes the result
 // back if change reports a change, retrying from the read when another
 // writer got in between. It returns ErrNotFound if the key is gone. Top-level
 // fields of the stored object that T does not know are kept.
 func Modify[T any](ctx context.Context, s *Store, key string, change func(*T) (bool, error)) error {
-	for range maxConflictRetries {
-		raw, err := s.GetDirect(ctx, key)
-		if err != nil {
-			return err
+	return ModifyFrom(ctx, s, Raw{Key: key}, change)
+}
+
+// ModifyFrom is Modify starting from raw, the object as the caller has
+// read it (from the cache, say), so that the first attempt needs no read
+// of its own: if raw is stale the compare-and-swap is refused and it reads
+// again from etcd, as Modify does. A raw without a value starts with a
+// read.
+func ModifyFrom[T any](ctx context.Context, s *Store, raw Raw, change func(*T) (bool, error)) error {
+	key := raw.Key
+	for i := range maxConflictRetries {
+		if i > 0 || raw.Value == nil {
+			var err error
+			if raw, err = s.GetDirect(ctx, key); err != nil {
+				return err
+			}
 		}
 		var v T
 		if err := json.Unmarshal(raw.Value, &v); err != nil {
@@ -377,13 +498,13 @@ func (s *Store) UpdateStatus(ctx context.Context, key, uid string, st any) error
 }
 
 // UpdateStatusFrom is UpdateStatus starting from raw, the object as the
-// caller has just read it with GetDirect, so that the first attempt needs no
-// read of its own (a controller reads its object at the start of every
-// reconcile). If the object changed since, the write is refused and it
-// reads again, as UpdateStatus does. If raw's status already equals st
-// nothing is written, even if the object changed since raw was read: any
-// such change announces the key again, and its next reconcile writes what is
-// due.
+// caller has just read it (from the cache, or etcd), so that the first
+// attempt needs no read of its own (a controller reads its object at the
+// start of every reconcile). If the object changed since, the write is
+// refused and it reads again from etcd, as UpdateStatus does. If raw's
+// status already equals st nothing is written, even if the object changed
+// since raw was read: any such change announces the key again, and its
+// next reconcile writes what is due.
 func (s *Store) UpdateStatusFrom(ctx context.Context, raw Raw, uid string, st any) error {
 	key := raw.Key
 	want, err := json.Marshal(st)
@@ -481,7 +602,12 @@ type Item[T any] struct {
 	Key         string
 	ModRevision int64
 	Object      *T
+	// Value is the object as stored, for ModifyFrom.
+	Value []byte
 }
+
+// Raw returns the item as stored.
+func (it Item[T]) Raw() Raw { return Raw{Key: it.Key, Value: it.Value, ModRevision: it.ModRevision} }
 
 // List reads and decodes the objects under prefix (see Store.List).
 // Undecodable values are skipped: one corrupt child must not block its
@@ -497,7 +623,7 @@ func List[T any](ctx context.Context, s *Store, prefix string, owner OwnedBy) ([
 		if err != nil {
 			continue
 		}
-		out = append(out, Item[T]{Key: r.Key, ModRevision: r.ModRevision, Object: v})
+		out = append(out, Item[T]{Key: r.Key, ModRevision: r.ModRevision, Object: v, Value: r.Value})
 	}
 	return out, nil
 }

@@ -2,9 +2,10 @@
 // level-based Reconcile function that brings one key's invariant back to true.
 // It is the small equivalent of controller-runtime's pkg/reconcile.
 //
-// A Request carries only the queue, the key and the attempt: reconciliation
-// reads current state every time instead of trusting the event that caused
-// it, so three changes announced before a worker is free are one reconcile.
+// A Request carries only the queue, the key, the attempt and the revision
+// to read at: reconciliation reads current state every time instead of
+// trusting the event that caused it, so three changes announced before a
+// worker is free are one reconcile.
 //
 // # Outcomes
 //
@@ -36,6 +37,11 @@ type Request struct {
 	// Attempt counts the failures (and lease expiries) of this key so far;
 	// 0 on a first try.
 	Attempt int
+	// MinRevision is the etcd revision the observer's cache must reflect
+	// for a read to see the change that announced the key (the lease's
+	// min_revision); 0 when the queue knows none. objects.AtLeast puts it
+	// on a context for the Store's reads.
+	MinRevision int64
 }
 
 // Result qualifies a successful reconcile.

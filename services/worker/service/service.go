@@ -219,6 +219,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	store := objects.NewStore(etcd, observer)
 	store.SetOpTimeout(cfg.CallTimeout)
+	registerReads(reg, store)
 	// The manager publishes what each controller watches (its declaration
 	// in client/kinds) before it leases.
 	m := manager.New(queue, manager.Options{Worker: cfg.Worker, GracePeriod: cfg.GracePeriod, Logger: log, Registerer: reg, Etcd: etcd})
@@ -275,4 +276,26 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	stopServe()
 	wg.Wait()
 	return errors.Join(serveErr, runErr)
+}
+
+// ReadsMetric counts the controllers' reads of objects, by source: "etcd"
+// (linearizable reads of etcd itself: confirming that an owner is gone
+// before its children are deleted, re-reading after a write conflict, and
+// every read when no observer is configured) or "cache" (the observer's).
+const ReadsMetric = "baton_worker_store_reads_total"
+
+func registerReads(reg prometheus.Registerer, st *objects.Store) {
+	for _, src := range []string{"etcd", "cache"} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        ReadsMetric,
+			Help:        "Reads of objects by the reference controllers, by source: etcd itself, or the observer's cache.",
+			ConstLabels: prometheus.Labels{"source": src},
+		}, func() float64 {
+			r := st.Reads()
+			if src == "etcd" {
+				return float64(r.Etcd)
+			}
+			return float64(r.Cache)
+		}))
+	}
 }
