@@ -11,10 +11,9 @@ import (
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 )
 
-// queueWork is the one method of docs/design.md that has no generated code
-// yet. Its row is in the default table already, so it is covered the day it
-// is served.
-const queueWork = "/baton.queue.v1.QueueService/Work"
+// queueWork is the work stream, the one QueueService method whose queue
+// is named by its first message rather than by its request.
+const queueWork = queuev1.QueueService_Work_FullMethodName
 
 // service is a gRPC service whose methods a policy may name.
 type service struct {
