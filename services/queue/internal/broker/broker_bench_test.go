@@ -3,7 +3,9 @@ package broker
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,4 +115,77 @@ func BenchmarkAddOne(b *testing.B) {
 	}
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+}
+
+// BenchmarkWaitersSingleKeys measures keys added one per Add by as many
+// adders as there are Leases waiting on the queue (1 or 64), each Lease
+// taking one key and acking it, as 64 workers' long polls (or work
+// streams) do, and reports the process's CPU time per key: when many
+// waiters sleep on one queue, only a key's taker should wake for it.
+func BenchmarkWaitersSingleKeys(b *testing.B) {
+	for _, n := range []int{1, 64} {
+		b.Run(fmt.Sprint(n, "-waiters"), func(b *testing.B) { benchWaiters(b, n) })
+	}
+}
+
+func benchWaiters(b *testing.B, n int) {
+	br := open(b, b.TempDir(), 0)
+	defer br.Close()
+	var taken, next atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() {
+			name := fmt.Sprint("w", w)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				g, err := br.Lease(b.Context(), "q", name, nil, 1, time.Minute, 100*time.Millisecond)
+				if err != nil {
+					return
+				}
+				for _, x := range g {
+					br.Ack(b.Context(), "q", nil, []AckItem{{Key: x.Key, Token: x.Token}})
+					taken.Add(1)
+				}
+			}
+		})
+	}
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	var adders sync.WaitGroup
+	for range n {
+		adders.Go(func() {
+			keys := []string{""}
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				keys[0] = fmt.Sprintf("ns/%d", i)
+				if _, _, err := br.Add(b.Context(), "q", keys, 0, workqueue.Normal); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	adders.Wait()
+	for taken.Load() < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	close(stop)
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "keys/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/key")
+}
+
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
