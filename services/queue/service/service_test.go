@@ -45,6 +45,9 @@ func start(t *testing.T) *harness {
 	return startIn(t, t.TempDir())
 }
 
+// startBench is start for a benchmark.
+func startBench(b *testing.B) *harness { return startWith(b, b.TempDir(), nil) }
+
 // startIn is start on the data directory dir.
 func startIn(t *testing.T, dir string) *harness {
 	t.Helper()
@@ -52,7 +55,7 @@ func startIn(t *testing.T, dir string) *harness {
 }
 
 // startWith is startIn with the configuration changed by mod (nil: none).
-func startWith(t *testing.T, dir string, mod func(*service.Config)) *harness {
+func startWith(t testing.TB, dir string, mod func(*service.Config)) *harness {
 	t.Helper()
 	cfg := service.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", dir

@@ -405,7 +405,12 @@ func (sh *shard) begin() (pendingBefore int, existed bool) {
 // log refuses them, undoes every one; then it unlocks. The returned batch is
 // durable once Wait returns nil.
 func (b *Broker) commit(sh *shard, pendingBefore int, existed bool) (waiter, error) {
-	batch, err := b.j.Append(sh.buf)
+	return b.commitTo(sh, pendingBefore, existed, b.j.Append)
+}
+
+// commitTo is commit through appendTo, the journal's Append or AppendLazy.
+func (b *Broker) commitTo(sh *shard, pendingBefore int, existed bool, appendTo func([]byte) (waiter, error)) (waiter, error) {
+	batch, err := appendTo(sh.buf)
 	sh.buf = sh.buf[:0]
 	if err != nil {
 		sh.q.Rollback()
@@ -631,7 +636,7 @@ type AckItem struct {
 // and reports, per item, whether it was accepted: not when the token is not
 // the key's live lease, nor when the lease is bound to another holder.
 func (b *Broker) Ack(ctx context.Context, queue string, holder *string, acks []AckItem) ([]bool, error) {
-	ok, durable, err := b.AckNoWait(queue, holder, acks)
+	ok, durable, err := b.ack(queue, holder, acks, false)
 	if err == nil {
 		err = durable(ctx)
 	}
@@ -645,8 +650,17 @@ func (b *Broker) Ack(ctx context.Context, queue string, holder *string, acks []A
 // and their records are in line, with durable to wait for those records.
 // An error means nothing changed. A work stream answers an ack of success
 // at once and waits for the others (docs/design.md allows it for success
-// alone: losing one only offers the key once more).
+// alone: losing one only offers the key once more); the records of a
+// batch of successes alone go in line lazily (journal.AppendLazy), since
+// no one waits for them unless durable is called.
 func (b *Broker) AckNoWait(queue string, holder *string, acks []AckItem) (ok []bool, durable func(context.Context) error, err error) {
+	lazy := !slices.ContainsFunc(acks, func(a AckItem) bool { return a.Outcome != (workqueue.Outcome{}) })
+	return b.ack(queue, holder, acks, lazy)
+}
+
+// ack is Ack and AckNoWait: lazy puts the records in line with
+// AppendLazy, and durable then first makes them urgent.
+func (b *Broker) ack(queue string, holder *string, acks []AckItem, lazy bool) (ok []bool, durable func(context.Context) error, err error) {
 	sh, err := b.lockExisting(queue)
 	if err != nil {
 		return nil, nil, err
@@ -670,7 +684,11 @@ func (b *Broker) AckNoWait(queue string, holder *string, acks []AckItem) (ok []b
 	if len(started) > 0 {
 		obs = b.observers(sh)
 	}
-	batch, err := b.commit(sh, before, existed)
+	appendTo := b.j.Append
+	if lazy {
+		appendTo = b.j.AppendLazy
+	}
+	batch, err := b.commitTo(sh, before, existed, appendTo)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -678,6 +696,14 @@ func (b *Broker) AckNoWait(queue string, holder *string, acks []AckItem) (ok []b
 		obs.workDur.Observe(float64(now-s) / 1e9)
 	}
 	return ok, func(ctx context.Context) error {
+		if lazy {
+			// Someone waits after all: an empty Append makes the records
+			// in line urgent and returns what covers them.
+			var err error
+			if batch, err = b.j.Append(nil); err != nil {
+				return err
+			}
+		}
 		if err := batch.Wait(ctx); err != nil {
 			return err
 		}

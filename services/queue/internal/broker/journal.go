@@ -20,6 +20,10 @@ type journal interface {
 	// what to wait on; with no recs, the latest still in flight, which
 	// covers every record before. An error means nothing was put in line.
 	Append(recs []byte) (waiter, error)
+	// AppendLazy is Append for records whose caller will not wait for
+	// them (a work stream's acks of success): they may be kept a little
+	// later, with the next Append's (store.AppendLazy).
+	AppendLazy(recs []byte) (waiter, error)
 	// NextEpoch moves to a fresh token epoch, for a run that has used up
 	// the token space of its own.
 	NextEpoch() (uint64, error)
@@ -47,6 +51,14 @@ type storeJournal struct{ *store.Store }
 
 func (j storeJournal) Append(recs []byte) (waiter, error) {
 	b, err := j.Store.Append(recs)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (j storeJournal) AppendLazy(recs []byte) (waiter, error) {
+	b, err := j.Store.AppendLazy(recs)
 	if err != nil {
 		return nil, err
 	}
@@ -83,6 +95,10 @@ func (j raftJournal) Append(recs []byte) (waiter, error) {
 	}
 	return proposal{p}, nil
 }
+
+// AppendLazy is Append: the node batches every proposal waiting at once
+// into one entry anyway, and commits it as soon as a majority has it.
+func (j raftJournal) AppendLazy(recs []byte) (waiter, error) { return j.Append(recs) }
 
 func (j raftJournal) NextEpoch() (uint64, error) { return 0, ErrTermTokensUsed }
 func (j raftJournal) Durable() uint64            { return j.n.Status().Applied }

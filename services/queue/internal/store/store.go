@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/batonrun/baton/services/queue/internal/record"
 )
@@ -52,6 +53,9 @@ type Options struct {
 	SegmentBytes int64
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// LazyDelay bounds how long the frames of AppendLazy wait for an
+	// Append to share its fdatasync (DefaultLazyDelay when 0).
+	LazyDelay time.Duration
 
 	// ackBeforeSync answers callers before fdatasync: the broken store the
 	// power-loss test must catch (its negative control). Tests only.
@@ -79,6 +83,10 @@ type Store struct {
 	rotates  []chan rotation
 	walBytes int64 // appended since the last snapshot
 	snapSize int64
+	// lazyDue is set Options.LazyDelay after the first lazy frame of a batch
+	// nothing waits on (AppendLazy): then the writer syncs it anyway.
+	lazyDue   bool
+	lazyArmed bool
 
 	// The segment being written. Append writes and the writer replaces it
 	// under mu; the writer syncs it outside mu (it alone closes it).
@@ -111,6 +119,9 @@ type rotation struct {
 // every frame written since the one before began.
 type Batch struct {
 	frames int // written into the log, not yet synced
+	// urgent: a caller waits on it (an Append, not only AppendLazy), so
+	// the writer syncs it as soon as it can.
+	urgent bool
 	done   chan struct{}
 	err    error
 	// early is set by the writer when ackBeforeSync answered the batch
@@ -142,6 +153,9 @@ func Open(opts Options, apply func(*record.Record)) (*Store, error) {
 	}
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = 64 << 20
+	}
+	if opts.LazyDelay <= 0 {
+		opts.LazyDelay = DefaultLazyDelay
 	}
 	s := &Store{opts: opts, fs: opts.FS, log: opts.Logger, cur: newBatch(), stopped: make(chan struct{})}
 	if s.log == nil {
@@ -283,7 +297,24 @@ func (s *Store) newSegment(seq uint64) error {
 // The frame is written here, under the store's lock, rather than by the
 // writer, so that a full disk is known before the caller lets anyone see
 // its change: a change is never visible unless its frame is in the log.
-func (s *Store) Append(recs []byte) (*Batch, error) {
+func (s *Store) Append(recs []byte) (*Batch, error) { return s.append(recs, false) }
+
+// DefaultLazyDelay is Options.LazyDelay's default: long enough for a
+// lone worker's next Add to come and share the sync, short enough that a
+// crash rarely offers an acked key again.
+const DefaultLazyDelay = 5 * time.Millisecond
+
+// AppendLazy is Append for records whose caller does not wait for their
+// durability (a work stream's acks of success, which may be answered
+// before their record is durable: losing one only offers a key once
+// more). The writer does not sync for them alone at once: they share the
+// next Append's fdatasync, or are synced Options.LazyDelay after the
+// first of them, whichever comes first. Without it a lone worker's ack would
+// start an fdatasync that the Add following it must wait out before its
+// own: two syncs a key where one does.
+func (s *Store) AppendLazy(recs []byte) (*Batch, error) { return s.append(recs, true) }
+
+func (s *Store) append(recs []byte, lazy bool) (*Batch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.rotating && s.fatal == nil && !s.closed {
@@ -298,6 +329,9 @@ func (s *Store) Append(recs []byte) (*Batch, error) {
 	if len(recs) == 0 {
 		switch {
 		case s.cur.frames > 0:
+			// Its caller waits on it: lazy frames in it wait no more.
+			s.cur.urgent = true
+			s.wake.Signal()
 			return s.cur, nil
 		case s.inflight != nil:
 			return s.inflight, nil
@@ -336,15 +370,36 @@ func (s *Store) Append(recs []byte) (*Batch, error) {
 	s.segSize += int64(len(frame))
 	s.walBytes += int64(len(recs))
 	s.cur.frames++
-	s.wake.Signal()
+	switch {
+	case !lazy:
+		s.cur.urgent = true
+		s.wake.Signal()
+	case !s.lazyArmed:
+		s.lazyArmed = true
+		time.AfterFunc(s.opts.LazyDelay, s.lazyFire)
+	}
 	return s.cur, nil
+}
+
+// lazyFire wakes the writer for lazy frames that have waited LazyDelay.
+func (s *Store) lazyFire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lazyArmed, s.lazyDue = false, true
+	s.wake.Signal()
+}
+
+// due reports whether the writer has a batch to sync: an urgent one, or
+// lazy frames that waited long enough. s.mu is held.
+func (s *Store) due() bool {
+	return s.cur.frames > 0 && (s.cur.urgent || s.lazyDue || s.closed)
 }
 
 func (s *Store) writer() {
 	defer close(s.stopped)
 	for {
 		s.mu.Lock()
-		for s.cur.frames == 0 && len(s.rotates) == 0 && !s.closed && !s.segmentFull() {
+		for !s.due() && len(s.rotates) == 0 && !s.closed && !s.segmentFull() {
 			s.wake.Wait()
 		}
 		if s.closed && s.cur.frames == 0 && len(s.rotates) == 0 {
@@ -423,6 +478,7 @@ func (s *Store) takeBatch() *Batch {
 	b := s.cur
 	s.cur = newBatch()
 	s.inflight = b
+	s.lazyDue = false
 	return b
 }
 
