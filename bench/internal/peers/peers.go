@@ -30,3 +30,17 @@ type Queue interface {
 	// Close releases the contender.
 	Close() error
 }
+
+// Leaver is a Queue that keeps something per worker (BatonStream: a work
+// stream on which the queue pushes that worker's leases). Leave tells it
+// worker will lease no more, so that it hands back what it holds for it.
+type Leaver interface {
+	Leave(worker string)
+}
+
+// leave calls q's Leave, if it has one.
+func leave(q Queue, worker string) {
+	if l, ok := q.(Leaver); ok {
+		l.Leave(worker)
+	}
+}

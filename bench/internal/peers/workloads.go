@@ -26,7 +26,9 @@ func (r CycleResult) Rate() float64 { return float64(r.Keys) / r.Elapsed.Seconds
 // Cycle runs callers goroutines for d, each in rounds: Add batch distinct
 // new keys, then Lease (up to what it still owes) and Ack until it has acked
 // batch keys (anyone's: the queue is shared). A caller leases at most what
-// it owes, so every added key is owed by someone and the run cannot stall.
+// it owes, so every added key is owed by someone and the run cannot stall;
+// a caller that is done leaves (Leaver), so that a queue that pushes keys to
+// its workers (BatonStream) hands back those it still holds for it.
 // No round starts after d; the rounds in flight may finish until
 // CycleGrace(d), when they are abandoned (a slow contender's first round of
 // 1000 keys from 64 callers can take minutes). Acked keys count, whole
@@ -48,6 +50,9 @@ func Cycle(ctx context.Context, q Queue, prefix string, batch, callers int, d ti
 	for c := range callers {
 		wg.Go(func() {
 			worker := fmt.Sprintf("w%02d", c)
+			// A caller that is done hands back what a push queue holds
+			// for it: keys others still owe.
+			defer leave(q, worker)
 			var mine []time.Duration
 			defer func() {
 				mu.Lock()
