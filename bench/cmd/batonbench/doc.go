@@ -139,6 +139,20 @@ child process of their own for workloads 4–6 (see the crash).
 - **baton**: the real ` + "`bin/baton-queue`" + ` as a child process, over loopback gRPC
   through ` + "`client/queue`" + `; every Add and Ack is fsynced before its OK
   (group commit). Leases of one minute.
+- **baton (work stream)**: the same server, workload 1 only; Add is the same
+  unary call, but each caller takes its keys from a work stream of its own
+  (QueueService ` + "`Work`" + `, ` + "`client/queue`" + `'s ` + "`Stream`" + `, as the worker SDK does,
+  adapter ` + "`peers.BatonStream`" + `): the queue pushes a lease whenever a key is
+  ready and the stream holds fewer than its max_in_flight, here the round's
+  batch (1 or 1000), so a caller holds at most one round's keys. Lease takes
+  what was pushed (waiting up to 20 ms for the first); Ack sends one ack
+  message per key on the stream and returns once the queue has answered
+  each (a LEASE_LOST answer stops the run, as a refused unary Ack does).
+  The queue answers an ack of success on the stream before its record is
+  fsynced (losing it only offers the key once more; docs/design.md, "The
+  work stream"); the Add is fsynced before its OK as before. A caller that
+  has finished its last round closes its stream, which hands back at once
+  the keys pushed to it that it had not taken (others owe them).
 - **client-go**: ` + "`k8s.io/client-go/util/workqueue`" + ` v0.37.2, a typed
   rate-limiting queue in the bench process: the semantic ceiling, not
   durable, no network. Lease = ` + "`Get`" + ` (after checking ` + "`Len`" + `, under a mutex, so it
@@ -266,6 +280,9 @@ three processes on this machine's one disk, a fresh cluster per workload:
   cluster, the stream and its consumer with 3 replicas; otherwise as **nats**
   and **nats (sync always)** above. JetStream answers a publish once a
   majority has the message; by default none of them has fsynced it.
+- **baton-r3 (work stream)**: baton-r3 taking its keys through the work
+  stream, as **baton (work stream)** does; workload 1 only. The streams are
+  opened on the leader.
 - **cycle** (workload 1's four shapes): as side by side.
 - **failover** (baton-r3 and nats-r3): 2 adders in batches of 100 and 4
   workers leasing up to 100 keys for 2 s run while the leader (nats: the
@@ -371,5 +388,10 @@ As ratios against figures of the same run:
 - single Add p50 ≤ 2 × (one fdatasync p50 + one echo round trip p50, to
   another process);
 - restart with 1,000,000 unfinished keys serving in ≤ 2 s;
-- heap per pending key ≤ 1.5 × client-go's workqueue.
+- heap per pending key ≤ 1.5 × client-go's workqueue;
+- side by side, the single-key cycle (batch 1) through the work stream
+  ≥ 1 × nats with sync always from 1 caller, and ≥ 1 × nats (default
+  settings) from 64 callers, each against the peer's cycle of the same
+  shape in this run (the unary baton figures are shown beside them);
+- workload 7's: see its section above.
 `))

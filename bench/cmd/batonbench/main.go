@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -53,6 +54,94 @@ type config struct {
 	replicated         bool       // run the three-member contenders (replicated.go)
 	replicatedOnly     bool       // run them alone, with the one-member cycle they are ratios of
 	pipe               pipeConfig // workload 7 (pipeline.go)
+	// only is the groups of workloads that run (-only, or what the other
+	// flags leave); contenders, if not nil, the side-by-side and
+	// replicated contenders that run (-contenders).
+	only       map[string]bool
+	contenders map[string]bool
+}
+
+// The groups of workloads -only selects.
+const (
+	gQueue      = "queue"      // baton's own workloads and the references they are ratios of
+	gCycle      = "cycle"      // workload 1 against the side-by-side contenders
+	gSide       = "side"       // workloads 2–6 against them
+	gReplicated = "replicated" // the three-member contenders' cycles and the failover
+	gPipeline   = "pipeline"   // workload 7
+)
+
+var groups = []string{gQueue, gCycle, gSide, gReplicated, gPipeline}
+
+// runs reports whether the group g runs.
+func (c config) runs(g string) bool { return c.only[g] }
+
+// chosen is the contenders of names that run, in their order.
+func (c config) chosen(names []string) []string {
+	if c.contenders == nil {
+		return names
+	}
+	var out []string
+	for _, n := range names {
+		if c.contenders[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// selectWorkloads settles only and contenders from the flags: -only names
+// the groups outright; without it -peers=false, -replicated=false and
+// -pipeline=false take theirs out, and -replicated-only and -pipeline-only
+// keep theirs alone (the replicated contenders with one-member baton's
+// cycles, which their targets are ratios of). side, replicated and
+// pipe.enabled then say whether those parts run.
+func (c *config) selectWorkloads(only, contenders string) error {
+	c.only = map[string]bool{}
+	switch {
+	case only != "":
+		for g := range strings.SplitSeq(only, ",") {
+			g = strings.TrimSpace(g)
+			if !slices.Contains(groups, g) {
+				return fmt.Errorf("-only: unknown group %q (known: %s)", g, strings.Join(groups, ", "))
+			}
+			c.only[g] = true
+		}
+	case c.pipe.only:
+		c.only[gPipeline] = true
+	case c.replicatedOnly:
+		c.only[gCycle], c.only[gReplicated] = true, true
+		if contenders == "" {
+			contenders = strings.Join(append([]string{batonQ}, replicatedContenders...), ",")
+		}
+	default:
+		for _, g := range groups {
+			c.only[g] = true
+		}
+		if !c.side {
+			c.only[gCycle], c.only[gSide] = false, false
+		}
+		if !c.replicated {
+			c.only[gReplicated] = false
+		}
+		if !c.pipe.enabled {
+			c.only[gPipeline] = false
+		}
+	}
+	if contenders != "" {
+		known := append(append([]string{}, sideContenders...), replicatedContenders...)
+		c.contenders = map[string]bool{}
+		for n := range strings.SplitSeq(contenders, ",") {
+			n = strings.TrimSpace(n)
+			if !slices.Contains(known, n) {
+				return fmt.Errorf("-contenders: unknown contender %q (known: %s)", n, strings.Join(known, ", "))
+			}
+			c.contenders[n] = true
+		}
+	}
+	c.side = c.runs(gCycle) || c.runs(gSide)
+	c.replicated = c.runs(gReplicated)
+	c.pipe.enabled, c.pipe.only = c.runs(gPipeline), false
+	return nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -73,6 +162,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.replicated, "replicated", true, "also run the replicated contenders (three members each: baton-r3, nats-r3) and the failover workload")
 	fs.BoolVar(&c.replicatedOnly, "replicated-only", false, "run the replicated contenders alone, with one-member baton's cycles (for working on them; the other targets show n/a)")
 	pipelineFlags(fs, &c.pipe)
+	var only, contenders string
+	fs.StringVar(&only, "only", "", "run only these groups of workloads, comma-separated: "+strings.Join(groups, ", ")+" (the others' targets show n/a)")
+	fs.StringVar(&contenders, "contenders", "", `run only these side-by-side and replicated contenders, comma-separated, e.g. "baton,baton (work stream),nats,nats (sync always)"`)
 	fs.IntVar(&c.rounds, "rounds", 0, "rounds of the paired reference/baton workloads, keeping each figure's best (default 2, 1 with -quick)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -83,6 +175,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		// Running the benchmarks anyway would take minutes to answer a typo.
 		fmt.Fprintf(stderr, "batonbench: unknown argument %q\nusage: batonbench [flags]  |  batonbench %s -in FILE.json -out FILE.png\n", fs.Arg(0), plotCmd)
+		return 2
+	}
+	if err := c.selectWorkloads(only, contenders); err != nil {
+		fmt.Fprintln(stderr, "batonbench:", err)
 		return 2
 	}
 	c.dur, c.bigKeys, c.cycleKeys, c.batchKeys = 3*time.Second, 1_000_000, 1_000_000, 2_000_000
@@ -153,7 +249,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "batonbench: wrote", c.out)
 	}
 	// A pipeline-only run has no cycle figures to draw.
-	if c.plot != "" && c.side && !c.pipe.only && !c.replicatedOnly {
+	if c.plot != "" && c.runs(gCycle) {
 		if err := plotFromJSON(c.plot, js); err != nil {
 			fmt.Fprintln(stderr, "batonbench: plot:", err)
 			return 1
@@ -162,7 +258,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.doc != "" {
 		var doc strings.Builder
-		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Rev: c.rev, Took: took, Records: b.set.Records, Targets: targets, Started: started, Side: c.side, Replicated: c.replicated || c.replicatedOnly, Kills: b.failoverKills(), Plot: c.plot, Dur: c.dur, Pipeline: b.pipelineDoc()}); err != nil {
+		if err := writeDoc(&doc, docData{Machine: mach, Quick: c.quick, Rounds: c.rounds, Rev: c.rev, Took: took, Records: b.set.Records, Targets: targets, Started: started, Side: c.side, Replicated: c.replicated, Kills: b.failoverKills(), Plot: c.plot, Dur: c.dur, Pipeline: b.pipelineDoc()}); err != nil {
 			fmt.Fprintln(stderr, "batonbench: render doc:", err)
 			return 1
 		}

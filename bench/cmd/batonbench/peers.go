@@ -20,6 +20,10 @@ import (
 
 // The side-by-side contenders, beside batonQ and clientGo.
 const (
+	// batonStream is baton through the work stream (peers.BatonStream): the
+	// keys leased and acked as the worker SDK takes them. It runs workload
+	// 1's cycle shapes only, beside batonQ's unary Lease and Ack.
+	batonStream = "baton (work stream)"
 	natsDefault = "nats"
 	natsSync    = "nats (sync always)"
 	etcdQueue   = "etcd-queue"
@@ -31,7 +35,10 @@ const (
 )
 
 // sideContenders in the order they run and are charted.
-var sideContenders = []string{batonQ, clientGo, natsDefault, natsSync, etcdQueue}
+var sideContenders = []string{batonQ, batonStream, clientGo, natsDefault, natsSync, etcdQueue}
+
+// cycleOnly are the contenders that run workload 1 alone.
+var cycleOnly = map[string]bool{batonStream: true, batonR3Stream: true}
 
 // cycleShapes are workload 1's (batch, callers) pairs.
 var cycleShapes = [][2]int{{1, 1}, {1, 64}, {1000, 1}, {1000, 64}}
@@ -44,6 +51,16 @@ func wSideCycle(batch, callers int) string {
 	return fmt.Sprintf("cycle Add→Lease→Ack, distinct keys, batch %d, %d caller%s", batch, callers, s)
 }
 
+// tStreamCycle names the target of the single-key cycle through the work
+// stream from callers callers against peer.
+func tStreamCycle(callers int, peer string) string {
+	s := "s"
+	if callers == 1 {
+		s = ""
+	}
+	return fmt.Sprintf("single-key cycle through the work stream, %d caller%s, vs %s", callers, s, peer)
+}
+
 func wSideCollapse(n int) string {
 	return fmt.Sprintf("collapse: %s announcements of 1,000 keys, then drain", report.Format(float64(n), "keys"))
 }
@@ -54,20 +71,24 @@ func wSideChanges(n int) string {
 
 const wSideCrash = "crash: SIGKILL during the cycle, restart, drain"
 
-// sideBySide runs workloads 1–3 against every contender, 4 against the
-// durable ones, and 5 and 6 against the peers.
+// sideBySide runs workloads 1–3 against every contender (1 alone against
+// the cycleOnly ones), 4 against the durable ones, and 5 and 6 against the
+// peers; -only and -contenders narrow it (selected).
 func (b *bench) sideBySide(ctx context.Context) error {
-	for _, name := range sideContenders {
+	for _, name := range b.cfg.chosen(sideContenders) {
 		if err := b.contender(ctx, name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	for _, name := range []string{batonQ, natsDefault, natsSync, etcdQueue} {
+	if !b.cfg.runs(gSide) {
+		return nil
+	}
+	for _, name := range b.cfg.chosen([]string{batonQ, natsDefault, natsSync, etcdQueue}) {
 		if err := b.crash(ctx, name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	for _, name := range []string{natsDefault, natsSync, etcdQueue} {
+	for _, name := range b.cfg.chosen([]string{natsDefault, natsSync, etcdQueue}) {
 		if err := b.peerHeapAndRestart(ctx, name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -168,6 +189,10 @@ func wPeerRestart(n int) string {
 	return fmt.Sprintf("restart with %s unfinished keys (SIGKILL, exec → serving them)", report.Format(float64(n), "keys"))
 }
 
+// isBaton reports whether contender is one of Baton's, whose errors fail
+// the run (a peer's are figures).
+func isBaton(contender string) bool { return strings.HasPrefix(contender, batonQ) }
+
 func dirName(contender string) string {
 	return strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(contender)
 }
@@ -182,11 +207,17 @@ func (b *bench) open(ctx context.Context, name string) (peers.Queue, func(), err
 	var q peers.Queue
 	cleanup := func() { os.RemoveAll(dir) }
 	switch name {
-	case batonQ:
+	case batonQ, batonStream:
 		s, err := baton.Start(ctx, b.cfg.bin, dir)
 		if err != nil {
 			cleanup()
 			return nil, nil, err
+		}
+		if name == batonStream {
+			// Each worker's stream holds up to its first Lease's max: the
+			// batch, in workload 1.
+			q := &peers.BatonStream{Client: s.Client, Name: "side"}
+			return q, func() { q.Close(); s.Close(); cleanup() }, nil
 		}
 		return peers.Baton{Client: s.Client, Name: "side"}, func() { s.Close(); cleanup() }, nil
 	case clientGo:
@@ -214,10 +245,15 @@ func (b *bench) contender(ctx context.Context, name string) error {
 		defer closeQ()
 		return f(q)
 	}
-	for _, sh := range cycleShapes {
-		if err := with(func(q peers.Queue) error { return b.sideCycle(ctx, name, q, sh, name == batonQ) }); err != nil {
-			return err
+	if b.cfg.runs(gCycle) {
+		for _, sh := range cycleShapes {
+			if err := with(func(q peers.Queue) error { return b.sideCycle(ctx, name, q, sh, isBaton(name)) }); err != nil {
+				return err
+			}
 		}
+	}
+	if cycleOnly[name] || !b.cfg.runs(gSide) {
+		return nil
 	}
 	n := b.collapseAnnouncements(name)
 	if err := with(func(q peers.Queue) error {
@@ -367,6 +403,18 @@ func (b *bench) sideTargets() []report.Target {
 		ok2 = ok2 && pc > 0 // no key through in the time allowed: no ratio
 		add(report.Target{Name: "cycle, batch 1000 (best of 1 and 64 callers) vs " + p.name, Measured: bc, Limit: p.factor * pc, Unit: "keys/s", AtLeast: true,
 			Basis: fmt.Sprintf("%g × %s", p.factor, p.name)}, ok, ok2)
+	}
+	// Single keys through the work stream (issue 18), each against the
+	// peer's figure of the same shape in this run.
+	for _, p := range []struct {
+		callers int
+		peer    string
+	}{{1, natsSync}, {64, natsDefault}} {
+		w := wSideCycle(1, p.callers)
+		m, ok1 := b.set.Get(batonStream, w, mRate)
+		r, ok2 := b.set.Get(p.peer, w, mRate)
+		add(report.AtLeastTimes(tStreamCycle(p.callers, p.peer), m, p.peer, r, 1, "keys/s",
+			fmt.Sprintf("1 × %s, the same shape", p.peer)), ok1, ok2)
 	}
 	bd, ok1 := b.set.Get(batonQ, wSideCollapse(b.cfg.collapse), mDeliveries)
 	cd, ok2 := b.set.Get(clientGo, wSideCollapse(b.cfg.collapse), mDeliveries)

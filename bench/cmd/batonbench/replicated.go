@@ -14,15 +14,18 @@ import (
 
 // The replicated contenders: three members each, three processes each.
 const (
-	batonR3    = "baton-r3"
-	natsR3     = "nats-r3"
-	natsR3Sync = "nats-r3 (sync always)"
+	batonR3 = "baton-r3"
+	// batonR3Stream is baton-r3 through the work stream, as batonStream
+	// is baton: workload 1's cycle shapes only.
+	batonR3Stream = "baton-r3 (work stream)"
+	natsR3        = "nats-r3"
+	natsR3Sync    = "nats-r3 (sync always)"
 
 	wFailover = "failover"
 )
 
 // replicatedContenders in the order they run.
-var replicatedContenders = []string{batonR3, natsR3, natsR3Sync}
+var replicatedContenders = []string{batonR3, batonR3Stream, natsR3, natsR3Sync}
 
 // replicas is the members per replicated contender.
 const replicas = 3
@@ -38,7 +41,7 @@ func (b *bench) openReplicated(ctx context.Context, name string, leaseFor time.D
 		return nil, peers.FailoverSpec{}, nil, err
 	}
 	switch name {
-	case batonR3:
+	case batonR3, batonR3Stream:
 		c, err := baton.StartCluster(ctx, b.cfg.bin, dir, replicas)
 		if err != nil {
 			os.RemoveAll(dir)
@@ -60,6 +63,10 @@ func (b *bench) openReplicated(ctx context.Context, name string, leaseFor time.D
 						return func(ctx context.Context) error { return c.Restart(ctx, i) }, nil
 					},
 					Settled: func(ctx context.Context) error { _, err := c.Leader(ctx); return err },
+				}
+				if name == batonR3Stream {
+					q := &peers.BatonStream{Client: cl, Name: "r3", LeaseFor: leaseFor}
+					return q, spec, func() { q.Close(); cl.Close(); c.Close(); os.RemoveAll(dir) }, nil
 				}
 				return peers.Baton{Client: cl, Name: "r3", LeaseFor: leaseFor}, spec, func() { cl.Close(); c.Close(); os.RemoveAll(dir) }, nil
 			}
@@ -90,10 +97,11 @@ func (b *bench) openReplicated(ctx context.Context, name string, leaseFor time.D
 }
 
 // replicated is the replicated queue's workloads (issue 17): workload 1's
-// cycle shapes against each three-member contender, then the failover
-// workload against baton-r3 and nats-r3.
+// cycle shapes against each three-member contender (baton-r3 also through
+// the work stream), then the failover workload against baton-r3 and
+// nats-r3.
 func (b *bench) replicated(ctx context.Context) error {
-	for _, name := range replicatedContenders {
+	for _, name := range b.cfg.chosen(replicatedContenders) {
 		for _, sh := range cycleShapes {
 			if err := func() error {
 				q, _, closeQ, err := b.openReplicated(ctx, name, time.Minute)
@@ -101,13 +109,13 @@ func (b *bench) replicated(ctx context.Context) error {
 					return err
 				}
 				defer closeQ()
-				return b.sideCycle(ctx, name, q, sh, name == batonR3)
+				return b.sideCycle(ctx, name, q, sh, isBaton(name))
 			}(); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 		}
 	}
-	for _, name := range []string{batonR3, natsR3} {
+	for _, name := range b.cfg.chosen([]string{batonR3, natsR3}) {
 		if err := b.failover(ctx, name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}

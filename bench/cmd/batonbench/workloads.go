@@ -87,16 +87,30 @@ func (b *bench) step(name string) func() {
 // The paired workloads run in rounds (-rounds) and keep their best figures;
 // so do the plaintext and mTLS cycles, alternating (cycles); the long ones
 // (restart, heap) run once.
+//
+// -only and -contenders (config.selectWorkloads) leave some out.
 func (b *bench) all(ctx context.Context) error {
-	if b.cfg.pipe.only {
-		return b.pipeline(ctx)
+	if err := b.queueWorkloads(ctx); err != nil {
+		return err
 	}
-	if b.cfg.replicatedOnly {
-		// The one-member cycle the replicated targets are ratios of.
-		if err := b.contender(ctx, batonQ); err != nil {
+	if b.cfg.side {
+		if err := b.sideBySide(ctx); err != nil {
 			return err
 		}
-		return b.replicated(ctx)
+	}
+	if b.cfg.replicated {
+		if err := b.replicated(ctx); err != nil {
+			return err
+		}
+	}
+	return b.pipeline(ctx)
+}
+
+// queueWorkloads is baton's own workloads (the group queue): the paired
+// references and baton figures, the cycles, restart and heap.
+func (b *bench) queueWorkloads(ctx context.Context) error {
+	if !b.cfg.runs(gQueue) {
+		return nil
 	}
 	defer func() {
 		if b.refs != nil {
@@ -126,17 +140,7 @@ func (b *bench) all(ctx context.Context) error {
 			return err
 		}
 	}
-	if b.cfg.side {
-		if err := b.sideBySide(ctx); err != nil {
-			return err
-		}
-	}
-	if b.cfg.replicated {
-		if err := b.replicated(ctx); err != nil {
-			return err
-		}
-	}
-	return b.pipeline(ctx)
+	return nil
 }
 
 func (b *bench) fsyncRef(ctx context.Context) error {
@@ -572,7 +576,7 @@ func (b *bench) targets() []report.Target {
 	if b.cfg.side {
 		ts = append(ts, b.sideTargets()...)
 	}
-	if b.cfg.replicated || b.cfg.replicatedOnly {
+	if b.cfg.replicated {
 		ts = append(ts, b.replicatedTargets()...)
 	}
 	return append(ts, b.pipelineTargets()...)
