@@ -18,8 +18,10 @@ require (
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/worker v0.0.0-00010101000000-000000000000
+	github.com/google/pprof v0.0.0-20250403155104-27863c87afa6
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
+	github.com/prometheus/client_golang v1.25.0
 	go.etcd.io/etcd/client/v3 v3.6.16
 	go.uber.org/zap v1.27.0
 	golang.org/x/image v0.48.0
@@ -55,7 +57,6 @@ require (
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
-	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
