@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonrun/baton/bench/internal/profile"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -19,6 +22,11 @@ type ColdConfig struct {
 	Sets        int           // ReplicaSets of 3 replicas each
 	Concurrency int           // baton-worker's --concurrency (per controller)
 	Timeout     time.Duration // give up on convergence after this long
+	// Profile takes CPU profiles of every process from the first create to
+	// convergence: baton-queue, baton-observer and baton-worker through
+	// their --enable-pprof, and the bench process (which runs etcd)
+	// through runtime/pprof (ColdResult.Profiles).
+	Profile bool
 }
 
 // ColdResult is one cold start and etcd alone doing its writes.
@@ -32,12 +40,163 @@ type ColdResult struct {
 	// deletes in them.
 	Requests, KeyWrites int
 	Reconciles          float64 // baton-worker's reconcile_total when the sets had converged
-	Writers             int     // concurrent writers of the etcd-alone replay
-	Alone               time.Duration
+	// ReconcilesBy is Reconciles by controller, which is also its queue
+	// (replicasets, pods); Failed counts those that ended in an error, a
+	// terminal error or a panic.
+	ReconcilesBy map[string]float64
+	Failed       float64
+	// Reads is the Range requests etcd served from the first create to
+	// convergence, linearizable or not (EtcdRequests): the worker's reads
+	// of etcd, and the observer's liveness probe (one count-only Range
+	// every 500 ms). The bench reads nothing from etcd in that time (it
+	// follows the sets through a watch). ReadsKnown is false when etcd's
+	// metrics could not be read.
+	Reads      float64
+	ReadsKnown bool
+	Writers    int // concurrent writers of the etcd-alone replay
+	Alone      time.Duration
+	// Profiles are the processes' CPU profiles, with ColdConfig.Profile;
+	// ProfileErrs says why any is missing.
+	Profiles    []profile.Result
+	ProfileErrs []error
 }
 
 // Ratio is how many times longer the pipeline took than etcd alone.
 func (r ColdResult) Ratio() float64 { return r.Converge.Seconds() / r.Alone.Seconds() }
+
+// PerSet is n per ReplicaSet.
+func (r ColdResult) PerSet(n float64) float64 { return n / float64(r.Sets) }
+
+// ReadsPerReconcile is Reads over Reconciles.
+func (r ColdResult) ReadsPerReconcile() float64 { return r.Reads / r.Reconciles }
+
+// Failed results of baton_worker_reconcile_total (manager.Result*).
+var failedResults = map[string]bool{"error": true, "terminal": true, "panic": true}
+
+// countReconciles adds up baton_worker_reconcile_total's series of a
+// scrape into r: in all, by controller, and those that failed.
+func (r *ColdResult) countReconciles(m map[string]float64) {
+	r.ReconcilesBy = map[string]float64{}
+	for series, v := range m {
+		if !strings.HasPrefix(series, "baton_worker_reconcile_total{") {
+			continue
+		}
+		r.Reconciles += v
+		r.ReconcilesBy[labelValue(series, "controller")] += v
+		if failedResults[labelValue(series, "result")] {
+			r.Failed += v
+		}
+	}
+}
+
+// labelValue is the value of label name in a scraped series
+// (name{a="x",b="y"}), "" if it has none.
+func labelValue(series, name string) string {
+	i := strings.Index(series, "{")
+	if i < 0 {
+		return ""
+	}
+	for _, kv := range strings.Split(strings.TrimSuffix(series[i+1:], "}"), ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && k == name {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
+}
+
+// EtcdRequests is how many requests of method (Range, Txn, Put, …, of
+// etcdserverpb.KV) the etcd servers embedded in this process have handled,
+// whatever their outcome, from etcd's gRPC server metrics
+// (grpc_server_handled_total), which etcd registers with the default
+// Prometheus registry once a server starts. Every client's requests count:
+// etcd does not label them by client.
+func EtcdRequests(method string) (float64, error) {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, fmt.Errorf("etcd's metrics: %w", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "grpc_server_handled_total" {
+			continue
+		}
+		n := 0.0
+		for _, m := range mf.GetMetric() {
+			var service, meth string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "grpc_service":
+					service = l.GetValue()
+				case "grpc_method":
+					meth = l.GetValue()
+				}
+			}
+			if service == "etcdserverpb.KV" && meth == method {
+				n += m.GetCounter().GetValue()
+			}
+		}
+		return n, nil
+	}
+	return 0, errors.New("etcd's gRPC server metrics are not registered (no etcd started in this process?)")
+}
+
+// profiles profiles the cold start's processes (ColdConfig.Profile).
+type profiles struct {
+	http []*profile.Collector
+	self *profile.Collector
+	errs []error
+}
+
+func startProfiles(ctx context.Context, s *Stack, w *Proc) *profiles {
+	p := &profiles{}
+	for _, c := range []struct{ name, addr string }{
+		{"baton-queue", s.Queue.HTTPAddr}, {"baton-observer", s.Observer.HTTPAddr}, {"baton-worker", w.HTTPAddr},
+	} {
+		p.http = append(p.http, profile.StartHTTP(ctx, c.name, c.addr, time.Second))
+	}
+	var err error
+	if p.self, err = profile.StartSelf("batonbench"); err != nil {
+		p.errs = append(p.errs, err)
+	}
+	return p
+}
+
+// stop ends the bench process's profile at once and the children's once
+// their chunks in flight are in (at most a second), and returns them all.
+func (p *profiles) stop() ([]profile.Result, []error) {
+	var rs []profile.Result
+	errs := p.errs
+	keep := func(r profile.Result, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		rs = append(rs, r)
+	}
+	var self *profile.Result
+	if p.self != nil {
+		r, err := p.self.Stop()
+		if err == nil {
+			self = &r
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	results := make([]profile.Result, len(p.http))
+	perr := make([]error, len(p.http))
+	var wg sync.WaitGroup
+	for i, c := range p.http {
+		wg.Go(func() { results[i], perr[i] = c.Stop() })
+	}
+	wg.Wait()
+	for i := range p.http {
+		keep(results[i], perr[i])
+	}
+	if self != nil {
+		rs = append(rs, *self)
+	}
+	return rs, errs
+}
 
 // ColdStart creates cfg.Sets ReplicaSets of 3 replicas at once in an empty
 // stack running baton-worker with the ReplicaSet controller and the pod
@@ -49,7 +208,7 @@ func (r ColdResult) Ratio() float64 { return r.Converge.Seconds() / r.Alone.Seco
 // the worker ran reconciles at once, and times that too.
 func ColdStart(ctx context.Context, dir string, bins Bins, cfg ColdConfig, progress func(string)) (ColdResult, error) {
 	res := ColdResult{Sets: cfg.Sets, Writers: 2 * cfg.Concurrency}
-	s, err := StartStack(ctx, dir, bins, "")
+	s, err := StartStackWith(ctx, dir, bins, "", cfg.Profile)
 	if err != nil {
 		return res, err
 	}
@@ -71,6 +230,18 @@ func ColdStart(ctx context.Context, dir string, bins Bins, cfg ColdConfig, progr
 	}
 	defer conv.stop()
 
+	reads0, readsErr := EtcdRequests("Range")
+	var prof *profiles
+	if cfg.Profile {
+		prof = startProfiles(ctx, s, w)
+	}
+	stopProfiles := func() {
+		if prof != nil {
+			res.Profiles, res.ProfileErrs = prof.stop()
+			prof = nil
+		}
+	}
+	defer stopProfiles()
 	start := time.Now()
 	if err := createSets(ctx, s.Cli, cfg.Sets); err != nil {
 		return res, err
@@ -100,13 +271,13 @@ wait:
 		return res, conv.err
 	}
 	res.Converge = conv.at.Sub(start)
-	if m, err := w.Metrics(ctx); err == nil {
-		for series, v := range m {
-			if strings.HasPrefix(series, "baton_worker_reconcile_total{") {
-				res.Reconciles += v
-			}
-		}
+	if reads1, err := EtcdRequests("Range"); err == nil && readsErr == nil {
+		res.Reads, res.ReadsKnown = reads1-reads0, true
 	}
+	if m, err := w.Metrics(ctx); err == nil {
+		res.countReconciles(m)
+	}
+	stopProfiles()
 	w.Stop()
 	s.StopServices()
 	if progress != nil {

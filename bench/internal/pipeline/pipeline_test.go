@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestLatencies(t *testing.T) {
@@ -127,16 +129,92 @@ func TestLatencySmall(t *testing.T) {
 func TestColdStartSmall(t *testing.T) {
 	bins := binaries(t)
 	const sets = 20
-	res, err := ColdStart(t.Context(), t.TempDir(), bins, ColdConfig{Sets: sets, Concurrency: 4, Timeout: 2 * time.Minute}, func(s string) { t.Log(s) })
+	res, err := ColdStart(t.Context(), t.TempDir(), bins, ColdConfig{Sets: sets, Concurrency: 4, Timeout: 2 * time.Minute, Profile: true}, func(s string) { t.Log(s) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%+v", res)
+	t.Logf("converged in %v (etcd alone %v): %d requests, %d keys written, %v reconciles %v, %v etcd reads",
+		res.Converge, res.Alone, res.Requests, res.KeyWrites, res.Reconciles, res.ReconcilesBy, res.Reads)
 	if res.Converge <= 0 || res.Alone <= 0 {
 		t.Fatalf("times: %+v", res)
 	}
 	// The creates are one transaction; each pod is created and started.
 	if res.KeyWrites < sets+2*3*sets || res.Requests < 1+3*sets || res.Reconciles < sets {
 		t.Fatalf("too few writes or reconciles for %d sets: %+v", sets, res)
+	}
+	// Each set is reconciled, and each of its pods; the controllers read
+	// their objects from etcd.
+	if res.ReconcilesBy["replicasets"] < sets || res.ReconcilesBy["pods"] < 3*sets ||
+		res.ReconcilesBy["replicasets"]+res.ReconcilesBy["pods"] != res.Reconciles {
+		t.Errorf("reconciles by controller %v of %v", res.ReconcilesBy, res.Reconciles)
+	}
+	if !res.ReadsKnown || res.Reads < sets || res.ReadsPerReconcile() <= 0 {
+		t.Errorf("etcd reads %v (known %v) for %v reconciles", res.Reads, res.ReadsKnown, res.Reconciles)
+	}
+	// Every process was profiled.
+	names := map[string]bool{}
+	for _, p := range res.Profiles {
+		names[p.Name] = p.CPU > 0 && len(p.Top(5)) > 0
+	}
+	for _, n := range []string{"baton-queue", "baton-observer", "baton-worker", "batonbench"} {
+		if !names[n] {
+			t.Errorf("no profile of %s: %v (errors %v)", n, names, res.ProfileErrs)
+		}
+	}
+}
+
+// TestEtcdRequests: the Range requests an embedded etcd served are counted
+// from its gRPC server metrics, apart from other methods.
+func TestEtcdRequests(t *testing.T) {
+	srv, err := StartEtcd(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := NewEtcdClient(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(t.Context(), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	r0, err := EtcdRequests("Range")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0, _ := EtcdRequests("Put")
+	for range 5 {
+		if _, err := cli.Get(t.Context(), "k", clientv3.WithSerializable()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cli.Get(t.Context(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := EtcdRequests("Range")
+	p1, _ := EtcdRequests("Put")
+	if r1-r0 != 6 || p1 != p0 {
+		t.Fatalf("6 Gets counted as %v Ranges and %v Puts", r1-r0, p1-p0)
+	}
+}
+
+// TestCountReconciles: baton_worker_reconcile_total's series add up in
+// all, by controller, and those that failed.
+func TestCountReconciles(t *testing.T) {
+	var r ColdResult
+	r.Sets = 2
+	r.countReconciles(map[string]float64{
+		`baton_worker_reconcile_total{controller="replicasets",result="success"}`: 3,
+		`baton_worker_reconcile_total{controller="replicasets",result="error"}`:   1,
+		`baton_worker_reconcile_total{controller="pods",result="success"}`:        7,
+		`baton_worker_reconcile_total{controller="pods",result="requeue_after"}`:  1,
+		`baton_worker_reconcile_duration_seconds_count{controller="pods"}`:        99,
+	})
+	if r.Reconciles != 12 || r.ReconcilesBy["replicasets"] != 4 || r.ReconcilesBy["pods"] != 8 || r.Failed != 1 || r.PerSet(r.Reconciles) != 6 {
+		t.Fatalf("%+v", r)
+	}
+	if labelValue(`x{a="1",b="two"}`, "b") != "two" || labelValue("x", "a") != "" {
+		t.Fatal("labelValue")
 	}
 }

@@ -43,17 +43,25 @@ type Stack struct {
 	Queue    *baton.Server
 	Observer *Proc
 	dir      string
+	pprof    bool // every child serves /debug/pprof/ (--enable-pprof)
 }
 
 // StartStack starts the stack with its data under a new directory in dir.
 // rulesYAML is the observer's rules file ("" for its built-in rules, those
 // of the reference controllers).
-func StartStack(ctx context.Context, dir string, bins Bins, rulesYAML string) (_ *Stack, err error) {
+func StartStack(ctx context.Context, dir string, bins Bins, rulesYAML string) (*Stack, error) {
+	return StartStackWith(ctx, dir, bins, rulesYAML, false)
+}
+
+// StartStackWith is StartStack, with pprof: the queue, the observer and
+// the workers StartWorker starts serve /debug/pprof/ on their HTTP
+// addresses (--enable-pprof), for profiling.
+func StartStackWith(ctx context.Context, dir string, bins Bins, rulesYAML string, pprof bool) (_ *Stack, err error) {
 	sdir, err := os.MkdirTemp(dir, "pipeline-")
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{dir: sdir}
+	s := &Stack{dir: sdir, pprof: pprof}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -65,7 +73,11 @@ func StartStack(ctx context.Context, dir string, bins Bins, rulesYAML string) (_
 	if s.Cli, err = NewEtcdClient(s.Etcd); err != nil {
 		return nil, err
 	}
-	if s.Queue, err = baton.Start(ctx, bins.Queue, sdir); err != nil {
+	var qo baton.Options
+	if pprof {
+		qo.Args = []string{"--enable-pprof"}
+	}
+	if s.Queue, err = baton.StartWith(ctx, bins.Queue, sdir, qo); err != nil {
 		return nil, fmt.Errorf("baton-queue: %w", err)
 	}
 	grpcAddr, err := baton.FreeAddr()
@@ -85,6 +97,9 @@ func StartStack(ctx context.Context, dir string, bins Bins, rulesYAML string) (_
 		}
 		args = append(args, "--rules", path)
 	}
+	if pprof {
+		args = append(args, "--enable-pprof")
+	}
 	if s.Observer, err = StartProc(ctx, bins.Observer, filepath.Join(sdir, "observer.log"), grpcAddr, httpAddr, args...); err != nil {
 		return nil, err
 	}
@@ -98,10 +113,13 @@ func (s *Stack) StartWorker(ctx context.Context, bin, controllers string, concur
 	if err != nil {
 		return nil, err
 	}
-	return StartProc(ctx, bin, filepath.Join(s.dir, "worker.log"), "", httpAddr,
-		"--http-addr", httpAddr, "--queue-addr", s.Queue.GRPCAddr, "--observer-addr", s.Observer.GRPCAddr,
+	args := []string{"--http-addr", httpAddr, "--queue-addr", s.Queue.GRPCAddr, "--observer-addr", s.Observer.GRPCAddr,
 		"--etcd-endpoints", strings.Join(s.Etcd.Endpoints(), ","), "--controllers", controllers,
-		"--concurrency", fmt.Sprint(concurrency), "--lease-duration", "30s", "--log-level", "warn")
+		"--concurrency", fmt.Sprint(concurrency), "--lease-duration", "30s", "--log-level", "warn"}
+	if s.pprof {
+		args = append(args, "--enable-pprof")
+	}
+	return StartProc(ctx, bin, filepath.Join(s.dir, "worker.log"), "", httpAddr, args...)
 }
 
 // StopServices stops the observer and the queue, leaving etcd running (the
