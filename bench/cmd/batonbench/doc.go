@@ -94,6 +94,9 @@ per object in a burst) are ` + "`go test`" + ` benchmarks against real etcd; see
 make bench                          # make build, then scripts/bench.sh
 BENCH_OUT=bench.json make bench     # also writes every record as JSON
 scripts/bench.sh -quick             # smoke run (does not build bin/ first)
+scripts/bench.sh -only cycle -contenders "baton,baton (work stream),nats,nats (sync always)"
+                                    # some workloads, some contenders (-only: queue, cycle, side, replicated, pipeline)
+scripts/bench.sh -only pipeline -profile   # workload 7 with CPU profiles of every process
 ` + "```" + `
 
 ` + "`scripts/bench.sh`" + ` runs ` + "`go run ./cmd/batonbench -bin ../bin/baton-queue -dir ../bench/out -doc ../docs/benchmarks.md`" + `

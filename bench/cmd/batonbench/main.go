@@ -10,9 +10,13 @@
 // (pipeline.go). It prints one table with every target's PASS or MISS, writes the
 // records as JSON to BENCH_OUT (or -out) and, with -doc, regenerates
 // docs/benchmarks.md; the plot of the cycle rates is drawn from that JSON
-// (batonbench plot redraws it from a saved file).
+// (batonbench plot redraws it from a saved file). -only and -contenders run
+// some of the workloads and contenders (for working on them; the other
+// targets show n/a), and -profile takes CPU profiles of every process during
+// workload 7's cold start.
 //
 //	batonbench -bin bin/baton-queue [-quick] [-out file.json] [-doc docs/benchmarks.md] [-plot file.png]
+//	batonbench -bin bin/baton-queue -only cycle,pipeline -contenders "baton,baton (work stream),nats" [-profile]
 //	batonbench plot -in file.json -out file.png
 package main
 
@@ -209,6 +213,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "batonbench:", err)
 		return 1
 	}
+	c.pipe.profileDir = filepath.Join(c.dir, "profiles") // beside the run's own directory, which is removed
 	dir, err := os.MkdirTemp(c.dir, "batonbench-")
 	if err != nil {
 		fmt.Fprintln(stderr, "batonbench:", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/batonrun/baton/bench/internal/heap"
 	"github.com/batonrun/baton/bench/internal/load"
 	"github.com/batonrun/baton/bench/internal/peers"
+	"github.com/batonrun/baton/bench/internal/profile"
 	"github.com/batonrun/baton/bench/internal/refs"
 	"github.com/batonrun/baton/bench/internal/report"
 	queueclient "github.com/batonrun/baton/client/queue"
@@ -66,6 +67,8 @@ type bench struct {
 	log  io.Writer
 	set  report.Set
 	refs *peers.Proc // the child serving the gRPC references (refsProc)
+	// profiles are the cold start's CPU profiles (-profile), for the report.
+	profiles []profile.Result
 }
 
 // record keeps the best value of a figure measured in several rounds: the
