@@ -127,8 +127,11 @@ type shard struct {
 	exists  bool          // Stats answers NOT_FOUND until it does
 	used    int64         // when work last touched it (Unix ns); reads do not count
 	buf     []byte        // records of the operation in progress
-	ready   chan struct{} // closed (and replaced) when keys become ready
-	waiters atomic.Int32  // Leases waiting on ready
+	// waitq is the Leases waiting for a key, the longest-waiting first:
+	// each key that becomes ready wakes one (wake), so a queue with many
+	// idle workers wakes one of them a key, not all of them for each.
+	waitq   []chan struct{}
+	waiters atomic.Int32 // Leases waiting (in waitq, or just woken)
 	timer   *time.Timer
 	timerAt int64
 	// seen is when each worker last called Lease here (Unix ns): who works
@@ -232,7 +235,7 @@ func (sh *shard) sink(r *record.Record) { sh.buf = record.Append(sh.buf, r) }
 func (b *Broker) shardLocked(name string) *shard {
 	sh := b.queues[name]
 	if sh == nil {
-		sh = &shard{ready: make(chan struct{})}
+		sh = &shard{}
 		sh.q = workqueue.New(name, &b.cfg.Queue, &b.tokens, sh.sink)
 		b.queues[name] = sh
 	}
@@ -363,11 +366,16 @@ func (b *Broker) dropLocked(name string, sh *shard, ok func(*shard) bool) bool {
 // advance applies due deadlines (delayed keys become ready, leases lapse)
 // in a transaction of their own: if their records are refused, they are
 // undone and tried again by the next operation or the timer.
+// Keys it makes ready wake waiting Leases: an operation that begins here
+// counts what is pending only after it (pendingBefore), so these keys
+// would wake no one there, and the queue's timer, firing later, finds
+// nothing due.
 func (b *Broker) advance(sh *shard) {
 	sh.q.Begin()
-	sh.q.Advance(time.Now().UnixNano())
+	ready := sh.q.Advance(time.Now().UnixNano())
 	if len(sh.buf) == 0 {
 		sh.q.Commit()
+		sh.wake(ready)
 		return
 	}
 	_, err := b.j.Append(sh.buf) // expiry records need no waiter
@@ -379,16 +387,40 @@ func (b *Broker) advance(sh *shard) {
 	}
 	sh.q.Commit()
 	sh.stalled = false
+	sh.wake(ready)
+}
+
+// wake wakes up to n waiting Leases, the longest-waiting first, each for a
+// key that became ready. sh.mu is held. One that finds the key taken
+// waits again; one that leaves without looking passes it on (lease).
+func (sh *shard) wake(n int) {
+	for ; n > 0 && len(sh.waitq) > 0; n-- {
+		sh.waitq[0] <- struct{}{} // buffered, and sent to once: never blocks
+		sh.waitq[0] = nil
+		sh.waitq = sh.waitq[1:]
+	}
+	if len(sh.waitq) == 0 {
+		sh.waitq = nil // let the backing array go
+	}
+}
+
+// unwait takes ch out of sh.waitq; false if it was woken (no longer in
+// it). sh.mu is held.
+func (sh *shard) unwait(ch chan struct{}) bool {
+	for i, c := range sh.waitq {
+		if c == ch {
+			sh.waitq = slices.Delete(sh.waitq, i, i+1)
+			return true
+		}
+	}
+	return false
 }
 
 // unlock ends an operation that changed nothing stored (reads, Lease,
 // Extend): it wakes waiters if keys became ready, re-arms the timer and
 // releases the locks.
 func (b *Broker) unlock(sh *shard, pendingBefore int) {
-	if sh.q.PendingCount() > pendingBefore && sh.waiters.Load() > 0 {
-		close(sh.ready)
-		sh.ready = make(chan struct{})
-	}
+	sh.wake(sh.q.PendingCount() - pendingBefore)
 	b.reschedule(sh)
 	sh.mu.Unlock()
 	b.mu.RUnlock()
@@ -604,7 +636,8 @@ func (b *Broker) lease(ctx, confirmCtx context.Context, queue, worker string, ho
 			return grants, nil
 		}
 		sh.waiters.Add(1)
-		ready := sh.ready
+		ready := make(chan struct{}, 1)
+		sh.waitq = append(sh.waitq, ready)
 		b.unlock(sh, before)
 		select {
 		case <-ready:
@@ -617,6 +650,12 @@ func (b *Broker) lease(ctx, confirmCtx context.Context, queue, worker string, ho
 		case <-b.closed:
 			err = store.ErrClosed
 		}
+		sh.mu.Lock()
+		if !sh.unwait(ready) && err != nil && sh.q.PendingCount() > 0 {
+			// Woken for a key it will not look for: another waiter may.
+			sh.wake(1)
+		}
+		sh.mu.Unlock()
 		sh.waiters.Add(-1)
 		b.dropIfUnused(queue, sh)
 		if err != nil {

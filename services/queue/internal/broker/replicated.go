@@ -150,7 +150,8 @@ func (b *Broker) restore(data []byte, index uint64) error {
 }
 
 // discard throws the state away, as a member that follows from now on:
-// waiting Leases are woken to find ErrNotLeader, timers stop.
+// waiting Leases are woken, all of them, to find ErrNotLeader; timers
+// stop.
 func (b *Broker) discard() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -164,8 +165,7 @@ func (b *Broker) discard() {
 		if sh.timer != nil {
 			sh.timer.Stop()
 		}
-		close(sh.ready) // waiting Leases look again and find ErrNotLeader
-		sh.ready = make(chan struct{})
+		sh.wake(len(sh.waitq)) // waiting Leases look again and find ErrNotLeader
 		if sh.obs != nil {
 			b.metrics.forget(name)
 		}
