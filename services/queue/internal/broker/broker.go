@@ -122,11 +122,11 @@ type Broker struct {
 // is kept only while Leases wait on it, for the Add that would wake them;
 // calls on a name nobody added to leave nothing behind.
 type shard struct {
-	mu      sync.Mutex
-	q       *workqueue.Queue
-	exists  bool          // Stats answers NOT_FOUND until it does
-	used    int64         // when work last touched it (Unix ns); reads do not count
-	buf     []byte        // records of the operation in progress
+	mu     sync.Mutex
+	q      *workqueue.Queue
+	exists bool   // Stats answers NOT_FOUND until it does
+	used   int64  // when work last touched it (Unix ns); reads do not count
+	buf    []byte // records of the operation in progress
 	// waitq is the Leases waiting for a key, the longest-waiting first:
 	// each key that becomes ready wakes one (wake), so a queue with many
 	// idle workers wakes one of them a key, not all of them for each.
