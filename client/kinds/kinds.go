@@ -23,6 +23,10 @@
 //	 "for":  {"kind": "Greeting", "resource": "greetings", "aliases": ["greeting"]},
 //	 "owns": [{"kind": "Pod", "resource": "pods", "aliases": ["pod", "po"]}]}
 //
+// With "ignoreOwnStatus": true, a change of a For object that touches
+// nothing but its status is not announced to the queue (the controller
+// wrote that status itself); see Declaration.IgnoreOwnStatus.
+//
 // The observer executes every declaration it finds there (Rules gives the
 // triples it watches by), and batonctl discovers the declared kinds, as
 // kubectl discovers an API server's resources. A worker written in another
@@ -149,6 +153,18 @@ type Declaration struct {
 	// Owns are the kinds of the children the controller creates; a change of
 	// a child announces the key of its owner of kind For.
 	Owns []Kind `json:"owns,omitempty"`
+	// IgnoreOwnStatus: a change of an object of kind For that leaves all
+	// but its top-level "status" member as it was (a status-only change,
+	// such as the controller's own status write) does not announce the
+	// object's key. Creates and deletes still do, and changes of owned
+	// objects announce their owners as always (a child's status is news to
+	// its owner). Set it for a controller that computes its object's status
+	// itself and reads nothing from it that it did not write: its own
+	// status write would otherwise bring it back once more for nothing
+	// (controller-runtime's GenerationChangedPredicate filters the same
+	// events). Omitted when false, so a declaration without it is encoded
+	// as before and an observer that does not know the field accepts it.
+	IgnoreOwnStatus bool `json:"ignoreOwnStatus,omitempty"`
 }
 
 // Validate names the first problem of d.
@@ -185,12 +201,15 @@ type Rule struct {
 	Queue     string
 	Prefix    string
 	OwnerKind string
+	// IgnoreOwnStatus (only without OwnerKind): a status-only change is
+	// not announced (Declaration.IgnoreOwnStatus).
+	IgnoreOwnStatus bool
 }
 
 // Rules are the triples that d stands for: its primary kind's prefix, and
 // each owned kind's prefix keyed by owners of kind For.
 func (d Declaration) Rules() []Rule {
-	out := []Rule{{Queue: d.Queue, Prefix: d.For.Prefix()}}
+	out := []Rule{{Queue: d.Queue, Prefix: d.For.Prefix(), IgnoreOwnStatus: d.IgnoreOwnStatus}}
 	for _, o := range d.Owns {
 		out = append(out, Rule{Queue: d.Queue, Prefix: o.Prefix(), OwnerKind: d.For.Kind})
 	}
@@ -257,11 +276,16 @@ func MustBuiltin(kind string) Kind {
 }
 
 // BuiltinDeclarations returns what the reference controllers watch, each on
-// the queue named like its primary resource.
+// the queue named like its primary resource. Each ignores its own status
+// changes (IgnoreOwnStatus): every reference controller computes its
+// object's status from spec and children, and the one status field it reads
+// back, a Job's Complete or Failed condition, it wrote itself; the pod
+// runtime times a job pod's run with a requeue, not with the event of its
+// own Running write.
 func BuiltinDeclarations() []Declaration {
 	d := func(primary string, owns ...string) Declaration {
 		k := MustBuiltin(primary)
-		decl := Declaration{Queue: k.Resource, For: k}
+		decl := Declaration{Queue: k.Resource, For: k, IgnoreOwnStatus: true}
 		for _, o := range owns {
 			decl.Owns = append(decl.Owns, MustBuiltin(o))
 		}

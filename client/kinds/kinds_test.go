@@ -19,9 +19,52 @@ func TestBuiltinDeclarationsAreValid(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: Parse(Marshal()) = %v", d.Queue, err)
 		}
-		if back.Queue != d.Queue || back.For.Kind != d.For.Kind || len(back.Owns) != len(d.Owns) {
+		if back.Queue != d.Queue || back.For.Kind != d.For.Kind || len(back.Owns) != len(d.Owns) || back.IgnoreOwnStatus != d.IgnoreOwnStatus {
 			t.Errorf("round trip changed %+v into %+v", d, back)
 		}
+		// Every reference controller computes its own status (issue 18).
+		if !d.IgnoreOwnStatus {
+			t.Errorf("%s: the reference declaration does not ignore its own status changes", d.Queue)
+		}
+	}
+}
+
+func TestIgnoreOwnStatus(t *testing.T) {
+	d := Declaration{Queue: "greetings", For: Kind{Kind: "Greeting", Resource: "greetings"}, Owns: []Kind{MustBuiltin(Pod)}}
+	// Without the opt-out a declaration is encoded as before it existed, so
+	// an observer that refuses unknown fields still takes it.
+	data, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "ignoreOwnStatus") {
+		t.Errorf("Marshal without the opt-out = %s, want no ignoreOwnStatus", data)
+	}
+	d.IgnoreOwnStatus = true
+	if data, err = d.Marshal(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"ignoreOwnStatus":true`) {
+		t.Errorf("Marshal = %s, want ignoreOwnStatus true", data)
+	}
+	back, err := Parse(data)
+	if err != nil || !back.IgnoreOwnStatus {
+		t.Fatalf("Parse(%s) = %+v, %v: want the opt-out back", data, back, err)
+	}
+	if old, err := Parse([]byte(`{"queue":"greetings","for":{"kind":"Greeting","resource":"greetings"}}`)); err != nil || old.IgnoreOwnStatus {
+		t.Errorf("a declaration without the field = %+v, %v: want no opt-out", old, err)
+	}
+	if _, err := Parse([]byte(`{"queue":"a","for":{"kind":"A","resource":"as"},"ignoreOwnStatus":"yes"}`)); err == nil {
+		t.Error("ignoreOwnStatus \"yes\" was accepted")
+	}
+	// The opt-out is the For rule's alone: a child's status is news to
+	// its owner.
+	want := []Rule{
+		{Queue: "greetings", Prefix: "/registry/greetings/", IgnoreOwnStatus: true},
+		{Queue: "greetings", Prefix: "/registry/pods/", OwnerKind: "Greeting"},
+	}
+	if got := back.Rules(); !slices.Equal(got, want) {
+		t.Errorf("Rules() = %+v, want %+v", got, want)
 	}
 }
 
