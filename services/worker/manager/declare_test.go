@@ -112,6 +112,7 @@ func TestAddChecksTheDeclaration(t *testing.T) {
 		want string
 	}{
 		{"owns without for", Controller{Name: "a", Reconciler: noop, Owns: []kinds.Kind{kinds.MustBuiltin(kinds.Pod)}}, "no For"},
+		{"ignores its status without for", Controller{Name: "a", Reconciler: noop, IgnoreOwnStatus: true}, "no For"},
 		{"bad kind", Controller{Name: "a", Reconciler: noop, For: kinds.Kind{Kind: "greeting", Resource: "greetings"}}, "not a kind name"},
 		{"bad queue", Controller{Name: "A", Reconciler: noop, For: kinds.Kind{Kind: "Greeting", Resource: "greetings"}}, "not a DNS label"},
 		{"owns itself", Controller{Name: "a", Reconciler: noop, For: kinds.MustBuiltin(kinds.Pod), Owns: []kinds.Kind{kinds.MustBuiltin(kinds.Pod)}}, "named twice"},
@@ -124,6 +125,13 @@ func TestAddChecksTheDeclaration(t *testing.T) {
 	d, ok := Controller{Name: "greetings", For: kinds.Kind{Kind: "Greeting", Resource: "greetings"}}.Declaration()
 	if !ok || d.Key() != "/baton/rules/greetings" {
 		t.Errorf("Declaration() = %+v, %v", d, ok)
+	}
+	if d.IgnoreOwnStatus {
+		t.Errorf("Declaration() = %+v: ignores its own status without being told", d)
+	}
+	d, _ = Controller{Name: "greetings", For: kinds.Kind{Kind: "Greeting", Resource: "greetings"}, IgnoreOwnStatus: true}.Declaration()
+	if !d.IgnoreOwnStatus {
+		t.Errorf("Declaration() = %+v: IgnoreOwnStatus lost", d)
 	}
 	if _, ok := (Controller{Name: "x"}).Declaration(); ok {
 		t.Error("a controller without For declares something")

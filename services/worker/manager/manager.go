@@ -137,6 +137,12 @@ type Controller struct {
 	// object in metadata.ownerReferences: a change of one announces its
 	// owner's key. Owns needs For.
 	Owns []kinds.Kind
+	// IgnoreOwnStatus declares that a change of a For object that touches
+	// nothing but its status (the controller's own status write) need not
+	// announce its key again (kinds.Declaration.IgnoreOwnStatus). Set it
+	// when Reconcile computes that status itself and reads nothing from it
+	// that it did not write; changes of owned objects still announce.
+	IgnoreOwnStatus bool
 	// Concurrency is the most keys reconciled at once; default 1.
 	Concurrency int
 	// LeaseDuration is the lease asked for and extended by; default
@@ -152,13 +158,14 @@ type Controller struct {
 	AckDelay time.Duration
 }
 
-// Declaration returns what c declares it watches: its queue (Name), For and
-// Owns. ok is false when c declares nothing (For is zero).
+// Declaration returns what c declares it watches: its queue (Name), For,
+// Owns and IgnoreOwnStatus. ok is false when c declares nothing (For is
+// zero).
 func (c Controller) Declaration() (d kinds.Declaration, ok bool) {
 	if c.For.Kind == "" && c.For.Resource == "" {
 		return kinds.Declaration{}, false
 	}
-	return kinds.Declaration{Queue: c.Name, For: c.For, Owns: slices.Clone(c.Owns)}, true
+	return kinds.Declaration{Queue: c.Name, For: c.For, Owns: slices.Clone(c.Owns), IgnoreOwnStatus: c.IgnoreOwnStatus}, true
 }
 
 // DefaultReconcileTimeout bounds one Reconcile call when a Controller sets
@@ -229,6 +236,9 @@ func (m *Manager) Add(c Controller) error {
 		}
 	} else if len(c.Owns) > 0 {
 		return fmt.Errorf("manager: controller %q owns kinds but has no For", c.Name)
+	} else if c.IgnoreOwnStatus {
+		// Without a declaration nothing would carry it to the observer.
+		return fmt.Errorf("manager: controller %q ignores its own status changes but has no For", c.Name)
 	}
 	c.setDefaults()
 	m.ctrls = append(m.ctrls, c)

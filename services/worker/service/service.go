@@ -232,7 +232,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		c := manager.Controller{Name: n, Reconciler: r, For: decl.For, Owns: decl.Owns, Concurrency: cfg.Concurrency,
+		c := manager.Controller{Name: n, Reconciler: r, For: decl.For, Owns: decl.Owns, IgnoreOwnStatus: decl.IgnoreOwnStatus, Concurrency: cfg.Concurrency,
 			LeaseDuration: cfg.LeaseDuration, ReconcileTimeout: cfg.ReconcileTimeout}
 		if cfg.Wrap != nil {
 			c = cfg.Wrap(n, c)
