@@ -29,6 +29,9 @@ type Meta struct {
 	Name      string
 	UID       string
 	Owners    []OwnerRef
+	// Fingerprint is a hash of the value without its top-level "status"
+	// member (see StatusOnly); 0 for a malformed value, which has none.
+	Fingerprint uint64
 }
 
 type wire struct {
@@ -128,7 +131,8 @@ func Decode(value []byte) (Meta, error) {
 	if err := json.Unmarshal(value, &w); err != nil {
 		return Meta{}, malformed(InvalidJSON, "%v", err)
 	}
-	m := Meta{Kind: w.Kind, Namespace: w.Metadata.Namespace, Name: w.Metadata.Name, UID: w.Metadata.UID}
+	m := Meta{Kind: w.Kind, Namespace: w.Metadata.Namespace, Name: w.Metadata.Name, UID: w.Metadata.UID,
+		Fingerprint: fingerprint(value)}
 	for _, o := range w.Metadata.OwnerReferences {
 		if o.Kind != "" && o.Name != "" {
 			m.Owners = append(m.Owners, o)

@@ -40,6 +40,10 @@ func TestDecode(t *testing.T) {
 	got, err := Decode([]byte(`{"kind":"Pod","metadata":{"name":"web-1","namespace":"ns","uid":"u1",
 		"ownerReferences":[{"kind":"ReplicaSet","name":"web","uid":"u0"},{"kind":"","name":"x"}]}}`))
 	want := Meta{Kind: "Pod", Namespace: "ns", Name: "web-1", UID: "u1", Owners: []OwnerRef{{Kind: "ReplicaSet", Name: "web", UID: "u0"}}}
+	if got.Fingerprint == 0 {
+		t.Error("Decode gave no fingerprint")
+	}
+	got.Fingerprint = 0 // TestFingerprint* test it
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("Decode = %+v, %v; want %+v", got, err, want)
 	}
