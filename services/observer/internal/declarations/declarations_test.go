@@ -130,6 +130,39 @@ func TestBuiltinDeclarationsAddNothing(t *testing.T) {
 	}
 }
 
+// A declaration's opt-out from its own status changes is in force with its
+// rules, changes with them, and does not displace a configured rule of the
+// same queue, prefix and owner kind, which keeps its own setting.
+func TestIgnoreOwnStatus(t *testing.T) {
+	ignoring := func(rs []rules.Rule) string {
+		var out []string
+		for _, r := range rs {
+			if r.IgnoreOwnStatus {
+				out = append(out, r.Queue+" "+r.Prefix)
+			}
+		}
+		return strings.Join(out, "; ")
+	}
+	d := greetings(kinds.MustBuiltin(kinds.Pod))
+	d.IgnoreOwnStatus = true
+	s := New(nil, reserved, nil)
+	rs, _ := s.Update([]Entry{entry(t, d, 10)})
+	if got, want := ignoring(rs), "greetings /registry/greetings/"; got != want {
+		t.Errorf("rules ignoring their own status: %q, want %q", got, want)
+	}
+	d.IgnoreOwnStatus = false
+	if rs, _ = s.Update([]Entry{entry(t, d, 11)}); ignoring(rs) != "" {
+		t.Errorf("after the opt-out was dropped, %q still ignore their own status", ignoring(rs))
+	}
+
+	configured := []rules.Rule{{Queue: "greetings", Prefix: "/registry/greetings/", Line: 2}}
+	d.IgnoreOwnStatus = true
+	rs, st := New(configured, reserved, nil).Update([]Entry{entry(t, d, 10)})
+	if ignoring(rs) != "" || st[0].Refused != "" {
+		t.Errorf("a declaration took over a configured rule's setting: %q ignore their own status, %+v", ignoring(rs), st)
+	}
+}
+
 func TestMaxDeclarations(t *testing.T) {
 	s := New(nil, reserved, nil)
 	var entries []Entry

@@ -3,6 +3,10 @@
 // own namespace/name or, when OwnerKind is set, by the namespace/name of each
 // of its owners of that kind (metadata.ownerReferences).
 //
+// A rule keyed by the object itself may ignore status-only changes
+// (IgnoreOwnStatus): its controller computes that status itself, so its
+// own status write is no news to it.
+//
 // The built-in rules serve the reference controllers (they are the rules
 // of kinds.BuiltinDeclarations); a YAML file replaces them, or, with
 // `builtin: true`, adds to them:
@@ -11,6 +15,7 @@
 //	rules:
 //	  - queue: greetings
 //	    prefix: /registry/greetings/
+//	    ignoreOwnStatus: true  # optional, default false; not with ownerKind
 //	  - queue: greetings
 //	    prefix: /registry/pods/
 //	    ownerKind: Greeting
@@ -40,6 +45,12 @@ type Rule struct {
 	// OwnerKind, if set, keys the change by each owner of this kind instead
 	// of by the object itself.
 	OwnerKind string
+	// IgnoreOwnStatus (only without OwnerKind): a watch event that changes
+	// nothing but the object's top-level status (object.StatusOnly) is not
+	// announced by this rule. Creates, deletes, lists, relists, replays
+	// and resyncs still are. A child's status is news to its owner, so an
+	// owner rule never ignores it.
+	IgnoreOwnStatus bool
 	// Line is where the rule is written in its file (0 for other rules).
 	Line int
 	// Source says where the rule comes from.
@@ -79,6 +90,9 @@ func (r Rule) Where() string {
 
 // Same reports whether r and o send the same changes to the same queue by
 // the same keys (their queue, prefix and owner kind are equal).
+// IgnoreOwnStatus is not compared: of two such rules the one in force
+// first stays, with its own setting (a configured rule before a
+// declaration's).
 func (r Rule) Same(o Rule) bool {
 	return r.Queue == o.Queue && r.Prefix == o.Prefix && r.OwnerKind == o.OwnerKind
 }
@@ -98,7 +112,8 @@ func Builtin() []Rule {
 func DeclarationRules(d kinds.Declaration, src Source, key string) []Rule {
 	var out []Rule
 	for _, r := range d.Rules() {
-		out = append(out, Rule{Queue: r.Queue, Prefix: r.Prefix, OwnerKind: r.OwnerKind, Source: src, Declaration: key})
+		out = append(out, Rule{Queue: r.Queue, Prefix: r.Prefix, OwnerKind: r.OwnerKind, IgnoreOwnStatus: r.IgnoreOwnStatus,
+			Source: src, Declaration: key})
 	}
 	return out
 }
@@ -124,6 +139,14 @@ func knownKinds() []string {
 // same keys twice.
 func Overlap(a, b string) bool {
 	return a != b && (strings.HasPrefix(a, b) || strings.HasPrefix(b, a))
+}
+
+// Ignores reports whether r announces nothing for a change it would
+// otherwise key by the object itself, statusOnly saying that the change
+// left all but the object's status as it was (a watch event's
+// object.StatusOnly).
+func (r Rule) Ignores(statusOnly bool) bool {
+	return statusOnly && r.IgnoreOwnStatus && r.OwnerKind == ""
 }
 
 // Keys returns the queue keys a change of the object at etcdKey announces
@@ -285,7 +308,7 @@ func parseRule(name string, item *yaml.Node) (Rule, string, error) {
 		return Rule{}, "", &Error{File: name, Line: line, Reason: fmt.Sprintf(format, args...)}
 	}
 	if item.Kind != yaml.MappingNode {
-		return fail(item.Line, "a rule must be a mapping with queue, prefix and optional ownerKind, not %s", kindString(item))
+		return fail(item.Line, "a rule must be a mapping with queue, prefix and optional ownerKind or ignoreOwnStatus, not %s", kindString(item))
 	}
 	r := Rule{Line: item.Line}
 	warning := ""
@@ -296,6 +319,13 @@ func parseRule(name string, item *yaml.Node) (Rule, string, error) {
 			return fail(k.Line, "field %q given twice", k.Value)
 		}
 		seen[k.Value] = true
+		if k.Value == "ignoreOwnStatus" {
+			if v.Kind != yaml.ScalarNode || (v.Value != "true" && v.Value != "false") {
+				return fail(v.Line, "ignoreOwnStatus must be true or false")
+			}
+			r.IgnoreOwnStatus = v.Value == "true"
+			continue
+		}
 		if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
 			return fail(v.Line, "%s must be a string", k.Value)
 		}
@@ -325,7 +355,7 @@ func parseRule(name string, item *yaml.Node) (Rule, string, error) {
 					name, v.Line, v.Value, strings.Join(KnownKinds, ", "))
 			}
 		default:
-			return fail(k.Line, "unknown field %q (want queue, prefix or ownerKind)", k.Value)
+			return fail(k.Line, "unknown field %q (want queue, prefix, ownerKind or ignoreOwnStatus)", k.Value)
 		}
 	}
 	if r.Queue == "" {
@@ -334,8 +364,15 @@ func parseRule(name string, item *yaml.Node) (Rule, string, error) {
 	if r.Prefix == "" {
 		return fail(item.Line, "rule has no prefix")
 	}
+	if r.IgnoreOwnStatus && r.OwnerKind != "" {
+		return fail(item.Line, "%s", errOwnerIgnoresStatus)
+	}
 	return r, warning, nil
 }
+
+// errOwnerIgnoresStatus: a child's status change is what its owner's
+// controller waits for (a pod becoming Running, a job pod finishing).
+const errOwnerIgnoresStatus = "ignoreOwnStatus is for a rule keyed by the object itself, not with ownerKind: a child's status is news to its owner"
 
 // Validate checks rules built in code (the same checks as Parse, without
 // lines).
@@ -351,6 +388,8 @@ func Validate(rs []Rule) error {
 			return fmt.Errorf("rule %d: prefix %q must be a directory below / ending with /", i, r.Prefix)
 		case r.OwnerKind != "" && !kindName.MatchString(r.OwnerKind):
 			return fmt.Errorf("rule %d: ownerKind %q is not a kind name", i, r.OwnerKind)
+		case r.IgnoreOwnStatus && r.OwnerKind != "":
+			return fmt.Errorf("rule %d: %s", i, errOwnerIgnoresStatus)
 		}
 		for _, o := range rs[:i] {
 			if Overlap(o.Prefix, r.Prefix) {

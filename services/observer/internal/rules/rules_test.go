@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/services/observer/internal/object"
 )
 
@@ -77,6 +78,11 @@ func TestParseInvalid(t *testing.T) {
 		{"root prefix", "rules:\n  - queue: a\n    prefix: /\n", 3, "ending with /"},
 		{"owner kind lower case", "rules:\n  - queue: a\n    prefix: /p/\n    ownerKind: replicaset\n", 4, "is not a kind name"},
 		{"duplicate", "rules:\n  - queue: a\n    prefix: /p/\n  - queue: a\n    prefix: /p/\n", 4, "duplicate rule (same as line 2)"},
+		{"duplicate but for ignoreOwnStatus", "rules:\n  - queue: a\n    prefix: /p/\n  - queue: a\n    prefix: /p/\n    ignoreOwnStatus: true\n", 4, "duplicate rule (same as line 2)"},
+		{"ignoreOwnStatus not a boolean", "rules:\n  - queue: a\n    prefix: /p/\n    ignoreOwnStatus: yes\n", 4, "ignoreOwnStatus must be true or false"},
+		{"ignoreOwnStatus a list", "rules:\n  - queue: a\n    prefix: /p/\n    ignoreOwnStatus: [true]\n", 4, "ignoreOwnStatus must be true or false"},
+		{"ignoreOwnStatus with ownerKind", "rules:\n  - queue: a\n    prefix: /p/\n    ownerKind: ReplicaSet\n    ignoreOwnStatus: true\n", 2, "not with ownerKind"},
+		{"unknown field names ignoreOwnStatus", "rules:\n  - queue: a\n    prefix: /p/\n    ignoreStatus: true\n", 4, "want queue, prefix, ownerKind or ignoreOwnStatus"},
 		{"overlap", "rules:\n  - queue: a\n    prefix: /p/\n  - queue: b\n    prefix: /p/q/\n", 4, "overlaps prefix /p/ of line 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,6 +130,7 @@ func TestValidate(t *testing.T) {
 		{{Queue: "a", Prefix: "p"}},
 		{{Queue: "a", Prefix: "/p/", OwnerKind: "x"}},
 		{{Queue: "a", Prefix: "/p/"}, {Queue: "a", Prefix: "/p/q/"}},
+		{{Queue: "a", Prefix: "/p/", OwnerKind: "X", IgnoreOwnStatus: true}},
 	} {
 		if err := Validate(rs); err == nil {
 			t.Errorf("Validate(%+v) = nil, want an error", rs)
@@ -182,5 +189,51 @@ func TestBuiltinFromKinds(t *testing.T) {
 	}
 	if got, want := strings.Join(KnownKinds, ","), "Deployment,Job,Pod,ReplicaSet,StatefulSet"; got != want {
 		t.Errorf("KnownKinds = %s, want %s", got, want)
+	}
+}
+
+// TestIgnoreOwnStatus: the opt-out is read from a rules file (default
+// off, so a file written before it means what it meant), carried from a
+// declaration, set on the reference controllers' own rules only, and
+// ignores status-only changes only.
+func TestIgnoreOwnStatus(t *testing.T) {
+	src := "rules:\n  - queue: a\n    prefix: /a/\n    ignoreOwnStatus: true\n  - queue: b\n    prefix: /b/\n    ignoreOwnStatus: false\n  - queue: c\n    prefix: /c/\n"
+	got, _, err := Parse("r.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || !got[0].IgnoreOwnStatus || got[1].IgnoreOwnStatus || got[2].IgnoreOwnStatus {
+		t.Errorf("Parse = %+v, want only the first rule to ignore its own status", got)
+	}
+	if err := Validate(got); err != nil {
+		t.Errorf("Validate = %v", err)
+	}
+
+	for _, r := range Builtin() {
+		if want := r.OwnerKind == ""; r.IgnoreOwnStatus != want {
+			t.Errorf("built-in rule %+v: IgnoreOwnStatus %v, want %v", r, r.IgnoreOwnStatus, want)
+		}
+	}
+	d := kinds.Declaration{Queue: "greetings", For: kinds.Kind{Kind: "Greeting", Resource: "greetings"},
+		Owns: []kinds.Kind{kinds.MustBuiltin(kinds.Pod)}, IgnoreOwnStatus: true}
+	rs := DeclarationRules(d, SourceDeclaration, d.Key())
+	if len(rs) != 2 || !rs[0].IgnoreOwnStatus || rs[1].IgnoreOwnStatus {
+		t.Errorf("DeclarationRules = %+v, want the opt-out on the Greeting rule only", rs)
+	}
+
+	for _, tc := range []struct {
+		r          Rule
+		statusOnly bool
+		want       bool
+	}{
+		{Rule{Queue: "a", Prefix: "/a/", IgnoreOwnStatus: true}, true, true},
+		{Rule{Queue: "a", Prefix: "/a/", IgnoreOwnStatus: true}, false, false},
+		{Rule{Queue: "a", Prefix: "/a/"}, true, false},
+		// Never set by Parse, Validate or a declaration; ignored if built.
+		{Rule{Queue: "a", Prefix: "/a/", OwnerKind: "X", IgnoreOwnStatus: true}, true, false},
+	} {
+		if got := tc.r.Ignores(tc.statusOnly); got != tc.want {
+			t.Errorf("%+v.Ignores(%v) = %v, want %v", tc.r, tc.statusOnly, got, tc.want)
+		}
 	}
 }
