@@ -14,7 +14,7 @@ type metrics struct {
 
 	events, relists, restarts, observed, head, lag *prometheus.Desc
 	outbox, delivered, failures, dropped, objects  *prometheus.Desc
-	malformed, recordWrites, recordBytes           *prometheus.Desc
+	malformed, recordWrites, recordBytes, ignored  *prometheus.Desc
 	declarations, refused                          *prometheus.Desc
 }
 
@@ -40,6 +40,7 @@ func newMetrics(o *observer) *metrics {
 		delivered:    d("delivered_keys_total", "Keys the queue accepted from the outbox.", "queue"),
 		failures:     d("add_failures_total", "Add calls to the queue that failed (and were retried).", "queue"),
 		dropped:      d("dropped_keys_total", "Keys not announced because the queue would refuse them (empty, over 1024 bytes, not UTF-8).", "queue"),
+		ignored:      d("status_changes_ignored_total", "Watch events that changed nothing but an object's status, not announced to the queue because its rule ignores its own status changes (ignoreOwnStatus; docs/observer.md).", "queue"),
 		objects:      d("cache_objects", "Objects in the cache."),
 		recordWrites: d("record_writes_total", "Known-key records written beside the checkpoint (docs/observer.md)."),
 		recordBytes:  d("record_written_bytes_total", "Bytes of known-key records written (chunks and manifest)."),
@@ -58,7 +59,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.objects, m.malformed, m.recordWrites, m.recordBytes, m.declarations, m.refused} {
+	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.ignored, m.objects, m.malformed, m.recordWrites, m.recordBytes, m.declarations, m.refused} {
 		ch <- d
 	}
 }
@@ -79,8 +80,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.malformed, prometheus.CounterValue, float64(s.Malformed[r]), s.Prefix, r.String())
 		}
 	}
+	ignored := m.o.announcer.Skipped()
 	for _, q := range m.o.outbox.Queues() {
 		b := m.o.outbox.Box(q)
+		ch <- prometheus.MustNewConstMetric(m.ignored, prometheus.CounterValue, float64(ignored[q]), q)
 		ch <- prometheus.MustNewConstMetric(m.outbox, prometheus.GaugeValue, float64(b.Len()), q)
 		ch <- prometheus.MustNewConstMetric(m.delivered, prometheus.CounterValue, float64(b.Delivered()), q)
 		ch <- prometheus.MustNewConstMetric(m.failures, prometheus.CounterValue, float64(b.Failures()), q)

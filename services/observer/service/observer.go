@@ -172,7 +172,7 @@ func (o *observer) Status() *observerv1.StatusResponse {
 	defer o.mu.Unlock()
 	for _, r := range o.rules {
 		resp.Rules = append(resp.Rules, &observerv1.Rule{Queue: r.Queue, Prefix: r.Prefix, OwnerKind: r.OwnerKind,
-			Source: ruleSource(r), DeclarationKey: r.Declaration})
+			Source: ruleSource(r), DeclarationKey: r.Declaration, IgnoreOwnStatus: r.IgnoreOwnStatus})
 	}
 	for _, d := range o.statuses {
 		resp.Declarations = append(resp.Declarations, &observerv1.DeclarationStatus{Key: d.Key, ModRevision: d.ModRevision,

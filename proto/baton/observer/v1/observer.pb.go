@@ -746,8 +746,13 @@ type Rule struct {
 	// For RULE_SOURCE_DECLARATION: the etcd key of the declaration, e.g.
 	// /baton/rules/greetings.
 	DeclarationKey string `protobuf:"bytes,5,opt,name=declaration_key,json=declarationKey,proto3" json:"declaration_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A watch event that changes nothing but the object's top-level status
+	// (most often its own controller's status write) is not announced by
+	// this rule (ignoreOwnStatus of a declaration or a rules file). Only a
+	// rule without owner_kind sets it.
+	IgnoreOwnStatus bool `protobuf:"varint,6,opt,name=ignore_own_status,json=ignoreOwnStatus,proto3" json:"ignore_own_status,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Rule) Reset() {
@@ -813,6 +818,13 @@ func (x *Rule) GetDeclarationKey() string {
 		return x.DeclarationKey
 	}
 	return ""
+}
+
+func (x *Rule) GetIgnoreOwnStatus() bool {
+	if x != nil {
+		return x.IgnoreOwnStatus
+	}
+	return false
 }
 
 // DeclarationStatus is one controller's declaration (client/kinds) and
@@ -953,14 +965,15 @@ const file_baton_observer_v1_observer_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x03 \x01(\tR\tlastError\"\xb3\x01\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError\"\xdf\x01\n" +
 	"\x04Rule\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x1d\n" +
 	"\n" +
 	"owner_kind\x18\x03 \x01(\tR\townerKind\x125\n" +
 	"\x06source\x18\x04 \x01(\x0e2\x1d.baton.observer.v1.RuleSourceR\x06source\x12'\n" +
-	"\x0fdeclaration_key\x18\x05 \x01(\tR\x0edeclarationKey\"\xa4\x01\n" +
+	"\x0fdeclaration_key\x18\x05 \x01(\tR\x0edeclarationKey\x12*\n" +
+	"\x11ignore_own_status\x18\x06 \x01(\bR\x0fignoreOwnStatus\"\xa4\x01\n" +
 	"\x11DeclarationStatus\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12!\n" +
 	"\fmod_revision\x18\x02 \x01(\x03R\vmodRevision\x12\x14\n" +

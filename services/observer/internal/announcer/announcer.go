@@ -12,6 +12,18 @@
 //	Vanished             PRIORITY_NORMAL  deletes made while no observer ran
 //	Resync, Backlog      PRIORITY_LOW     every cached object again
 //
+// # Status-only changes
+//
+// A watch event that leaves all but the object's top-level status as it
+// was (object.StatusOnly: the cached value and the new one have equal
+// fingerprints) is not announced by a rule that ignores its own status
+// changes (rules.Rule.IgnoreOwnStatus): most often it is that controller's
+// own status write, which would bring the key back to it for nothing.
+// Rules keyed by owners announce it as any change (a child's status is
+// news to its owner). Lists, relists, replays, resyncs, backlogs and
+// Vanished announce as always: they compare no old value with a new one,
+// or must announce anyway. Skipped counts what was left out.
+//
 // # Deletes made while no observer ran
 //
 // When etcd has compacted the history since the checkpoint, a start cannot
@@ -27,6 +39,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +74,8 @@ type Announcer struct {
 	log     *slog.Logger
 
 	rules atomic.Pointer[map[string][]rules.Rule] // prefix → its rules
+
+	skipped sync.Map // queue → *atomic.Uint64: status-only changes not announced
 }
 
 var _ informer.Consumer = (*Announcer)(nil)
@@ -104,9 +119,31 @@ func priority(src informer.Source) queuev1.Priority {
 	return queuev1.Priority_PRIORITY_NORMAL
 }
 
-// Changed announces one observed change.
+// Changed announces one observed change. Only a watch event compares the
+// value with the one it replaced: a relist's difference or a replayed
+// change may stand for several changes, and is announced whatever it is.
 func (a *Announcer) Changed(ch informer.Change) {
-	a.announce(a.rulesOf(ch.Prefix), ch.Key, ch.Cur, ch.Old, priority(ch.Source), ch.At, ch.Rev)
+	statusOnly := ch.Source == informer.Event && object.StatusOnly(ch.Old, ch.Cur)
+	a.announce(a.rulesOf(ch.Prefix), ch.Key, ch.Cur, ch.Old, statusOnly, priority(ch.Source), ch.At, ch.Rev)
+}
+
+// Skipped returns, per queue, the status-only changes not announced to it
+// because its rule ignores them.
+func (a *Announcer) Skipped() map[string]uint64 {
+	out := map[string]uint64{}
+	a.skipped.Range(func(q, n any) bool {
+		out[q.(string)] = n.(*atomic.Uint64).Load()
+		return true
+	})
+	return out
+}
+
+func (a *Announcer) skip(queue string) {
+	n, ok := a.skipped.Load(queue)
+	if !ok {
+		n, _ = a.skipped.LoadOrStore(queue, new(atomic.Uint64))
+	}
+	n.(*atomic.Uint64).Add(1)
 }
 
 // Resync announces every cached object under prefix at PRIORITY_LOW.
@@ -123,16 +160,21 @@ func (a *Announcer) Backlog(rs []rules.Rule) {
 	now := time.Now()
 	for prefix, rs := range byPrefix {
 		a.cache.Range(prefix, func(o *cache.Object) bool {
-			a.announce(rs, o.Key, &o.Meta, nil, queuev1.Priority_PRIORITY_LOW, now, 0)
+			a.announce(rs, o.Key, &o.Meta, nil, false, queuev1.Priority_PRIORITY_LOW, now, 0)
 			return true
 		})
 	}
 }
 
 // announce sends the keys for a change of key from old to cur (either may
-// be nil) to every rule's queue.
-func (a *Announcer) announce(rs []rules.Rule, key string, cur, old *object.Meta, prio queuev1.Priority, at time.Time, rev int64) {
+// be nil) to every rule's queue but those of rules that ignore it, a
+// status-only change (statusOnly).
+func (a *Announcer) announce(rs []rules.Rule, key string, cur, old *object.Meta, statusOnly bool, prio queuev1.Priority, at time.Time, rev int64) {
 	for _, r := range rs {
+		if r.Ignores(statusOnly) {
+			a.skip(r.Queue)
+			continue
+		}
 		var keys []string
 		if cur != nil {
 			keys = r.Keys(key, *cur)
@@ -193,7 +235,7 @@ func (a *Announcer) Vanished(ctx context.Context, prefix string, from, listRev i
 		if _, ok := a.cache.Get(k); ok {
 			continue
 		}
-		a.announce(rs, k, nil, nil, queuev1.Priority_PRIORITY_NORMAL, now, listRev)
+		a.announce(rs, k, nil, nil, false, queuev1.Priority_PRIORITY_NORMAL, now, listRev)
 		deleted++
 	}
 	if rec.Revision < rec.Checkpoint {

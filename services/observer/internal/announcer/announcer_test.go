@@ -142,3 +142,81 @@ func TestVanished(t *testing.T) {
 		t.Errorf("a prefix the record does not cover announced %q", got)
 	}
 }
+
+// pod decodes a pod owned by the ReplicaSet rs, as the informer does.
+func pod(t *testing.T, rs, label, image, phase string) *object.Meta {
+	t.Helper()
+	m, err := object.Decode(fmt.Appendf(nil, `{"kind":"Pod","metadata":{"name":"p","namespace":"a","labels":{"l":%q},`+
+		`"ownerReferences":[{"kind":"ReplicaSet","name":%q,"uid":"u"}]},"spec":{"image":%q},"status":{"phase":%q}}`, label, rs, image, phase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
+
+// TestStatusOnlyChanges: a watch event that changes nothing but a pod's
+// status is not announced to the pods queue, whose rule ignores its own
+// status changes, but is to the pod's owner and to a queue whose rule does
+// not opt out; anything else is announced as before.
+func TestStatusOnlyChanges(t *testing.T) {
+	s := &sink{}
+	rs := []rules.Rule{
+		{Queue: "pods", Prefix: "/registry/pods/", IgnoreOwnStatus: true},
+		{Queue: "replicasets", Prefix: "/registry/pods/", OwnerKind: "ReplicaSet"},
+		{Queue: "audit", Prefix: "/registry/pods/"},
+	}
+	a := New(rs, cache.New([]string{"/registry/pods/"}), s, nil, nil)
+	pending := pod(t, "web", "1", "nginx", "Pending")
+	running := pod(t, "web", "1", "nginx", "Running")
+	malformed, _ := object.Decode([]byte("not json"))
+	all := []string{"audit a/p PRIORITY_NORMAL", "pods a/p PRIORITY_NORMAL", "replicasets a/web PRIORITY_NORMAL"}
+	for _, tc := range []struct {
+		name string
+		ch   informer.Change
+		want []string
+	}{
+		{"status only: not to its own queue", informer.Change{Source: informer.Event, Old: pending, Cur: running},
+			[]string{"audit a/p PRIORITY_NORMAL", "replicasets a/web PRIORITY_NORMAL"}},
+		{"an identical rewrite", informer.Change{Source: informer.Event, Old: running, Cur: running},
+			[]string{"audit a/p PRIORITY_NORMAL", "replicasets a/web PRIORITY_NORMAL"}},
+		{"spec", informer.Change{Source: informer.Event, Old: running, Cur: pod(t, "web", "1", "nginx:2", "Running")}, all},
+		{"label", informer.Change{Source: informer.Event, Old: running, Cur: pod(t, "web", "2", "nginx", "Running")}, all},
+		{"status and owner", informer.Change{Source: informer.Event, Old: pending, Cur: pod(t, "new", "1", "nginx", "Running")},
+			[]string{"audit a/p PRIORITY_NORMAL", "pods a/p PRIORITY_NORMAL", "replicasets a/new PRIORITY_NORMAL", "replicasets a/web PRIORITY_NORMAL"}},
+		{"create", informer.Change{Source: informer.Event, Cur: running}, all},
+		{"delete", informer.Change{Source: informer.Event, Old: running}, all},
+		{"from a malformed value", informer.Change{Source: informer.Event, Old: &malformed, Cur: running}, all},
+		{"to a malformed value", informer.Change{Source: informer.Event, Old: running, Cur: &malformed},
+			[]string{"audit a/p PRIORITY_NORMAL", "pods a/p PRIORITY_NORMAL", "replicasets a/web PRIORITY_NORMAL"}},
+		// A relist's difference or a replayed change may stand for several
+		// changes: announced whatever it is.
+		{"relist", informer.Change{Source: informer.Relist, Old: pending, Cur: running}, all},
+		{"replay", informer.Change{Source: informer.Replay, Old: pending, Cur: running}, all},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.ch.Prefix, tc.ch.Key = "/registry/pods/", "/registry/pods/a/p"
+			a.Changed(tc.ch)
+			if got := s.take(); !slices.Equal(got, tc.want) {
+				t.Errorf("announced %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if got := a.Skipped(); len(got) != 1 || got["pods"] != 2 {
+		t.Errorf("Skipped() = %v, want 2 for pods", got)
+	}
+}
+
+// TestStatusOnlyChangesResync: a resync or a backlog announces every
+// cached object by every rule, whatever its last change was.
+func TestStatusOnlyChangesResync(t *testing.T) {
+	s := &sink{}
+	c := cache.New([]string{"/registry/pods/"})
+	c.Put(&cache.Object{Key: "/registry/pods/a/p", Meta: *pod(t, "web", "1", "nginx", "Running")})
+	rs := []rules.Rule{{Queue: "pods", Prefix: "/registry/pods/", IgnoreOwnStatus: true}}
+	a := New(rs, c, s, nil, nil)
+	a.Resync("/registry/pods/")
+	a.Backlog(rs)
+	if got, want := s.take(), []string{"pods a/p PRIORITY_LOW", "pods a/p PRIORITY_LOW"}; !slices.Equal(got, want) {
+		t.Errorf("announced %q, want %q", got, want)
+	}
+}
