@@ -142,13 +142,15 @@ func TestColdStartSmall(t *testing.T) {
 	if res.KeyWrites < sets+2*3*sets || res.Requests < 1+3*sets || res.Reconciles < sets {
 		t.Fatalf("too few writes or reconciles for %d sets: %+v", sets, res)
 	}
-	// Each set is reconciled, and each of its pods; the controllers read
-	// their objects from etcd.
+	// Each set is reconciled, and each of its pods.
 	if res.ReconcilesBy["replicasets"] < sets || res.ReconcilesBy["pods"] < 3*sets ||
 		res.ReconcilesBy["replicasets"]+res.ReconcilesBy["pods"] != res.Reconciles {
 		t.Errorf("reconciles by controller %v of %v", res.ReconcilesBy, res.Reconciles)
 	}
-	if !res.ReadsKnown || res.Reads < sets || res.ReadsPerReconcile() <= 0 {
+	// The controllers read through the observer's cache: etcd sees a read
+	// only when one confirms an owner gone (none here) and the observer's
+	// probes, far fewer than one a reconcile.
+	if !res.ReadsKnown || res.ReadsPerReconcile() >= 0.5 {
 		t.Errorf("etcd reads %v (known %v) for %v reconciles", res.Reads, res.ReadsKnown, res.Reconciles)
 	}
 	// Every process was profiled.
