@@ -168,5 +168,15 @@ func (s *Stream) Drain() error {
 	return s.send(&queuev1.WorkRequest{Request: &queuev1.WorkRequest_Drain{Drain: &queuev1.WorkDrain{}}})
 }
 
+// CloseSend says the worker sends nothing more: the queue applies what it
+// sent (acks included), hands back the leases the stream still holds, and
+// ends the stream with OK (Recv returns io.EOF). A worker that leaves
+// without waiting for its acks' answers ends its stream so.
+func (s *Stream) CloseSend() error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.ws.CloseSend()
+}
+
 // Close ends the stream: the queue hands back the leases it still holds.
 func (s *Stream) Close() { s.cancel() }

@@ -17,9 +17,11 @@ import (
 // Lease, on which the queue pushes leases as keys become ready, up to
 // max_in_flight held at once. Lease takes what the stream was pushed
 // (waiting up to wait for the first); Ack sends one ack message per key on
-// the worker's stream and returns once the queue has answered every one
-// (an ack of success may be answered before it is durable: losing it only
-// offers the key once more). A LEASE_LOST answer is an error, as in Baton.
+// the worker's stream and returns without waiting for the answers, as the
+// worker SDK acks on the stream (and as NATS's adapter acks: the client's
+// default Ack, unconfirmed). The stream's reader takes the answers; a
+// LEASE_LOST one fails the worker's next call, as a refused ack fails
+// Baton's.
 //
 // A stream's max_in_flight is MaxInFlight, or if that is 0 the max of the
 // Lease call that opens it: in workload 1 (Cycle) the batch, so a worker
@@ -41,11 +43,21 @@ type BatonStream struct {
 // workStream is one worker's open stream and what its reader received.
 type workStream struct {
 	s      *queueclient.Stream
-	leases chan queueclient.Lease  // pushed, not yet taken by Lease
-	acks   chan queueclient.Result // ack answers, not yet taken by Ack
-	done   chan struct{}           // closed when the reader stops; err says why
+	leases chan queueclient.Lease // pushed, not yet taken by Lease
+	done   chan struct{}          // closed when the reader stops; err says why
 	err    error
-	ackMu  sync.Mutex // one Ack at a time: the answers it waits for are the next ones
+
+	mu      sync.Mutex
+	refused error // an ack answered LEASE_LOST, not yet reported
+}
+
+// failed returns a refused ack answered since the last call, if any.
+func (w *workStream) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := w.refused
+	w.refused = nil
+	return err
 }
 
 // stream returns worker's stream, opening it if it has none.
@@ -73,7 +85,7 @@ func (b *BatonStream) stream(ctx context.Context, worker string, first int) (*wo
 	if err != nil {
 		return nil, err
 	}
-	w := &workStream{s: s, leases: make(chan queueclient.Lease, inFlight), acks: make(chan queueclient.Result, inFlight), done: make(chan struct{})}
+	w := &workStream{s: s, leases: make(chan queueclient.Lease, inFlight), done: make(chan struct{})}
 	go w.read()
 	if b.streams == nil {
 		b.streams = map[string]*workStream{}
@@ -82,9 +94,8 @@ func (b *BatonStream) stream(ctx context.Context, worker string, first int) (*wo
 	return w, nil
 }
 
-// read receives until the stream ends. Neither channel can fill: the
-// stream holds at most max_in_flight leases, each pushed once and answered
-// once, and both channels have that room.
+// read receives until the stream ends. The leases channel cannot fill:
+// the stream holds at most max_in_flight leases, and it has that room.
 func (w *workStream) read() {
 	defer close(w.done)
 	for {
@@ -99,8 +110,12 @@ func (w *workStream) read() {
 		switch {
 		case ev.Lease != nil:
 			w.leases <- *ev.Lease
-		case ev.Ack != nil:
-			w.acks <- *ev.Ack
+		case ev.Ack != nil && ev.Ack.Status != queueclient.OK:
+			w.mu.Lock()
+			if w.refused == nil {
+				w.refused = fmt.Errorf("ack of %s refused: %v", ev.Ack.Key, ev.Ack.Status)
+			}
+			w.mu.Unlock()
 		}
 	}
 }
@@ -123,6 +138,9 @@ func (b *BatonStream) Add(ctx context.Context, keys []string) error {
 func (b *BatonStream) Lease(ctx context.Context, worker string, max int, wait time.Duration) ([]Leased, error) {
 	w, err := b.stream(ctx, worker, max)
 	if err != nil {
+		return nil, err
+	}
+	if err := w.failed(); err != nil {
 		return nil, err
 	}
 	take := func(l queueclient.Lease) Leased { return Leased{Key: l.Key, handle: streamLease{w: w, token: l.Token}} }
@@ -156,66 +174,44 @@ func (b *BatonStream) Lease(ctx context.Context, worker string, max int, wait ti
 }
 
 // Ack implements Queue: the acks go on the streams that hold the leases,
-// and it returns once each is answered; a refused ack is an error.
+// unanswered (see BatonStream); a refusal already answered is an error.
 func (b *BatonStream) Ack(ctx context.Context, _ string, ls []Leased) error {
-	var order []*workStream
-	by := map[*workStream][]queueclient.Ack{}
 	for _, l := range ls {
 		h := l.handle.(streamLease)
-		if _, ok := by[h.w]; !ok {
-			order = append(order, h.w)
-		}
-		by[h.w] = append(by[h.w], queueclient.Ack{Key: l.Key, Token: h.token, Outcome: queueclient.Success()})
-	}
-	for _, w := range order {
-		if err := b.ackOn(ctx, w, by[w]); err != nil {
+		if err := h.w.failed(); err != nil {
 			return err
+		}
+		if err := h.w.s.Ack(queueclient.Ack{Key: l.Key, Token: h.token, Outcome: queueclient.Success()}); err != nil {
+			select {
+			case <-h.w.done:
+				return h.w.err
+			default:
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-func (b *BatonStream) ackOn(ctx context.Context, w *workStream, acks []queueclient.Ack) error {
-	w.ackMu.Lock()
-	defer w.ackMu.Unlock()
-	broken := func(err error) error {
-		// Answers still owed would be taken as the next Ack's: the stream
-		// is of no more use.
-		w.s.Close()
-		return err
-	}
-	for _, a := range acks {
-		if err := w.s.Ack(a); err != nil {
-			return broken(err)
-		}
-	}
-	var refused error
-	for range acks {
-		select {
-		case r := <-w.acks:
-			if r.Status != queueclient.OK && refused == nil {
-				refused = fmt.Errorf("ack of %s refused: %v", r.Key, r.Status)
-			}
-		case <-w.done:
-			return w.err
-		case <-ctx.Done():
-			return broken(ctx.Err())
-		}
-	}
-	return refused
-}
-
-// Leave implements Leaver: worker's stream is closed, and the queue hands
-// back at once the leases it was pushed and Lease has not taken.
+// Leave implements Leaver: worker's stream is closed on its side, so the
+// queue applies the acks it sent (unanswered) and hands back at once the
+// leases it was pushed and Lease has not taken, then ends it.
 func (b *BatonStream) Leave(worker string) {
 	b.mu.Lock()
 	w := b.streams[worker]
 	delete(b.streams, worker)
 	b.mu.Unlock()
-	if w != nil {
-		w.s.Close()
-		<-w.done
+	if w == nil {
+		return
 	}
+	if w.s.CloseSend() == nil {
+		select {
+		case <-w.done:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	w.s.Close()
+	<-w.done
 }
 
 // Unfinished is the queue's pending, leased and delayed keys.

@@ -59,7 +59,7 @@ func TestBatonStreamCycle(t *testing.T) {
 
 // TestBatonStreamLeaseAckLeave: Lease waits for a push and returns none
 // when nothing comes; the stream's max_in_flight is its first Lease's max;
-// an ack with a stale token (LEASE_LOST) is an error; and a worker that
+// an ack with a stale token (LEASE_LOST) fails the next call; and a worker that
 // leaves hands back what it was pushed, so another worker gets it.
 func TestBatonStreamLeaseAckLeave(t *testing.T) {
 	s := startQueue(t)
@@ -93,8 +93,18 @@ func TestBatonStreamLeaseAckLeave(t *testing.T) {
 
 	stale := got[0]
 	stale.handle = streamLease{w: stale.handle.(streamLease).w, token: stale.handle.(streamLease).token + 1000}
-	if err := q.Ack(ctx, "a", []Leased{stale}); err == nil || !strings.Contains(err.Error(), "refused") {
-		t.Fatalf("ack with a stale token: %v, want refused", err)
+	// Acks go unanswered: the refusal fails the worker's next call.
+	if err := q.Ack(ctx, "a", []Leased{stale}); err != nil {
+		t.Fatalf("ack with a stale token: %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		_, err := q.Lease(ctx, "a", 10, 10*time.Millisecond)
+		if err != nil && strings.Contains(err.Error(), "refused") {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("after an ack with a stale token: %v, want it refused", err)
+		}
 	}
 	// The stream still works after a refused ack: the real ack of the same
 	// key is answered OK and frees the slot, and the third key is pushed.

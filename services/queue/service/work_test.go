@@ -517,3 +517,38 @@ func TestLeasesCarryTheRevision(t *testing.T) {
 		t.Fatalf("the other queue's lease %+v %v, want min_revision 3", ls, err)
 	}
 }
+
+// TestWorkCloseSend: a worker that closes its side after sending acks has
+// them applied (answered or not), the leases it still holds handed back,
+// and its stream ended with OK.
+func TestWorkCloseSend(t *testing.T) {
+	h := start(t)
+	ctx := ctxT(t)
+	const q = "closesend"
+	if _, err := h.c.Add(ctx, q, []string{"a", "b"}, queueclient.AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := openWork(t, ctx, h, q, 2)
+	a, b := recvLease(t, s), recvLease(t, s)
+	if err := s.Ack(queueclient.Ack{Key: a.Key, Token: a.Token, Outcome: queueclient.Success()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the stream closed by its worker ended with %v, want OK", err)
+		}
+	}
+	if it := inspect(t, h, q, a.Key); it.GetState() != queuev1.ItemState_ITEM_STATE_ABSENT {
+		t.Errorf("%s, acked before the close, is %v", a.Key, it.GetState())
+	}
+	if it := inspect(t, h, q, b.Key); it.GetState() != queuev1.ItemState_ITEM_STATE_PENDING || it.GetLastError() != "work stream ended" {
+		t.Errorf("%s, held at the close, is %v (%q), want handed back", b.Key, it.GetState(), it.GetLastError())
+	}
+}
