@@ -78,7 +78,7 @@ func (c *DeploymentController) Reconcile(ctx context.Context, req reconcile.Requ
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	r, err := c.observe(objects.AtLeast(ctx, req.MinRevision), ns, name)
+	r, err := c.observe(c.d.Store.Scope(ctx, req.Key, req.MinRevision), ns, name)
 	if err != nil || r == nil {
 		return reconcile.Result{}, err
 	}

@@ -22,7 +22,7 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	st := c.d.Store
-	ctx = objects.AtLeast(ctx, req.MinRevision)
+	ctx = st.Scope(ctx, req.Key, req.MinRevision)
 	key := objects.Key(objects.ResourceJobs, ns, name)
 	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {

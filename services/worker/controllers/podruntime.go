@@ -22,7 +22,7 @@ func (c *PodRuntime) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	st := c.d.Store
-	ctx = objects.AtLeast(ctx, req.MinRevision)
+	ctx = st.Scope(ctx, req.Key, req.MinRevision)
 	key := objects.Key(objects.ResourcePods, ns, name)
 	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {

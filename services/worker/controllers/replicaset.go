@@ -19,7 +19,7 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 		return reconcile.Result{}, err
 	}
 	st := c.d.Store
-	ctx = objects.AtLeast(ctx, req.MinRevision)
+	ctx = st.Scope(ctx, req.Key, req.MinRevision)
 	key := objects.Key(objects.ResourceReplicaSets, ns, name)
 	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {

@@ -24,7 +24,7 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 		return reconcile.Result{}, err
 	}
 	st := c.d.Store
-	ctx = objects.AtLeast(ctx, req.MinRevision)
+	ctx = st.Scope(ctx, req.Key, req.MinRevision)
 	key := objects.Key(objects.ResourceStatefulSets, ns, name)
 	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {
