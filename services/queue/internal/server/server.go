@@ -207,27 +207,33 @@ func (s *server) Add(ctx context.Context, req *queuev1.AddRequest) (*queuev1.Add
 	return &queuev1.AddResponse{Queued: uint32(queued), Collapsed: uint32(collapsed)}, nil
 }
 
+// leaseParams checks what a Lease and a work stream's open share: the
+// queue, the worker's name, how many keys (countField's count: 0 means 1,
+// at most MaxBatch) and the lease's duration (0: the default).
+func leaseParams(queue, worker, countField string, count uint32, leaseDuration *durationpb.Duration) (n int, d time.Duration, err error) {
+	if err := limits.CheckQueueName(queue); err != nil {
+		return 0, 0, invalid(err)
+	}
+	if err := limits.CheckName("worker", worker); err != nil {
+		return 0, 0, invalid(err)
+	}
+	if err := limits.CheckCount(countField, int(min(count, limits.MaxBatch+1)), 0); err != nil {
+		return 0, 0, invalid(err)
+	}
+	if d, err = duration("lease_duration", leaseDuration, limits.MaxLease); err != nil {
+		return 0, 0, err
+	}
+	return max(int(count), 1), d, nil
+}
+
 func (s *server) Lease(ctx context.Context, req *queuev1.LeaseRequest) (*queuev1.LeaseResponse, error) {
-	if err := limits.CheckQueueName(req.GetQueue()); err != nil {
-		return nil, invalid(err)
-	}
-	if err := limits.CheckName("worker", req.GetWorker()); err != nil {
-		return nil, invalid(err)
-	}
-	if err := limits.CheckCount("max_items", int(min(req.GetMaxItems(), limits.MaxBatch+1)), 0); err != nil {
-		return nil, invalid(err)
-	}
-	d, err := duration("lease_duration", req.GetLeaseDuration(), limits.MaxLease)
+	n, d, err := leaseParams(req.GetQueue(), req.GetWorker(), "max_items", req.GetMaxItems(), req.GetLeaseDuration())
 	if err != nil {
 		return nil, err
 	}
 	wait, err := duration("wait", req.GetWait(), limits.MaxWait)
 	if err != nil {
 		return nil, err
-	}
-	n := int(req.GetMaxItems())
-	if n == 0 {
-		n = 1
 	}
 	grants, err := s.b.Lease(ctx, req.GetQueue(), req.GetWorker(), holderOf(ctx), n, d, wait)
 	if err != nil {
@@ -260,28 +266,9 @@ func (s *server) Ack(ctx context.Context, req *queuev1.AckRequest) (*queuev1.Ack
 	}
 	items := make([]broker.AckItem, len(req.GetAcks()))
 	for i, a := range req.GetAcks() {
-		if !limits.ValidKey(a.GetKey()) {
-			return nil, invalid(limits.CheckKey(fmt.Sprintf("acks[%d].key", i), a.GetKey()))
-		}
-		it := broker.AckItem{Key: a.GetKey(), Token: a.GetToken()}
-		switch o := a.GetOutcome().(type) {
-		case *queuev1.Ack_Success:
-		case *queuev1.Ack_Failure:
-			// Cut, not refused: the worker must be able to hand the key back.
-			it.Outcome = workqueue.Outcome{Failed: true, Error: limits.ErrorText(o.Failure.GetError())}
-		case *queuev1.Ack_Terminal:
-			it.Outcome = workqueue.Outcome{Terminal: true, Error: limits.ErrorText(o.Terminal.GetError())}
-		case *queuev1.Ack_RequeueAfter:
-			d, err := duration(fmt.Sprintf("acks[%d].requeue_after", i), o.RequeueAfter, limits.MaxDelay)
-			if err != nil {
-				return nil, err
-			}
-			if d == 0 {
-				d = time.Nanosecond // requeue now, still with attempts reset
-			}
-			it.Outcome = workqueue.Outcome{RequeueAfter: d}
-		default:
-			return nil, status.Errorf(codes.InvalidArgument, "acks[%d] (key %q) has no outcome", i, a.GetKey())
+		it, err := ackItem(fmt.Sprintf("acks[%d]", i), a)
+		if err != nil {
+			return nil, err
 		}
 		items[i] = it
 	}
@@ -297,6 +284,35 @@ func (s *server) Ack(ctx context.Context, req *queuev1.AckRequest) (*queuev1.Ack
 		resp.Results[i] = r
 	}
 	return resp, nil
+}
+
+// ackItem checks one ack, named field in errors, as an Ack's and a work
+// stream's acks are checked.
+func ackItem(field string, a *queuev1.Ack) (broker.AckItem, error) {
+	if !limits.ValidKey(a.GetKey()) {
+		return broker.AckItem{}, invalid(limits.CheckKey(field+".key", a.GetKey()))
+	}
+	it := broker.AckItem{Key: a.GetKey(), Token: a.GetToken()}
+	switch o := a.GetOutcome().(type) {
+	case *queuev1.Ack_Success:
+	case *queuev1.Ack_Failure:
+		// Cut, not refused: the worker must be able to hand the key back.
+		it.Outcome = workqueue.Outcome{Failed: true, Error: limits.ErrorText(o.Failure.GetError())}
+	case *queuev1.Ack_Terminal:
+		it.Outcome = workqueue.Outcome{Terminal: true, Error: limits.ErrorText(o.Terminal.GetError())}
+	case *queuev1.Ack_RequeueAfter:
+		d, err := duration(field+".requeue_after", o.RequeueAfter, limits.MaxDelay)
+		if err != nil {
+			return broker.AckItem{}, err
+		}
+		if d == 0 {
+			d = time.Nanosecond // requeue now, still with attempts reset
+		}
+		it.Outcome = workqueue.Outcome{RequeueAfter: d}
+	default:
+		return broker.AckItem{}, status.Errorf(codes.InvalidArgument, "%s (key %q) has no outcome", field, a.GetKey())
+	}
+	return it, nil
 }
 
 func ackStatus(ok bool) queuev1.AckStatus {

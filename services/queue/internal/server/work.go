@@ -111,16 +111,7 @@ func (s *server) openWork(stream queuev1.QueueService_WorkServer, first *queuev1
 	if open == nil {
 		return nil, status.Errorf(codes.InvalidArgument, "work: the first message must be open, not %s", requestKind(first))
 	}
-	if err := limits.CheckQueueName(open.GetQueue()); err != nil {
-		return nil, invalid(err)
-	}
-	if err := limits.CheckName("worker", open.GetWorker()); err != nil {
-		return nil, invalid(err)
-	}
-	if err := limits.CheckCount("max_in_flight", int(min(open.GetMaxInFlight(), limits.MaxBatch+1)), 0); err != nil {
-		return nil, invalid(err)
-	}
-	d, err := duration("lease_duration", open.GetLeaseDuration(), limits.MaxLease)
+	n, d, err := leaseParams(open.GetQueue(), open.GetWorker(), "max_in_flight", open.GetMaxInFlight(), open.GetLeaseDuration())
 	if err != nil {
 		return nil, err
 	}
@@ -129,10 +120,6 @@ func (s *server) openWork(stream queuev1.QueueService_WorkServer, first *queuev1
 	}
 	if !s.b.Leading() {
 		return nil, toStatus(broker.ErrNotLeader)
-	}
-	n := int(open.GetMaxInFlight())
-	if n == 0 {
-		n = 1
 	}
 	return &workStream{
 		b: s.b, stream: stream, queue: open.GetQueue(), worker: open.GetWorker(), holder: holderOf(stream.Context()),
@@ -313,7 +300,7 @@ func (w *workStream) acks(ctx context.Context, run []*queuev1.WorkRequest) error
 	items := make([]broker.AckItem, 0, len(run))
 	var bad error
 	for _, m := range run {
-		it, err := ackItem(m.GetAck())
+		it, err := ackItem("ack", m.GetAck())
 		if err != nil {
 			bad = err
 			break
@@ -326,33 +313,6 @@ func (w *workStream) acks(ctx context.Context, run []*queuev1.WorkRequest) error
 		}
 	}
 	return bad
-}
-
-// ackItem checks one streamed ack as Ack checks each of its acks.
-func ackItem(a *queuev1.Ack) (broker.AckItem, error) {
-	if !limits.ValidKey(a.GetKey()) {
-		return broker.AckItem{}, invalid(fmt.Errorf("ack: %w", limits.CheckKey("key", a.GetKey())))
-	}
-	it := broker.AckItem{Key: a.GetKey(), Token: a.GetToken()}
-	switch o := a.GetOutcome().(type) {
-	case *queuev1.Ack_Success:
-	case *queuev1.Ack_Failure:
-		it.Outcome = workqueue.Outcome{Failed: true, Error: limits.ErrorText(o.Failure.GetError())}
-	case *queuev1.Ack_Terminal:
-		it.Outcome = workqueue.Outcome{Terminal: true, Error: limits.ErrorText(o.Terminal.GetError())}
-	case *queuev1.Ack_RequeueAfter:
-		d, err := duration("ack.requeue_after", o.RequeueAfter, limits.MaxDelay)
-		if err != nil {
-			return broker.AckItem{}, err
-		}
-		if d == 0 {
-			d = time.Nanosecond // requeue now, still with attempts reset
-		}
-		it.Outcome = workqueue.Outcome{RequeueAfter: d}
-	default:
-		return broker.AckItem{}, status.Errorf(codes.InvalidArgument, "ack (key %q) has no outcome", a.GetKey())
-	}
-	return it, nil
 }
 
 // applyAcks applies items, answers the successes at once and the others
