@@ -564,7 +564,7 @@ func (b *Broker) reserveQueue() bool {
 // verified identity, to which the leases are bound (nil binds them to no
 // one; see workqueue's Holders).
 func (b *Broker) Lease(ctx context.Context, queue, worker string, holder *string, max int, d, wait time.Duration) ([]workqueue.Grant, error) {
-	return b.lease(ctx, ctx, queue, worker, holder, max, d, wait)
+	return b.lease(ctx, false, queue, worker, holder, max, d, wait)
 }
 
 // LeaseStream is Lease for a work stream, which waits as long as ctx
@@ -575,21 +575,20 @@ func (b *Broker) Lease(ctx context.Context, queue, worker string, holder *string
 // there would stay leased to nobody until its expiry, where one that
 // returns is the stream's to hand back.
 func (b *Broker) LeaseStream(ctx context.Context, queue, worker string, holder *string, max int, d time.Duration) ([]workqueue.Grant, error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
-	defer cancel()
-	return b.lease(ctx, cctx, queue, worker, holder, max, d, forever)
+	return b.lease(ctx, true, queue, worker, holder, max, d, forever)
 }
 
-// forever is a wait that only the caller's context ends; confirmTimeout
-// bounds a stream's wait for the majority's confirmation of a grant.
-const (
-	forever        = time.Duration(math.MaxInt64)
-	confirmTimeout = 10 * time.Second
-)
+// forever is a wait that only the caller's context ends.
+const forever = time.Duration(math.MaxInt64)
 
-// lease is Lease, waiting for keys with ctx and for the confirmation of
-// what it grants with confirmCtx.
-func (b *Broker) lease(ctx, confirmCtx context.Context, queue, worker string, holder *string, max int, d, wait time.Duration) ([]workqueue.Grant, error) {
+// confirmTimeout bounds a stream's wait for the majority's confirmation of
+// a grant, from the grant (a variable for a test).
+var confirmTimeout = 10 * time.Second
+
+// lease is Lease, waiting for keys with ctx; detached, it confirms what
+// it grants with a context of its own, bounded by confirmTimeout from the
+// grant, which ctx's end does not cut short (LeaseStream).
+func (b *Broker) lease(ctx context.Context, detached bool, queue, worker string, holder *string, max int, d, wait time.Duration) ([]workqueue.Grant, error) {
 	if d <= 0 {
 		d = b.cfg.DefaultLease
 	}
@@ -629,7 +628,7 @@ func (b *Broker) lease(ctx, confirmCtx context.Context, queue, worker string, ho
 				obs.queueDur.Observe(float64(now-g.PendingSince) / 1e9)
 			}
 			if len(grants) > 0 {
-				if err := b.confirm(confirmCtx); err != nil {
+				if err := b.confirmGrants(ctx, detached); err != nil {
 					return nil, err
 				}
 			}
@@ -662,6 +661,17 @@ func (b *Broker) lease(ctx, confirmCtx context.Context, queue, worker string, ho
 			return nil, err
 		}
 	}
+}
+
+// confirmGrants confirms a lease's grants (confirm) with ctx, or, detached,
+// with a context that ctx's end does not cancel, bounded from now.
+func (b *Broker) confirmGrants(ctx context.Context, detached bool) error {
+	if !detached {
+		return b.confirm(ctx)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	return b.confirm(cctx)
 }
 
 // AckItem is one ack of a batch.

@@ -722,3 +722,33 @@ func TestReplicatedCatchUpFromSnapshot(t *testing.T) {
 		t.Fatalf("after the restart the members hold %d records, want %d", len(got), len(want)+1)
 	}
 }
+
+// TestReplicatedStreamLeaseAfterALongWait: a work stream's Lease on a
+// replicated leader that waited longer than the confirmation's bound for a
+// key still has its grant confirmed: the bound is the confirmation's own,
+// from the grant, not from the start of the wait (it was, and a grant
+// after more than 10 s idle failed DEADLINE_EXCEEDED, its key leased to
+// nobody until the lease ran out).
+func TestReplicatedStreamLeaseAfterALongWait(t *testing.T) {
+	defer func(d time.Duration) { confirmTimeout = d }(confirmTimeout)
+	confirmTimeout = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newRCluster(t)
+	lead := c.leader(0)
+	got := make(chan error, 1)
+	go func() {
+		g, err := lead.b.LeaseStream(ctx, "q", "w", nil, 1, time.Minute)
+		if err == nil && len(g) != 1 {
+			err = fmt.Errorf("granted %v", g)
+		}
+		got <- err
+	}()
+	time.Sleep(2 * confirmTimeout) // waiting for a key, longer than the bound
+	if _, _, err := lead.b.Add(ctx, "q", []string{"k"}, 0, workqueue.Normal); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("a stream's Lease granted after a long wait: %v", err)
+	}
+}
