@@ -287,7 +287,7 @@ func TestRemovedMemberIsNotTakenBack(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "MemberAdd") {
 		t.Fatalf("the leader's answer to a removed member's rejoin: %v; want FAILED_PRECONDITION saying to MemberAdd it", err)
 	}
-	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelShort()
 	if d, err := c.askToRejoin(short, gone); err == nil || !strings.Contains(err.Error(), "MemberAdd") {
 		t.Fatalf("Rejoin of a removed member: %+v, %v; want it still asking, refused", d, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/batonrun/baton/client/tlsfiles"
@@ -108,7 +109,7 @@ type Decision struct {
 // A leader that refuses to take it back (a member MemberRemove took out
 // is refused until MemberAdd adds it again) is asked again every round
 // too: Rejoin gives up only when ctx ends, with the last round's answers
-// in its error.
+// and the leader's last refusal in its error.
 //
 // The one case it cannot tell apart is a disk lost before the queue's
 // first election ended: its vote in that election is forgotten. Nothing
@@ -164,6 +165,10 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 	// refusal (of a member MemberRemove took out) is what an operator
 	// needs to read when Rejoin gives up.
 	var lastErrs []error
+	// A leader's last refusal to take this member back, kept apart from
+	// lastErrs: on a loaded machine the last round can end in timeouts
+	// alone, and the refusal is still the answer the operator must act on.
+	var refused error
 	for round := 0; ; round++ {
 		empty := 1 // this member
 		var leaders []string
@@ -189,7 +194,11 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 			for _, addr := range leaders {
 				resp, err := ask(addr, true)
 				if err != nil {
-					errs = append(errs, fmt.Errorf("rejoin through %s: %w", addr, err))
+					wrapped := fmt.Errorf("rejoin through %s: %w", addr, err)
+					if status.Code(err) == codes.FailedPrecondition {
+						refused = wrapped
+					}
+					errs = append(errs, wrapped)
 					continue
 				}
 				if resp.GetId() == 0 {
@@ -221,6 +230,9 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 		}
 		select {
 		case <-ctx.Done():
+			if refused != nil && !slices.Contains(lastErrs, refused) {
+				lastErrs = append(lastErrs, fmt.Errorf("the last refusal: %w", refused))
+			}
 			if len(lastErrs) > 0 {
 				return Decision{}, fmt.Errorf("replica: waiting to tell whether the queue is new: %w (last round: %w)", ctx.Err(), errors.Join(lastErrs...))
 			}
