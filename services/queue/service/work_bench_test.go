@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,47 @@ func BenchmarkSingleKeyCycle(b *testing.B) {
 				b.Fatal(ev, err)
 			}
 		}
+	})
+	b.Run("stream-parallel", func(b *testing.B) {
+		// Many callers, each with a stream of its own (b.SetParallelism
+		// callers per core), as make bench's 64-caller shape: what the
+		// queue spends per key when calls overlap.
+		h := startBench(b)
+		ctx := b.Context()
+		var next atomic.Int64
+		b.SetParallelism(32)
+		b.RunParallel(func(pb *testing.PB) {
+			s, err := h.c.Work(ctx, "c", queueclient.WorkOptions{Worker: "w", MaxInFlight: 1})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer s.Close()
+			var lease *queueclient.Lease
+			for pb.Next() {
+				key := fmt.Sprint("k", next.Add(1))
+				if _, err := h.c.Add(ctx, "c", []string{key}, queueclient.AddOptions{}); err != nil {
+					b.Error(err)
+					return
+				}
+				// The lease pushed may be another caller's key (the
+				// streams share the queue), and may come before the
+				// answer to the last ack.
+				for lease == nil {
+					ev, err := s.Recv()
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					lease = ev.Lease
+				}
+				if err := s.Ack(queueclient.Ack{Key: lease.Key, Token: lease.Token, Outcome: queueclient.Success()}); err != nil {
+					b.Error(err)
+					return
+				}
+				lease = nil
+			}
+		})
 	})
 	b.Run("unary", func(b *testing.B) {
 		h := startBench(b)
