@@ -81,7 +81,7 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 	fs := flag.NewFlagSet("batonctl", flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
 	fs.StringVar(&a.etcdEndpoints, "etcd-endpoints", DefaultEtcdEndpoints, "etcd client URLs, comma-separated")
-	fs.StringVar(&a.queueAddr, "queue-addr", DefaultQueueAddr, "the queue's gRPC address (host:port)")
+	fs.StringVar(&a.queueAddr, "queue-addr", DefaultQueueAddr, "the queue's gRPC address (host:port), or its members' comma-separated, tried in turn")
 	fs.StringVar(&a.observerAddr, "observer-addr", DefaultObserverAddr, "the observer's gRPC address (host:port)")
 	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "how long to wait for a server before giving up")
 	fs.StringVar(&a.tlsFiles.CAFile, "cacert", "", "CA bundle (PEM) that verifies the queue's and the observer's certificates: TLS to them (also BATONCTL_CACERT)")
@@ -347,9 +347,11 @@ func (a *app) queue() (*queueclient.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One attempt: a command line answers now, it does not wait out a
-	// restart (the client's default retries Unavailable until the deadline).
-	opts := []queueclient.Option{queueclient.WithBackoff(queueclient.Backoff{Attempts: 1})}
+	// One attempt per member: a command line answers now, it does not
+	// wait out a restart (the client's default retries Unavailable until
+	// the deadline), but a list of members is tried in turn, so a member
+	// that is down (the leader just killed, say) does not hide the others.
+	opts := []queueclient.Option{queueclient.WithBackoff(queueclient.Backoff{Attempts: memberCount(a.queueAddr)})}
 	if src != nil {
 		opts = append(opts, queueclient.WithTLS(src))
 	}
@@ -359,6 +361,18 @@ func (a *app) queue() (*queueclient.Client, error) {
 	}
 	a.queueClient = c
 	return c, nil
+}
+
+// memberCount is the number of addresses in a comma-separated list, at
+// least 1 (Dial refuses an empty list itself).
+func memberCount(list string) int {
+	n := 0
+	for a := range strings.SplitSeq(list, ",") {
+		if strings.TrimSpace(a) != "" {
+			n++
+		}
+	}
+	return max(n, 1)
 }
 
 func (a *app) observer() (*observerclient.Client, error) {

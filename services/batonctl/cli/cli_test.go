@@ -548,6 +548,7 @@ func TestRefusedAtOnce(t *testing.T) {
 	for _, args := range [][]string{
 		{"--timeout", "1m", "--etcd-endpoints", "http://" + deadAddr, "get", "pods"},
 		{"--timeout", "1m", "--queue-addr", deadAddr, "queue", "stats"},
+		{"--timeout", "1m", "--queue-addr", deadAddr + ",127.0.0.1:2", "queue", "stats"},
 		{"--timeout", "1m", "--etcd-endpoints", etcd, "--queue-addr", deadAddr, "watch", "--once"},
 	} {
 		start := time.Now()

@@ -98,6 +98,12 @@ func TestQueueMembers(t *testing.T) {
 		t.Errorf("after the refused changes, the members are %+v", got)
 	}
 
+	// A list of members whose first is down (a leader just killed): the
+	// next one answers, within the one try each member gets.
+	if r := (env{queue: deadAddr + "," + q.Addr}).run(t, "", "queue", "members").mustSucceed(t); !strings.Contains(r.stdout, "queue-a") {
+		t.Errorf("queue members with the first of two members down:\n%s", r.stdout)
+	}
+
 	dead := env{}.run(t, "", "queue", "members")
 	if dead.code != 1 || !strings.Contains(dead.stderr, "connection refused: is the queue running at 127.0.0.1:1? (set --queue-addr)") {
 		t.Errorf("queue members with no queue: exit %d, stderr %q", dead.code, dead.stderr)
