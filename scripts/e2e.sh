@@ -426,6 +426,13 @@ leader() { # prints the member that leads, as one that answers sees it
 wait_for "a member leads" leader
 batonctl queue members
 lead=$(leader)
+# The leader's address first: batonctl must get past a dead first member to
+# the ones that answer, whichever member happened to win the election.
+others_addrs=""
+for m in queue queue-2 queue-3; do
+  [ "$m" = "$lead" ] || others_addrs="$others_addrs,$(compose port "$m" 7070)"
+done
+export BATON_BATONCTL_QUEUE_ADDR=$(compose port "$lead" 7070)$others_addrs
 load_manifest 3 >"$tmp/load.yaml"
 batonctl apply -f "$tmp/load.yaml" >"$tmp/apply.log" 2>&1 &
 apply_pid=$!
