@@ -64,6 +64,10 @@ type Backoff struct {
 	// Attempts bounds the tries of one call, the first included; 0 means
 	// until the context ends.
 	Attempts int
+	// PerMember makes Attempts count the tries on each member of a list
+	// of addresses (Dial's): a call tries every member before it gives
+	// up, so a member that is down does not hide the others.
+	PerMember bool
 }
 
 // Option configures a Client.
@@ -155,6 +159,10 @@ func call[T any](ctx context.Context, c *Client, f func(context.Context) (T, err
 	if maxWait <= 0 {
 		maxWait = 2 * time.Second
 	}
+	attempts := c.retry.Attempts
+	if c.retry.PerMember && c.members != nil {
+		attempts *= c.members.Len()
+	}
 	for attempt := 1; ; attempt++ {
 		var at uint32
 		if c.members != nil {
@@ -164,7 +172,7 @@ func call[T any](ctx context.Context, c *Client, f func(context.Context) (T, err
 		if c.members != nil && status.Code(err) == codes.Unavailable {
 			c.members.Next(at) // the retry, or the next call, goes to another member
 		}
-		if err == nil || status.Code(err) != codes.Unavailable || (c.retry.Attempts > 0 && attempt >= c.retry.Attempts) {
+		if err == nil || status.Code(err) != codes.Unavailable || (attempts > 0 && attempt >= attempts) {
 			return v, typed(err)
 		}
 		// Full jitter keeps a fleet of workers from retrying in lockstep

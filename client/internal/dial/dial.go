@@ -132,6 +132,9 @@ func MemberConns(what, addr string, o Options) (*Members, error) {
 	return m, nil
 }
 
+// Len is the number of members.
+func (m *Members) Len() int { return len(m.conns) }
+
 // Current is the index of the connection calls use now, for Next.
 func (m *Members) Current() uint32 { return m.cur.Load() }
 

@@ -351,7 +351,7 @@ func (a *app) queue() (*queueclient.Client, error) {
 	// wait out a restart (the client's default retries Unavailable until
 	// the deadline), but a list of members is tried in turn, so a member
 	// that is down (the leader just killed, say) does not hide the others.
-	opts := []queueclient.Option{queueclient.WithBackoff(queueclient.Backoff{Attempts: memberCount(a.queueAddr)})}
+	opts := []queueclient.Option{queueclient.WithBackoff(queueclient.Backoff{Attempts: 1, PerMember: true})}
 	if src != nil {
 		opts = append(opts, queueclient.WithTLS(src))
 	}
@@ -361,18 +361,6 @@ func (a *app) queue() (*queueclient.Client, error) {
 	}
 	a.queueClient = c
 	return c, nil
-}
-
-// memberCount is the number of addresses in a comma-separated list, at
-// least 1 (Dial refuses an empty list itself).
-func memberCount(list string) int {
-	n := 0
-	for a := range strings.SplitSeq(list, ",") {
-		if strings.TrimSpace(a) != "" {
-			n++
-		}
-	}
-	return max(n, 1)
 }
 
 func (a *app) observer() (*observerclient.Client, error) {
