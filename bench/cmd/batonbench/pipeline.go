@@ -154,6 +154,10 @@ func (b *bench) pipeline(ctx context.Context) error {
 	if lat.QueueWait > 0 {
 		b.record(batonQ, name, "queue: ready → leased, mean", ms(lat.QueueWait), "ms")
 	}
+	if len(lat.Ready) > 0 && len(lat.Handoff) > 0 {
+		b.record(batonQ, name, "put → ready in the queue, p50", load.Percentile(lat.Ready, 50), "ms")
+		b.record(batonQ, name, "ready in the queue → reconcile start, p50", load.Percentile(lat.Handoff, 50), "ms")
+	}
 	b.record(ref, wEtcdWatch(p.rate), mP50, load.Percentile(lat.Watch, 50), "ms")
 	b.record(ref, wEtcdWatch(p.rate), mP99, load.Percentile(lat.Watch, 99), "ms")
 	b.record(ref, wEtcdPut(p.rate), mP50, load.Percentile(lat.Put, 50), "ms")
@@ -177,6 +181,15 @@ func (b *bench) pipeline(ctx context.Context) error {
 		b.record(batonQ, name, mReconcilesOf(c), cold.PerSet(cold.ReconcilesBy[c]), "reconciles/set")
 	}
 	b.record(batonQ, name, "reconciles ending in an error", cold.Failed, "reconciles")
+	for _, c := range []string{"replicasets", "pods"} {
+		if d, ok := cold.ReconcileMean[c]; ok {
+			b.record(batonQ, name, "reconcile time, mean, queue "+c, ms(d), "ms")
+		}
+	}
+	if cold.ReadWaits > 0 {
+		b.record(batonQ, name, "observer: cache read wait for min_revision, mean", ms(cold.ReadWaitMean), "ms")
+		b.record(batonQ, name, "observer: cache reads with a min_revision", cold.ReadWaits, "reads")
+	}
 	if cold.ReadsKnown {
 		b.record(batonQ, name, "etcd reads (Range requests, every client)", cold.Reads, "requests")
 		b.record(batonQ, name, mReadsPer, cold.ReadsPerReconcile(), "reads/reconcile")
@@ -319,7 +332,13 @@ services' own histograms: **observer: observed → Add accepted**
 (` + "`baton_observer_add_latency_seconds`" + `: from the watch event reaching the
 observer to the queue's OK, its fsync included) and **queue: ready →
 leased** (` + "`baton_queue_queue_duration_seconds`" + `: how long a key waited for the
-worker's Lease).
+worker's Lease); and, per put, split at the moment its key became ready in
+the queue (the lease's ` + "`pending_since`" + `, which the probe reads from
+` + "`reconcile.Request.PendingSince`" + `; one machine, one clock): **put → ready in
+the queue** (etcd's commit, the watch event, the observer's cache and
+outbox, the Add reaching the queue's memory) and **ready in the queue →
+reconcile start** (the lease, its push on the work stream, the worker's
+dispatch), each a p50.
 
 The target: the pipeline's p50 ≤ the watch's p50 + {{.Slack}} ms.
 
@@ -344,13 +363,19 @@ gRPC server handled from the first create to convergence, linearizable or
 serializable alike (` + "`grpc_server_handled_total{grpc_service=\"etcdserverpb.KV\",grpc_method=\"Range\"}`" + `
 of the embedded etcd, read before the first create and at convergence).
 etcd does not label requests by client, so it holds: the worker's reads of
-etcd (each reconcile reads its own object from etcd, linearizable, before it
-writes, and again when a compare-and-swap loses; its lists of children and
-owners go to the observer's cache, not etcd), and the observer's liveness
+etcd (a reconcile reads its objects, its children and their owners from the
+observer's cache; it reads etcd when a compare-and-swap loses, and to
+confirm an owner is gone before deleting its children), and the observer's liveness
 probe (one count-only Range every 500 ms, about 2 a second); the bench
 reads nothing from etcd in that time (it follows the sets through a watch),
 and the observer follows etcd through watches. **etcd reads per reconcile**
 is that over the reconciles: about 1 is one read per reconcile.
+**reconcile time, mean** is ` + "`baton_worker_reconcile_duration_seconds`" + ` over
+each queue's reconciles, and **observer: cache read wait for min_revision,
+mean** is ` + "`baton_observer_read_wait_seconds`" + `: how long the observer held a
+Get or List until its cache reached the read's min_revision, over **cache
+reads with a min_revision**. The difference between the two is the rest of
+a reconcile: its etcd writes and the round trips themselves.
 
 **etcd alone** (reference) is "the same number of writes" taken literally:
 after the cold start the bench reads those very write requests back from

@@ -45,6 +45,14 @@ type ColdResult struct {
 	// terminal error or a panic.
 	ReconcilesBy map[string]float64
 	Failed       float64
+	// ReconcileMean is the mean time of a reconcile, by controller
+	// (baton_worker_reconcile_duration_seconds), and ReadWaitMean the mean
+	// time a cache read waited for its min_revision in the observer
+	// (baton_observer_read_wait_seconds), over ReadWaits reads: together
+	// they say how much of a reconcile is spent waiting for the cache.
+	ReconcileMean map[string]time.Duration
+	ReadWaitMean  time.Duration
+	ReadWaits     float64
 	// Reads is the Range requests etcd served from the first create to
 	// convergence, linearizable or not (EtcdRequests): the worker's reads
 	// of etcd, and the observer's liveness probe (one count-only Range
@@ -276,6 +284,14 @@ wait:
 	}
 	if m, err := w.Metrics(ctx); err == nil {
 		res.countReconciles(m)
+		res.ReconcileMean = map[string]time.Duration{}
+		for c := range res.ReconcilesBy {
+			res.ReconcileMean[c] = HistogramMean(nil, m, "baton_worker_reconcile_duration_seconds", fmt.Sprintf(`{controller=%q}`, c))
+		}
+	}
+	if m, err := s.Observer.Metrics(ctx); err == nil {
+		res.ReadWaitMean = HistogramMean(nil, m, "baton_observer_read_wait_seconds", "")
+		res.ReadWaits = m["baton_observer_read_wait_seconds_count"]
 	}
 	stopProfiles()
 	w.Stop()

@@ -37,6 +37,13 @@ type LatencyResult struct {
 	Puts                  int
 	Issuing               time.Duration // from the first put to the last issued
 	Reconcile, Watch, Put []time.Duration
+	// Ready splits Reconcile at the moment the key became ready in the
+	// queue (the lease's pending_since, on the same machine's clock):
+	// Ready is from before the put to then (etcd, the watch, the observer,
+	// the Add reaching the queue's memory), Handoff from then to the
+	// reconcile's start (the lease, the push on the work stream, the
+	// worker's dispatch). Both sorted.
+	Ready, Handoff []time.Duration
 	// Where the time goes, means over the measured puts from the services'
 	// own histograms (0 if a histogram could not be read): the observer's
 	// time from observing a change to the queue accepting its Add, and the
@@ -93,6 +100,7 @@ func (f *firstSeen) has(keys []string) (missing int) {
 // reconcile and every put has its own reconcile.
 func Latency(ctx context.Context, s *Stack, cfg LatencyConfig) (LatencyResult, error) {
 	reconciled := &firstSeen{at: map[string]time.Time{}}
+	ready := &firstSeen{at: map[string]time.Time{}} // by the queue's pending_since
 	watched := &firstSeen{at: map[string]time.Time{}}
 
 	// The probe worker: its reconcile only notes the time, so what is
@@ -101,7 +109,9 @@ func Latency(ctx context.Context, s *Stack, cfg LatencyConfig) (LatencyResult, e
 	m := manager.New(queueclient.New(s.Queue.Conn), manager.Options{Worker: "probe", GracePeriod: 2 * time.Second})
 	if err := m.Add(manager.Controller{Name: ProbeQueue, Concurrency: cfg.Concurrency,
 		Reconciler: reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
-			reconciled.see(req.Key, time.Now())
+			now := time.Now()
+			reconciled.see(req.Key, now)
+			ready.see(req.Key, req.PendingSince)
 			return reconcile.Result{}, nil
 		})}); err != nil {
 		stopManager()
@@ -175,6 +185,12 @@ func Latency(ctx context.Context, s *Stack, cfg LatencyConfig) (LatencyResult, e
 	var missing int
 	reconciled.mu.Lock()
 	res.Reconcile, missing = Latencies(sent, reconciled.at, ks)
+	if missing == 0 {
+		ready.mu.Lock()
+		res.Ready, _ = Latencies(sent, ready.at, ks)
+		res.Handoff = handoffs(ready.at, reconciled.at, ks)
+		ready.mu.Unlock()
+	}
 	reconciled.mu.Unlock()
 	if missing > 0 {
 		return res, fmt.Errorf("%d of %d puts never reconciled", missing, n)
@@ -294,6 +310,20 @@ func keys(ns string, n int) []string {
 // queueKey maps an etcd key under ProbePrefix to the queue key the observer
 // announces for it ("namespace/name").
 func queueKey(etcdKey string) string { return etcdKey[len(ProbePrefix):] }
+
+// handoffs is, for each key, the time from ready to reconciled, sorted.
+func handoffs(ready, reconciled map[string]time.Time, ks []string) []time.Duration {
+	out := make([]time.Duration, 0, len(ks))
+	for _, k := range ks {
+		r, ok1 := ready[k]
+		d, ok2 := reconciled[k]
+		if ok1 && ok2 {
+			out = append(out, d.Sub(r))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // Latencies pairs put i's send time with when ks[i] was first seen and
 // returns the latencies sorted, and how many keys were never seen.

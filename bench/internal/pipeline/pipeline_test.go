@@ -121,6 +121,11 @@ func TestLatencySmall(t *testing.T) {
 	if res.Reconcile[0] <= 0 || res.Watch[0] <= 0 {
 		t.Fatalf("latencies must be positive: reconcile %v, watch %v", res.Reconcile[0], res.Watch[0])
 	}
+	// Every put is split where its key became ready in the queue: after
+	// the put began, and before its reconcile did.
+	if len(res.Ready) != 100 || len(res.Handoff) != 100 || res.Ready[0] <= 0 || res.Handoff[0] < 0 {
+		t.Fatalf("split at ready: %d put → ready (first %v), %d ready → start (first %v)", len(res.Ready), res.Ready[0], len(res.Handoff), res.Handoff[0])
+	}
 }
 
 // TestColdStartSmall runs the cold start end to end on the real binaries
@@ -146,6 +151,11 @@ func TestColdStartSmall(t *testing.T) {
 	if res.ReconcilesBy["replicasets"] < sets || res.ReconcilesBy["pods"] < 3*sets ||
 		res.ReconcilesBy["replicasets"]+res.ReconcilesBy["pods"] != res.Reconciles {
 		t.Errorf("reconciles by controller %v of %v", res.ReconcilesBy, res.Reconciles)
+	}
+	// Both controllers' reconciles were timed, and the observer timed the
+	// waits of their cache reads, each with the lease's min_revision.
+	if res.ReconcileMean["replicasets"] <= 0 || res.ReconcileMean["pods"] <= 0 || res.ReadWaits < res.Reconciles || res.ReadWaitMean <= 0 {
+		t.Errorf("reconcile means %v, %v reads waited %v on average", res.ReconcileMean, res.ReadWaits, res.ReadWaitMean)
 	}
 	// The controllers read through the observer's cache: etcd sees a read
 	// only when one confirms an owner gone (none here) and the observer's

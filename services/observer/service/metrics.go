@@ -11,6 +11,7 @@ import (
 type metrics struct {
 	o       *observer
 	latency *prometheus.HistogramVec
+	wait    prometheus.Histogram
 
 	events, relists, restarts, observed, head, lag *prometheus.Desc
 	outbox, delivered, failures, dropped, objects  *prometheus.Desc
@@ -30,6 +31,13 @@ func newMetrics(o *observer) *metrics {
 			// 100 µs to ~100 s: from an idle loopback queue to a long outage.
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 11),
 		}, []string{"queue"}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "baton_observer_read_wait_seconds",
+			Help: "How long a Get or List with a min_revision waited for the cache to reach it.",
+			// 10 µs to ~40 s: from a cache already there to a watch that
+			// cannot catch up.
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
+		}),
 		events:       d("events_total", "Watch events received.", "prefix"),
 		relists:      d("relists_total", "Full lists of a prefix (at start and after compaction).", "prefix"),
 		restarts:     d("watch_restarts_total", "Watches opened again after a break.", "prefix"),
@@ -52,6 +60,9 @@ func newMetrics(o *observer) *metrics {
 
 func (m *metrics) register(reg prometheus.Registerer) error {
 	if err := reg.Register(m.latency); err != nil {
+		return err
+	}
+	if err := reg.Register(m.wait); err != nil {
 		return err
 	}
 	return reg.Register(m)

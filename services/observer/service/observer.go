@@ -95,6 +95,9 @@ func (o *observer) Nudge() {
 	}
 }
 
+// ReadWaited observes a cache read's wait for its min_revision.
+func (o *observer) ReadWaited(d time.Duration) { o.metrics.wait.Observe(d.Seconds()) }
+
 // tick asks for progress notifications, writes the checkpoint and
 // resyncs, until ctx ends.
 func (o *observer) tick(ctx context.Context, progress, resync time.Duration) {

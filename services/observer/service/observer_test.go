@@ -387,6 +387,12 @@ func TestGetAndMinRevision(t *testing.T) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
+	// Every read with a min_revision that was answered had its wait
+	// observed (the 20 Gets, the Get and the List on the idle prefix);
+	// those that gave up, and those without one, were not.
+	if got := scrape(t, o.httpAddr, "baton_observer_read_wait_seconds_count")[""]; got != 22 {
+		t.Errorf("baton_observer_read_wait_seconds_count = %v, want 22", got)
+	}
 }
 
 func TestListByOwner(t *testing.T) {

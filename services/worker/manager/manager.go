@@ -459,7 +459,8 @@ func (r *runner) process(ctx context.Context, j *job) {
 // the grace period is over.
 func (r *runner) reconcile(ctx context.Context, j *job) (queueclient.Outcome, bool) {
 	defer j.cancel()
-	req := reconcile.Request{Queue: r.c.Name, Key: j.lease.Key, Attempt: j.lease.Attempt, MinRevision: j.lease.MinRevision}
+	req := reconcile.Request{Queue: r.c.Name, Key: j.lease.Key, Attempt: j.lease.Attempt, MinRevision: j.lease.MinRevision,
+		PendingSince: j.lease.PendingSince}
 	log := r.log.With("key", req.Key, "attempt", req.Attempt)
 
 	r.metrics.active.WithLabelValues(r.c.Name).Inc()

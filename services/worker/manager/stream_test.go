@@ -290,3 +290,36 @@ func TestFallsBackWithoutWork(t *testing.T) {
 		t.Errorf("reconciles %d, Lease calls %d, Ack calls %d: want the key reconciled over unary calls", calls.Load(), f.leaseCalls, f.ackCalls)
 	}
 }
+
+// TestRequestCarriesPendingSince: a reconcile learns when its key became
+// ready in the queue, on the stream and through unary calls alike: after
+// the Add that made it ready, and before the reconcile began.
+func TestRequestCarriesPendingSince(t *testing.T) {
+	for _, unary := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stream", true: "unary"}[unary], func(t *testing.T) {
+			queue := framework.StartQueue(t, framework.QueueOptions{})
+			q := queue.Client
+			type seen struct{ since, at time.Time }
+			got := make(chan seen, 1)
+			rec := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+				select {
+				case got <- seen{req.PendingSince, time.Now()}:
+				default:
+				}
+				return reconcile.Result{}, nil
+			})
+			stop := start(t, q, Controller{Reconciler: rec}, Options{UnaryCalls: unary})
+			defer stop()
+			before := time.Now()
+			add(t, q, "ns/a")
+			select {
+			case s := <-got:
+				if s.since.Before(before) || s.since.After(s.at) {
+					t.Errorf("PendingSince = %v, want between the Add (%v) and the reconcile's start (%v)", s.since, before, s.at)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("no reconcile in 30 s")
+			}
+		})
+	}
+}

@@ -42,6 +42,10 @@ type Request struct {
 	// min_revision); 0 when the queue knows none. objects.AtLeast puts it
 	// on a context for the Store's reads.
 	MinRevision int64
+	// PendingSince is when the key last became ready in the queue, by the
+	// queue's clock (the lease's pending_since): the key waited from then
+	// until its reconcile started.
+	PendingSince time.Time
 }
 
 // Result qualifies a successful reconcile.

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"github.com/batonrun/baton/services/observer/internal/cache"
@@ -26,6 +27,9 @@ type Observer interface {
 	// Nudge asks every watch for a progress notification (min_revision
 	// waits call it so an idle prefix catches up quickly).
 	Nudge()
+	// ReadWaited observes how long a read with a min_revision waited for
+	// the cache to reach it.
+	ReadWaited(d time.Duration)
 	// Status describes the watches, outboxes and rules.
 	Status() *observerv1.StatusResponse
 }
@@ -55,6 +59,17 @@ func waitError(err error, rev, have int64) error {
 	}
 }
 
+// wait waits for the cache to reach rev on prefixes, and reports how long
+// that took.
+func (s *server) wait(ctx context.Context, rev int64, prefixes ...string) error {
+	start := time.Now()
+	if err := s.cache.Wait(ctx, rev, s.obs.Nudge, prefixes...); err != nil {
+		return waitError(err, rev, s.cache.Revision(prefixes...))
+	}
+	s.obs.ReadWaited(time.Since(start))
+	return nil
+}
+
 func (s *server) Get(ctx context.Context, req *observerv1.GetRequest) (*observerv1.GetResponse, error) {
 	if req.GetKey() == "" {
 		return nil, status.Error(codes.InvalidArgument, "key is empty")
@@ -67,8 +82,8 @@ func (s *server) Get(ctx context.Context, req *observerv1.GetRequest) (*observer
 		return nil, status.Errorf(codes.InvalidArgument, "key %q is under no watched prefix (%v)", req.GetKey(), s.cache.Prefixes())
 	}
 	if rev := req.GetMinRevision(); rev > 0 {
-		if err := s.cache.Wait(ctx, rev, s.obs.Nudge, prefix); err != nil {
-			return nil, waitError(err, rev, s.cache.Revision(prefix))
+		if err := s.wait(ctx, rev, prefix); err != nil {
+			return nil, err
 		}
 	}
 	// The revision is read before the object: the object is then at least
@@ -103,8 +118,8 @@ func (s *server) List(ctx context.Context, req *observerv1.ListRequest) (*observ
 	}
 	prefixes := s.cache.Covering(req.GetPrefix())
 	if rev := req.GetMinRevision(); rev > 0 && len(prefixes) > 0 {
-		if err := s.cache.Wait(ctx, rev, s.obs.Nudge, prefixes...); err != nil {
-			return nil, waitError(err, rev, s.cache.Revision(prefixes...))
+		if err := s.wait(ctx, rev, prefixes...); err != nil {
+			return nil, err
 		}
 	}
 	rev := s.cache.Revision(prefixes...)

@@ -13,9 +13,13 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-type fakeObserver struct{ nudges int }
+type fakeObserver struct {
+	nudges int
+	waits  []time.Duration
+}
 
 func (f *fakeObserver) Nudge()                             { f.nudges++ }
+func (f *fakeObserver) ReadWaited(d time.Duration)         { f.waits = append(f.waits, d) }
 func (f *fakeObserver) Status() *observerv1.StatusResponse { return &observerv1.StatusResponse{} }
 
 func TestWaitError(t *testing.T) {
@@ -82,6 +86,11 @@ func TestHandlers(t *testing.T) {
 	}
 	if obs.nudges == 0 {
 		t.Error("a min_revision wait did not nudge the watches")
+	}
+	// The read at revision 3 waited (for nothing) and was observed; the
+	// one that gave up was not.
+	if len(obs.waits) != 1 {
+		t.Errorf("waits observed = %v, want the one read that reached its min_revision", obs.waits)
 	}
 	list, err := s.List(ctx, &observerv1.ListRequest{OwnerKind: "ReplicaSet", OwnerName: "rs", OwnerNamespace: "ns"})
 	if err != nil || len(list.GetItems()) != 1 || list.GetNextPageToken() != "" {
