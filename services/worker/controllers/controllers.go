@@ -230,13 +230,7 @@ func createPods(ctx context.Context, st *objects.Store, owner *objects.ObjectMet
 		batch := min(n, 100)
 		var err error
 		for range 5 {
-			keys := make([]string, batch)
-			pods := make([]objects.Metaobject, batch)
-			for i := range batch {
-				name := owner.Name + "-" + objects.RandomSuffix()
-				keys[i] = objects.Key(objects.ResourcePods, owner.Namespace, name)
-				pods[i] = newPod(owner, kind, name, t)
-			}
+			keys, pods := newPods(owner, kind, t, batch)
 			if err = st.CreateAll(ctx, keys, pods); !errors.Is(err, objects.ErrConflict) {
 				break
 			}
@@ -247,6 +241,39 @@ func createPods(ctx context.Context, st *objects.Store, owner *objects.ObjectMet
 		n -= batch
 	}
 	return nil
+}
+
+// newPods returns n new pods of owner, named <owner>-<5 random
+// alphanumerics>, and their keys.
+func newPods(owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n int) ([]string, []objects.Metaobject) {
+	keys := make([]string, n)
+	pods := make([]objects.Metaobject, n)
+	for i := range n {
+		name := owner.Name + "-" + objects.RandomSuffix()
+		keys[i] = objects.Key(objects.ResourcePods, owner.Namespace, name)
+		pods[i] = newPod(owner, kind, name, t)
+	}
+	return keys, pods
+}
+
+// createPodsWithStatus creates n pods of the owner read as raw, as
+// createPods does, and writes its status st (with UpdateStatusFrom's
+// rules) in the same etcd transaction when it can: a first reconcile then
+// writes once, not twice. When the transaction is refused (a name taken,
+// or the owner changed since raw was read) or n is too many for one, it
+// takes the two steps, which sort those out.
+func createPodsWithStatus(ctx context.Context, st *objects.Store, raw objects.Raw, owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n int, status any) error {
+	if n < 100 {
+		keys, pods := newPods(owner, kind, t, n)
+		err := st.CreateAllWithStatus(ctx, keys, pods, raw, owner.UID, status)
+		if !errors.Is(err, objects.ErrConflict) {
+			return err
+		}
+	}
+	if err := createPods(ctx, st, owner, kind, t, n); err != nil {
+		return err
+	}
+	return st.UpdateStatusFrom(ctx, raw, owner.UID, status)
 }
 
 // podCounts are the pods of one owner by phase.

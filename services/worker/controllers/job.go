@@ -62,11 +62,14 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if !finished {
 		want = min(parallelism, completions-n.succeeded)
 	}
+	status := objects.JobStatus{
+		Active: want, Succeeded: n.succeeded, Failed: n.failed,
+		Conditions: conds, ObservedGeneration: job.Metadata.Generation,
+	}
 	switch {
 	case len(live) < want:
-		if err := createPods(ctx, st, &job.Metadata, objects.KindJob, job.Spec.Template, want-len(live)); err != nil {
-			return reconcile.Result{}, err
-		}
+		// One write for the new pods and the status that counts them.
+		return reconcile.Result{}, createPodsWithStatus(ctx, st, raw, &job.Metadata, objects.KindJob, job.Spec.Template, want-len(live), status)
 	case len(live) > want:
 		// A finished Job (or lowered parallelism) stops its extra pods.
 		deletionOrder(live)
@@ -76,10 +79,7 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 			}
 		}
 	}
-	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, job.Metadata.UID, objects.JobStatus{
-		Active: want, Succeeded: n.succeeded, Failed: n.failed,
-		Conditions: conds, ObservedGeneration: job.Metadata.Generation,
-	})
+	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, job.Metadata.UID, status)
 }
 
 func hasCondition(conds []objects.Condition, typ string) bool {

@@ -42,12 +42,24 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 	}
 	live := livePods(pods)
 	want := objects.Or(rs.Spec.Replicas, 1)
+	status := func(live []objects.Item[objects.Pod]) objects.ReplicaSetStatus {
+		ready := 0
+		for _, p := range live {
+			if p.Object.Status.Phase == objects.PodRunning {
+				ready++
+			}
+		}
+		return objects.ReplicaSetStatus{Replicas: want, ReadyReplicas: ready, ObservedGeneration: rs.Metadata.Generation}
+	}
 	switch {
 	case len(live) < want:
-		if err := createPods(ctx, st, &rs.Metadata, objects.KindReplicaSet, rs.Spec.Template, want-len(live)); err != nil {
+		// The new pods are not running yet: the status counts them in
+		// replicas only, and goes in the same write as they do.
+		if err := createPodsWithStatus(ctx, st, raw, &rs.Metadata, objects.KindReplicaSet, rs.Spec.Template, want-len(live), status(live)); err != nil {
 			return reconcile.Result{}, err
 		}
 		c.d.Log.Debug("created pods", "key", req.Key, "count", want-len(live))
+		return reconcile.Result{}, nil
 	case len(live) > want:
 		deletionOrder(live)
 		n := len(live) - want
@@ -59,13 +71,5 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 		live = live[n:]
 		c.d.Log.Debug("deleted pods", "key", req.Key, "count", n)
 	}
-	ready := 0
-	for _, p := range live {
-		if p.Object.Status.Phase == objects.PodRunning {
-			ready++
-		}
-	}
-	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, rs.Metadata.UID, objects.ReplicaSetStatus{
-		Replicas: want, ReadyReplicas: ready, ObservedGeneration: rs.Metadata.Generation,
-	})
+	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, rs.Metadata.UID, status(live))
 }

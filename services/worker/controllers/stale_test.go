@@ -168,3 +168,45 @@ func TestStaleCacheStillCleansUp(t *testing.T) {
 		t.Errorf("etcd reads %d, want 1 (the owner confirmed gone)", r.Etcd)
 	}
 }
+
+// TestFirstReconcileIsOneWrite: a new ReplicaSet's first reconcile creates
+// its pods and writes its status in one etcd transaction; and from a stale
+// read of the set (changed since), the transaction is refused and the two
+// steps still create the pods and write the status over the newer set.
+func TestFirstReconcileIsOneWrite(t *testing.T) {
+	w := newWorld(t)
+	ctx := t.Context()
+	set := func(name string, labels map[string]any) map[string]any {
+		return map[string]any{"kind": "ReplicaSet", "metadata": map[string]any{"labels": labels},
+			"spec": map[string]any{"replicas": 3, "template": template("nginx", 0, 0)}}
+	}
+	w.apply("replicasets", "default", "one", set("one", nil))
+	before := w.rev()
+	if _, err := w.ctrls["replicasets"].Reconcile(ctx, reconcile.Request{Queue: "replicasets", Key: "default/one"}); err != nil {
+		t.Fatal(err)
+	}
+	if after := w.rev(); after != before+1 {
+		t.Errorf("the first reconcile took %d revisions, want 1", after-before)
+	}
+	got := get[objects.ReplicaSet](w, "replicasets", "one")
+	if pods := w.pods("ReplicaSet", "one"); len(pods) != 3 || got.Status.Replicas != 3 || got.Status.ReadyReplicas != 0 || got.Status.ObservedGeneration != got.Metadata.Generation {
+		t.Errorf("after one reconcile: %d pods, status %+v", len(pods), got.Status)
+	}
+
+	// A cache that shows the set as it was before a label was added.
+	w.apply("replicasets", "default", "two", set("two", nil))
+	stale := w.rev()
+	w.apply("replicasets", "default", "two", set("two", map[string]any{"changed": "yes"}))
+	cache := &laggingCache{cli: w.cli, at: map[string]int64{"replicasets": stale}}
+	rc, err := New("replicasets", Deps{Store: objects.NewStoreWithCache(w.cli, cache), Now: w.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.Reconcile(ctx, reconcile.Request{Queue: "replicasets", Key: "default/two"}); err != nil {
+		t.Fatal(err)
+	}
+	two := get[objects.ReplicaSet](w, "replicasets", "two")
+	if pods := w.pods("ReplicaSet", "two"); len(pods) != 3 || two.Status.Replicas != 3 || two.Metadata.Labels["changed"] != "yes" {
+		t.Errorf("from a stale read: %d pods, status %+v, labels %v", len(pods), two.Status, two.Metadata.Labels)
+	}
+}

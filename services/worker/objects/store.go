@@ -447,25 +447,11 @@ func (s *Store) CreateAll(ctx context.Context, keys []string, vs []Metaobject) e
 	if len(keys) != len(vs) {
 		return fmt.Errorf("objects: CreateAll with %d keys and %d objects", len(keys), len(vs))
 	}
-	now := time.Now().UTC().Format(time.RFC3339)
 	for start := 0; start < len(keys); start += maxTxnOps {
 		end := min(start+maxTxnOps, len(keys))
-		var cmps []clientv3.Cmp
-		var ops []clientv3.Op
-		for i := start; i < end; i++ {
-			m := vs[i].Meta()
-			if m.UID == "" {
-				m.UID = NewUID()
-			}
-			if m.CreationTimestamp == "" {
-				m.CreationTimestamp = now
-			}
-			b, err := json.Marshal(vs[i])
-			if err != nil {
-				return fmt.Errorf("encode %s: %w", keys[i], err)
-			}
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(keys[i]), "=", 0))
-			ops = append(ops, clientv3.OpPut(keys[i], string(b)))
+		cmps, ops, err := createOps(keys[start:end], vs[start:end])
+		if err != nil {
+			return err
 		}
 		tctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 		resp, err := s.etcd.Txn(tctx).If(cmps...).Then(ops...).Commit()
@@ -619,30 +605,112 @@ func (s *Store) UpdateStatusFrom(ctx context.Context, raw Raw, uid string, st an
 				return err
 			}
 		}
-		var top map[string]json.RawMessage
-		if err := json.Unmarshal(raw.Value, &top); err != nil {
-			return fmt.Errorf("decode %s: %w", key, err)
-		}
-		var meta ObjectMeta
-		if err := json.Unmarshal(top["metadata"], &meta); err != nil {
-			return fmt.Errorf("decode metadata of %s: %w", key, err)
-		}
-		if uid != "" && meta.UID != uid {
-			return nil // replaced by a new object of the same name
-		}
-		if jsonEqual(top["status"], want) {
-			return nil
-		}
-		top["status"] = want
-		b, err := json.Marshal(top)
-		if err != nil {
-			return fmt.Errorf("encode %s: %w", key, err)
+		b, err := withStatus(raw, uid, want)
+		if b == nil || err != nil {
+			return err
 		}
 		if _, err := s.put(ctx, key, raw.ModRevision, b); !errors.Is(err, ErrConflict) {
 			return err
 		}
 	}
 	return fmt.Errorf("update status of %s: gave up after %d conflicts: %w", key, maxConflictRetries, ErrConflict)
+}
+
+// withStatus returns raw's object with its status set to the encoded
+// status want, or nil when nothing is to be written: its status is already
+// want, or it is no longer the object uid names (replaced by a new object
+// of the same name; uid "" matches any).
+func withStatus(raw Raw, uid string, want []byte) ([]byte, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw.Value, &top); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", raw.Key, err)
+	}
+	var meta ObjectMeta
+	if err := json.Unmarshal(top["metadata"], &meta); err != nil {
+		return nil, fmt.Errorf("decode metadata of %s: %w", raw.Key, err)
+	}
+	if uid != "" && meta.UID != uid {
+		return nil, nil
+	}
+	if jsonEqual(top["status"], want) {
+		return nil, nil
+	}
+	top["status"] = want
+	b, err := json.Marshal(top)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", raw.Key, err)
+	}
+	return b, nil
+}
+
+// CreateAllWithStatus is CreateAll of objects (fewer than 100) and
+// UpdateStatusFrom(raw, uid, st) in one transaction: one etcd request and
+// one revision where the two steps take two, for an owner that creates
+// children and reports them in its status in the same reconcile. The
+// transaction holds only while raw's object is still at raw.ModRevision
+// and every key is free; if either is not so, nothing is written and the
+// error is ErrConflict, for the caller to take the two steps, which tell
+// the cases apart (a taken name, or an owner that changed since it was
+// read). When the status needs no write (already st, or the object is no
+// longer uid) it is CreateAll alone.
+func (s *Store) CreateAllWithStatus(ctx context.Context, keys []string, vs []Metaobject, raw Raw, uid string, st any) error {
+	if len(keys) != len(vs) || len(keys) >= maxTxnOps || raw.Value == nil {
+		return fmt.Errorf("objects: CreateAllWithStatus of %d keys and %d objects (at most %d), with the owner read (%t)",
+			len(keys), len(vs), maxTxnOps-1, raw.Value != nil)
+	}
+	want, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode status of %s: %w", raw.Key, err)
+	}
+	owner, err := withStatus(raw, uid, want)
+	if err != nil {
+		return err
+	}
+	if owner == nil {
+		return s.CreateAll(ctx, keys, vs)
+	}
+	cmps, ops, err := createOps(keys, vs)
+	if err != nil {
+		return err
+	}
+	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(raw.Key), "=", raw.ModRevision))
+	ops = append(ops, clientv3.OpPut(raw.Key, string(owner)))
+	tctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	resp, err := s.etcd.Txn(tctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("create %d objects and update status of %s: %w", len(keys), raw.Key, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("create %d objects and update status of %s: %w", len(keys), raw.Key, ErrConflict)
+	}
+	s.wrote(ctx, resp.Header.Revision)
+	return nil
+}
+
+// createOps are the comparisons and puts that create vs at keys, each only
+// if its key does not exist, setting metadata.uid and creationTimestamp
+// where empty.
+func createOps(keys []string, vs []Metaobject) ([]clientv3.Cmp, []clientv3.Op, error) {
+	now := time.Now().UTC().Format(time.RFC3339)
+	cmps := make([]clientv3.Cmp, 0, len(keys)+1)
+	ops := make([]clientv3.Op, 0, len(keys)+1)
+	for i := range keys {
+		m := vs[i].Meta()
+		if m.UID == "" {
+			m.UID = NewUID()
+		}
+		if m.CreationTimestamp == "" {
+			m.CreationTimestamp = now
+		}
+		b, err := json.Marshal(vs[i])
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode %s: %w", keys[i], err)
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(keys[i]), "=", 0))
+		ops = append(ops, clientv3.OpPut(keys[i], string(b)))
+	}
+	return cmps, ops, nil
 }
 
 // mergeTop encodes v over the top-level fields of stored.

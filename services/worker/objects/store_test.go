@@ -3,6 +3,7 @@ package objects
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -173,6 +174,97 @@ func TestUpdateStatusFrom(t *testing.T) {
 	}
 	if again, _ := cli.Get(ctx, key); again.Kvs[0].ModRevision != resp.Kvs[0].ModRevision {
 		t.Errorf("UpdateStatusFrom wrote an equal status: %s", again.Kvs[0].Value)
+	}
+}
+
+// TestCreateAllWithStatus: the children and the owner's status are one
+// revision; a stale owner or a taken key writes nothing at all; a status
+// already equal leaves the owner alone.
+func TestCreateAllWithStatus(t *testing.T) {
+	st, cli := newStore(t)
+	ctx := t.Context()
+	key := Key("replicasets", "default", "rs")
+	if _, err := cli.Put(ctx, key, `{"kind":"ReplicaSet","metadata":{"name":"rs","namespace":"default","uid":"u1","generation":1},"spec":{"replicas":2}}`); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetDirect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := func(names ...string) ([]string, []Metaobject) {
+		var keys []string
+		var vs []Metaobject
+		for _, n := range names {
+			keys = append(keys, Key("pods", "default", n))
+			vs = append(vs, &Pod{Kind: KindPod, Metadata: ObjectMeta{Name: n, Namespace: "default"}})
+		}
+		return keys, vs
+	}
+	keys, vs := pods("a", "b")
+	if err := st.CreateAllWithStatus(ctx, keys, vs, raw, "u1", ReplicaSetStatus{Replicas: 2, ObservedGeneration: 1}); err != nil {
+		t.Fatal(err)
+	}
+	owner, _ := cli.Get(ctx, key)
+	var rs ReplicaSet
+	if err := json.Unmarshal(owner.Kvs[0].Value, &rs); err != nil {
+		t.Fatal(err)
+	}
+	if rs.Status.Replicas != 2 || rs.Status.ObservedGeneration != 1 || Or(rs.Spec.Replicas, 0) != 2 {
+		t.Errorf("owner after the transaction: %s", owner.Kvs[0].Value)
+	}
+	for _, k := range keys {
+		p, _ := cli.Get(ctx, k)
+		if len(p.Kvs) != 1 || p.Kvs[0].ModRevision != owner.Kvs[0].ModRevision {
+			t.Errorf("pod %s: %v, want it written in the owner's revision %d", k, p.Kvs, owner.Kvs[0].ModRevision)
+		}
+	}
+
+	// raw is stale now: nothing is written, not even the free pods.
+	head := owner.Header.Revision
+	keys, vs = pods("c")
+	if err := st.CreateAllWithStatus(ctx, keys, vs, raw, "u1", ReplicaSetStatus{Replicas: 3}); !errors.Is(err, ErrConflict) {
+		t.Errorf("from a stale owner: %v, want ErrConflict", err)
+	}
+	// A taken name: nothing is written either, status included.
+	fresh, _ := st.GetDirect(ctx, key)
+	keys, vs = pods("d", "a")
+	if err := st.CreateAllWithStatus(ctx, keys, vs, fresh, "u1", ReplicaSetStatus{Replicas: 4}); !errors.Is(err, ErrConflict) {
+		t.Errorf("with a taken name: %v, want ErrConflict", err)
+	}
+	if now, _ := cli.Get(ctx, key); now.Header.Revision != head {
+		t.Errorf("refused transactions moved etcd from revision %d to %d", head, now.Header.Revision)
+	}
+
+	// An equal status: the pods alone, the owner untouched.
+	keys, vs = pods("e")
+	if err := st.CreateAllWithStatus(ctx, keys, vs, fresh, "u1", ReplicaSetStatus{Replicas: 2, ObservedGeneration: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := cli.Get(ctx, key); now.Kvs[0].ModRevision != owner.Kvs[0].ModRevision {
+		t.Errorf("an equal status was written: %s", now.Kvs[0].Value)
+	}
+	if e, _ := cli.Get(ctx, keys[0]); len(e.Kvs) != 1 {
+		t.Error("the pod of an unchanged status was not created")
+	}
+	// Another object of the same name (uid): the pods alone too.
+	keys, vs = pods("f")
+	if err := st.CreateAllWithStatus(ctx, keys, vs, fresh, "u2", ReplicaSetStatus{Replicas: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := cli.Get(ctx, key); now.Kvs[0].ModRevision != owner.Kvs[0].ModRevision {
+		t.Errorf("the status of another uid was written: %s", now.Kvs[0].Value)
+	}
+	// Too many for one transaction, or no owner read: refused, nothing written.
+	many := make([]string, 100)
+	for i := range many {
+		many[i] = fmt.Sprintf("m%d", i)
+	}
+	keys, vs = pods(many...)
+	if err := st.CreateAllWithStatus(ctx, keys, vs, fresh, "u1", ReplicaSetStatus{Replicas: 100}); err == nil || errors.Is(err, ErrConflict) {
+		t.Errorf("100 objects: %v, want a usage error", err)
+	}
+	if err := st.CreateAllWithStatus(ctx, keys[:1], vs[:1], Raw{Key: key}, "u1", ReplicaSetStatus{Replicas: 1}); err == nil || errors.Is(err, ErrConflict) {
+		t.Errorf("no owner read: %v, want a usage error", err)
 	}
 }
 
