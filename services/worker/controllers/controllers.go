@@ -19,10 +19,11 @@
 // status with observedGeneration only when the status changed. Writes are
 // compare-and-swaps on etcd, so one made from a stale read is refused and
 // retried from etcd. A reconcile that creates pods writes them and its
-// status in one transaction (createPodsWithStatus). When its object is gone it deletes the children that
-// named it as owner (Kubernetes leaves that to a garbage collector; here it
-// is part of each invariant). Children whose owner reference carries another
-// uid belong to an earlier object of the same name and are deleted too.
+// status in one transaction (createPodsWithStatus). When its object is
+// gone it deletes the children that named it as owner (Kubernetes leaves
+// that to a garbage collector; here it is part of each invariant).
+// Children whose owner reference carries another uid belong to an earlier
+// object of the same name and are deleted too.
 //
 // Deletes are the one decision a stale read could make wrong: a cache that
 // lags may not show an owner that etcd has (deleted and created again under
