@@ -169,10 +169,11 @@ func TestStaleCacheStillCleansUp(t *testing.T) {
 	}
 }
 
-// TestFirstReconcileIsOneWrite: a new ReplicaSet's first reconcile creates
-// its pods and writes its status in one etcd transaction; and from a stale
-// read of the set (changed since), the transaction is refused and the two
-// steps still create the pods and write the status over the newer set.
+// TestFirstReconcileIsOneWrite: a new ReplicaSet's (or Job's) first
+// reconcile creates its pods and writes its status in one etcd
+// transaction; and from a stale read of the set (changed since), the
+// transaction is refused and the two steps still create the pods and write
+// the status over the newer set.
 func TestFirstReconcileIsOneWrite(t *testing.T) {
 	w := newWorld(t)
 	ctx := t.Context()
@@ -191,6 +192,20 @@ func TestFirstReconcileIsOneWrite(t *testing.T) {
 	got := get[objects.ReplicaSet](w, "replicasets", "one")
 	if pods := w.pods("ReplicaSet", "one"); len(pods) != 3 || got.Status.Replicas != 3 || got.Status.ReadyReplicas != 0 || got.Status.ObservedGeneration != got.Metadata.Generation {
 		t.Errorf("after one reconcile: %d pods, status %+v", len(pods), got.Status)
+	}
+
+	// A Job's first reconcile too: its pods and its status (active) at once.
+	w.apply("jobs", "default", "j", map[string]any{"kind": "Job", "metadata": map[string]any{},
+		"spec": map[string]any{"completions": 2, "parallelism": 2, "template": template("busybox", 2, 0)}})
+	before = w.rev()
+	if _, err := w.ctrls["jobs"].Reconcile(ctx, reconcile.Request{Queue: "jobs", Key: "default/j"}); err != nil {
+		t.Fatal(err)
+	}
+	if after := w.rev(); after != before+1 {
+		t.Errorf("the Job's first reconcile took %d revisions, want 1", after-before)
+	}
+	if job := get[objects.Job](w, "jobs", "j"); len(w.pods("Job", "j")) != 2 || job.Status.Active != 2 {
+		t.Errorf("after one Job reconcile: %d pods, status %+v", len(w.pods("Job", "j")), job.Status)
 	}
 
 	// A cache that shows the set as it was before a label was added.
