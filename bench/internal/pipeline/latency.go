@@ -109,8 +109,7 @@ func Latency(ctx context.Context, s *Stack, cfg LatencyConfig) (LatencyResult, e
 	m := manager.New(queueclient.New(s.Queue.Conn), manager.Options{Worker: "probe", GracePeriod: 2 * time.Second})
 	if err := m.Add(manager.Controller{Name: ProbeQueue, Concurrency: cfg.Concurrency,
 		Reconciler: reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
-			now := time.Now()
-			reconciled.see(req.Key, now)
+			reconciled.see(req.Key, time.Now())
 			ready.see(req.Key, req.PendingSince)
 			return reconcile.Result{}, nil
 		})}); err != nil {
@@ -188,8 +187,13 @@ func Latency(ctx context.Context, s *Stack, cfg LatencyConfig) (LatencyResult, e
 	if missing == 0 {
 		ready.mu.Lock()
 		res.Ready, _ = Latencies(sent, ready.at, ks)
-		res.Handoff = handoffs(ready.at, reconciled.at, ks)
+		// Every reconciled key was seen ready too (both in one reconcile).
+		readyAt := make([]time.Time, len(ks))
+		for i, k := range ks {
+			readyAt[i] = ready.at[k]
+		}
 		ready.mu.Unlock()
+		res.Handoff, _ = Latencies(readyAt, reconciled.at, ks)
 	}
 	reconciled.mu.Unlock()
 	if missing > 0 {
@@ -310,20 +314,6 @@ func keys(ns string, n int) []string {
 // queueKey maps an etcd key under ProbePrefix to the queue key the observer
 // announces for it ("namespace/name").
 func queueKey(etcdKey string) string { return etcdKey[len(ProbePrefix):] }
-
-// handoffs is, for each key, the time from ready to reconciled, sorted.
-func handoffs(ready, reconciled map[string]time.Time, ks []string) []time.Duration {
-	out := make([]time.Duration, 0, len(ks))
-	for _, k := range ks {
-		r, ok1 := ready[k]
-		d, ok2 := reconciled[k]
-		if ok1 && ok2 {
-			out = append(out, d.Sub(r))
-		}
-	}
-	slices.Sort(out)
-	return out
-}
 
 // Latencies pairs put i's send time with when ks[i] was first seen and
 // returns the latencies sorted, and how many keys were never seen.

@@ -229,7 +229,7 @@ func newPod(owner *objects.ObjectMeta, kind, name string, t objects.PodTemplate)
 // names for a transaction that found a name taken (it wrote nothing).
 func createPods(ctx context.Context, st *objects.Store, owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n int) error {
 	for n > 0 {
-		batch := min(n, 100)
+		batch := min(n, objects.MaxTxnOps)
 		var err error
 		for range 5 {
 			keys, pods := newPods(owner, kind, t, batch)
@@ -265,7 +265,7 @@ func newPods(owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n in
 // or the owner changed since raw was read) or n is too many for one, it
 // takes the two steps, which sort those out.
 func createPodsWithStatus(ctx context.Context, st *objects.Store, raw objects.Raw, owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n int, status any) error {
-	if n < 100 {
+	if n < objects.MaxTxnOps { // the owner takes one operation too
 		keys, pods := newPods(owner, kind, t, n)
 		err := st.CreateAllWithStatus(ctx, keys, pods, raw, owner.UID, status)
 		if !errors.Is(err, objects.ErrConflict) {

@@ -434,9 +434,10 @@ func (s *Store) Create(ctx context.Context, key string, v Metaobject) (int64, er
 	return resp.Header.Revision, nil
 }
 
-// maxTxnOps keeps a transaction under etcd's default limit of 128
-// operations (--max-txn-ops).
-const maxTxnOps = 100
+// MaxTxnOps is the most operations the Store puts in one transaction
+// (CreateAll's batches; CreateAllWithStatus's objects and the owner): it
+// keeps a transaction under etcd's default limit of 128 (--max-txn-ops).
+const MaxTxnOps = 100
 
 // CreateAll creates several objects, each only if its key does not exist, in
 // transactions of up to 100: all of one transaction or none of it
@@ -447,8 +448,8 @@ func (s *Store) CreateAll(ctx context.Context, keys []string, vs []Metaobject) e
 	if len(keys) != len(vs) {
 		return fmt.Errorf("objects: CreateAll with %d keys and %d objects", len(keys), len(vs))
 	}
-	for start := 0; start < len(keys); start += maxTxnOps {
-		end := min(start+maxTxnOps, len(keys))
+	for start := 0; start < len(keys); start += MaxTxnOps {
+		end := min(start+MaxTxnOps, len(keys))
 		cmps, ops, err := createOps(keys[start:end], vs[start:end])
 		if err != nil {
 			return err
@@ -654,9 +655,9 @@ func withStatus(raw Raw, uid string, want []byte) ([]byte, error) {
 // read). When the status needs no write (already st, or the object is no
 // longer uid) it is CreateAll alone.
 func (s *Store) CreateAllWithStatus(ctx context.Context, keys []string, vs []Metaobject, raw Raw, uid string, st any) error {
-	if len(keys) != len(vs) || len(keys) >= maxTxnOps || raw.Value == nil {
+	if len(keys) != len(vs) || len(keys) >= MaxTxnOps || raw.Value == nil {
 		return fmt.Errorf("objects: CreateAllWithStatus of %d keys and %d objects (at most %d), with the owner read (%t)",
-			len(keys), len(vs), maxTxnOps-1, raw.Value != nil)
+			len(keys), len(vs), MaxTxnOps-1, raw.Value != nil)
 	}
 	want, err := json.Marshal(st)
 	if err != nil {
