@@ -362,7 +362,9 @@ func (r *runner) runUnary(ctx context.Context) {
 	go func() { defer close(ackDone); r.ackLoop(stopBg) }()
 
 	var work sync.WaitGroup
-	r.lease(ctx, workCtx, &work)
+	workers := newPool(r.c.Concurrency, &work)
+	r.lease(ctx, workCtx, workers)
+	workers.close()
 
 	// Shutdown: wait for in-flight reconciles within the grace period.
 	done := make(chan struct{})
@@ -386,7 +388,7 @@ func (r *runner) runUnary(ctx context.Context) {
 
 // lease is the leasing loop: it holds one slot per worker goroutine and asks
 // the queue for as many keys as it has free slots.
-func (r *runner) lease(ctx, workCtx context.Context, work *sync.WaitGroup) {
+func (r *runner) lease(ctx, workCtx context.Context, workers *pool) {
 	slots := make(chan struct{}, r.c.Concurrency)
 	backoff := 50 * time.Millisecond
 	for {
@@ -431,7 +433,7 @@ func (r *runner) lease(ctx, workCtx context.Context, work *sync.WaitGroup) {
 			r.mu.Lock()
 			r.inflight[l.Key] = j
 			r.mu.Unlock()
-			work.Go(func() {
+			workers.run(func() {
 				defer func() { <-slots }()
 				r.process(jctx, j)
 			})

@@ -43,6 +43,8 @@ func (r *runner) runStream(ctx context.Context) error {
 	defer cancelWork()
 	var work sync.WaitGroup
 	defer work.Wait()
+	workers := newPool(r.c.Concurrency, &work)
+	defer workers.close() // before work.Wait: every stream has ended by then
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		// The stream outlives ctx by the drain at shutdown, so it lives
@@ -72,7 +74,7 @@ func (r *runner) runStream(ctx context.Context) error {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		r.serve(ctx, workCtx, cancelWork, s, &work)
+		r.serve(ctx, workCtx, cancelWork, s, workers)
 		cancelStream()
 	}
 	return nil
@@ -96,11 +98,11 @@ func (ss *session) take(key string) *job {
 
 // serve runs one stream until it ends, or, once ctx is cancelled, drains
 // it within the grace period.
-func (r *runner) serve(ctx, workCtx context.Context, cancelWork context.CancelFunc, s *queueclient.Stream, work *sync.WaitGroup) {
+func (r *runner) serve(ctx, workCtx context.Context, cancelWork context.CancelFunc, s *queueclient.Stream, workers *pool) {
 	defer s.Close()
 	ss := &session{s: s, jobs: map[string]*job{}}
 	ended := make(chan error, 1)
-	go func() { ended <- r.receive(workCtx, ss, work) }()
+	go func() { ended <- r.receive(workCtx, ss, workers) }()
 	stopBeats := make(chan struct{})
 	var beats sync.WaitGroup
 	beats.Go(func() { r.beat(ss, stopBeats) })
@@ -161,7 +163,7 @@ func (r *runner) drain(ss *session, ended <-chan error, cancelWork context.Cance
 
 // receive handles the queue's messages until the stream ends, and returns
 // why (io.EOF: the queue ended it after a drain).
-func (r *runner) receive(workCtx context.Context, ss *session, work *sync.WaitGroup) error {
+func (r *runner) receive(workCtx context.Context, ss *session, workers *pool) error {
 	for {
 		ev, err := ss.s.Recv()
 		if err != nil {
@@ -175,7 +177,7 @@ func (r *runner) receive(workCtx context.Context, ss *session, work *sync.WaitGr
 			ss.mu.Lock()
 			ss.jobs[l.Key] = j
 			ss.mu.Unlock()
-			work.Go(func() { r.processStreamed(jctx, ss, j) })
+			workers.run(func() { r.processStreamed(jctx, ss, j) })
 		case ev.Ack != nil:
 			if ev.Ack.Status == queueclient.LeaseLost {
 				r.log.Info("ack refused: lease lost", "key", ev.Ack.Key)
