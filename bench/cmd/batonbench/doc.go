@@ -64,9 +64,9 @@ var docTemplate = template.Must(template.New("doc").Parse(`# Benchmarks
 
 Run on **{{.Date}}**, {{if .D.Quick}}**a smoke run (` + "`-quick`" + `: 0.5 s workloads, 100,000 keys instead of 1,000,000) — not the real benchmark**{{else}}a full run{{end}}, taking {{.Took}}.
 
-> **These numbers are noisy.** The machine is shared: other engineers were
-> compiling on its 2 cores during this run, and its disk's sync rate swings
-> 3–4x from run to run. That is why every target is a ratio against a
+> **These numbers are noisy.** The machine is shared: whatever else runs
+> on its 2 cores moves them (the load average when the run started is
+> under Machine), and its disk's sync rate swings 3–4x from run to run. That is why every target is a ratio against a
 > reference measured in the same run (or, for the few absolute targets,
 > should be read with that noise in mind). Compare figures within one run,
 > never across runs. Re-run ` + "`make bench`" + ` on a quiet machine before
