@@ -66,8 +66,9 @@ Run on **{{.Date}}**, {{if .D.Quick}}**a smoke run (` + "`-quick`" + `: 0.5 s wo
 
 > **These numbers are noisy.** The machine is shared: whatever else runs
 > on its 2 cores moves them (the load average when the run started is
-> under Machine), and its disk's sync rate swings 3–4x from run to run. That is why every target is a ratio against a
-> reference measured in the same run (or, for the few absolute targets,
+> under Machine), and its disk's sync rate swings 3–4x from run to run.
+> That is why every target is a ratio against a reference measured in
+> the same run (or, for the few absolute targets,
 > should be read with that noise in mind). Compare figures within one run,
 > never across runs. Re-run ` + "`make bench`" + ` on a quiet machine before
 > quoting any of them.
