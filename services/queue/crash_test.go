@@ -63,14 +63,47 @@ type proc struct {
 	waitErr error
 }
 
+// handedOut holds every address freePort has returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
+// freePort returns a loopback address that was free a moment ago, for a
+// baton-queue process to listen on, and never one it returned before: the
+// kernel may hand a just-closed port to the next bind, and two members of
+// one cluster given the same port made a replicated test fail with
+// "address already in use".
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		handedOut.Lock()
+		taken := handedOut.addrs[addr]
+		handedOut.addrs[addr] = true
+		handedOut.Unlock()
+		if !taken {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+}
+
+// The kernel hands a just-closed port out again within a few hundred
+// binds; freePort must not, or two processes of one test collide.
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := map[string]int{}
+	for i := range 500 {
+		addr := freePort(t)
+		if j, ok := seen[addr]; ok {
+			t.Fatalf("freePort returned %s on calls %d and %d", addr, j, i)
+		}
+		seen[addr] = i
+	}
 }
 
 func newProc(t *testing.T, args ...string) *proc {

@@ -727,13 +727,18 @@ func TestRejoinAfterLostDisk(t *testing.T) {
 func TestRejoinNewQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
+	// The listeners are closed once all three are picked: the kernel may
+	// hand a just-closed port to the next bind.
 	addrs := make([]string, 3)
+	ls := make([]net.Listener, 3)
 	for i := range addrs {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		addrs[i] = l.Addr().String()
+		ls[i], addrs[i] = l, l.Addr().String()
+	}
+	for _, l := range ls {
 		l.Close()
 	}
 	cfg := JoinConfig{ClusterID: testCluster, Name: "m1", Addr: addrs[0], Peers: map[string]string{"m2": addrs[1], "m3": addrs[2]}, Retry: 20 * time.Millisecond}
