@@ -150,13 +150,25 @@ child process of their own for workloads 4–6 (see the crash).
   ready and the stream holds fewer than its max_in_flight, here the round's
   batch (1 or 1000), so a caller holds at most one round's keys. Lease takes
   what was pushed (waiting up to 20 ms for the first); Ack sends one ack
-  message per key on the stream and returns once the queue has answered
-  each (a LEASE_LOST answer stops the run, as a refused unary Ack does).
+  message per key on the stream and returns without waiting for the
+  answers, as the worker SDK does and as NATS's client acks (a LEASE_LOST
+  answer fails the caller's next call, as a refused unary Ack does).
   The queue answers an ack of success on the stream before its record is
   fsynced (losing it only offers the key once more; docs/design.md, "The
   work stream"); the Add is fsynced before its OK as before. A caller that
   has finished its last round closes its stream, which hands back at once
   the keys pushed to it that it had not taken (others owe them).
+- **gRPC relay (no queue)**: not a queue but the floor of the line above,
+  single keys only: the same client (` + "`client/queue`" + ` through
+  ` + "`peers.BatonStream`" + `) sends the same messages to a server in a child
+  process (` + "`bench/internal/refs`" + `, relay.go) that only relays them. Its
+  Add puts the keys in a Go channel; each work stream pushes from it while
+  it holds fewer than its max_in_flight, with the fields baton-queue's
+  leases carry; every ack is answered OK. No collapsing, no state, no log,
+  no fsync. Any queue serving this protocol through grpc-go exchanges at
+  least these messages, so the single-key stream targets name the relay's
+  figure beside their bound: where the relay is below the bound, the bound
+  is out of reach of the protocol on this machine, not of Baton alone.
 - **client-go**: ` + "`k8s.io/client-go/util/workqueue`" + ` v0.37.2, a typed
   rate-limiting queue in the bench process: the semantic ceiling, not
   durable, no network. Lease = ` + "`Get`" + ` (after checking ` + "`Len`" + `, under a mutex, so it

@@ -24,6 +24,11 @@ const (
 	// keys leased and acked as the worker SDK takes them. It runs workload
 	// 1's cycle shapes only, beside batonQ's unary Lease and Ack.
 	batonStream = "baton (work stream)"
+	// relayQ is the floor of batonStream's single-key cycle: the same
+	// client and messages against refs' relay, a server in another process
+	// that keeps keys in a channel and nothing else (no collapsing, no log,
+	// no fsync). It runs workload 1's single-key shapes only.
+	relayQ      = "gRPC relay (no queue)"
 	natsDefault = "nats"
 	natsSync    = "nats (sync always)"
 	etcdQueue   = "etcd-queue"
@@ -35,10 +40,14 @@ const (
 )
 
 // sideContenders in the order they run and are charted.
-var sideContenders = []string{batonQ, batonStream, clientGo, natsDefault, natsSync, etcdQueue}
+var sideContenders = []string{batonQ, batonStream, relayQ, clientGo, natsDefault, natsSync, etcdQueue}
 
 // cycleOnly are the contenders that run workload 1 alone.
-var cycleOnly = map[string]bool{batonStream: true, batonR3Stream: true}
+var cycleOnly = map[string]bool{batonStream: true, relayQ: true, batonR3Stream: true}
+
+// singleKeyOnly are the contenders that run workload 1's batch-1 shapes
+// alone.
+var singleKeyOnly = map[string]bool{relayQ: true}
 
 // cycleShapes are workload 1's (batch, callers) pairs.
 var cycleShapes = [][2]int{{1, 1}, {1, 64}, {1000, 1}, {1000, 64}}
@@ -75,6 +84,7 @@ const wSideCrash = "crash: SIGKILL during the cycle, restart, drain"
 // the cycleOnly ones), 4 against the durable ones, and 5 and 6 against the
 // peers; -only and -contenders narrow it (selected).
 func (b *bench) sideBySide(ctx context.Context) error {
+	defer b.closeRefs() // the relay's server
 	for _, name := range b.cfg.chosen(sideContenders) {
 		if err := b.contender(ctx, name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -220,6 +230,21 @@ func (b *bench) open(ctx context.Context, name string) (peers.Queue, func(), err
 			return q, func() { q.Close(); s.Close(); cleanup() }, nil
 		}
 		return peers.Baton{Client: s.Client, Name: "side"}, func() { s.Close(); cleanup() }, nil
+	case relayQ:
+		if err := b.refsProc(ctx); err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		c, closeC, err := refs.RelayClient(b.refs.Addr)
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		// A queue name of its own each time: a relay keeps what a run
+		// left in it.
+		b.relays++
+		q := &peers.BatonStream{Client: c, Name: fmt.Sprintf("relay%d", b.relays)}
+		return q, func() { q.Close(); closeC(); cleanup() }, nil
 	case clientGo:
 		q = peers.NewClientGo()
 	case natsDefault, natsSync:
@@ -247,6 +272,9 @@ func (b *bench) contender(ctx context.Context, name string) error {
 	}
 	if b.cfg.runs(gCycle) {
 		for _, sh := range cycleShapes {
+			if singleKeyOnly[name] && sh[0] != 1 {
+				continue
+			}
 			if err := with(func(q peers.Queue) error { return b.sideCycle(ctx, name, q, sh, isBaton(name)) }); err != nil {
 				return err
 			}
@@ -413,8 +441,13 @@ func (b *bench) sideTargets() []report.Target {
 		w := wSideCycle(1, p.callers)
 		m, ok1 := b.set.Get(batonStream, w, mRate)
 		r, ok2 := b.set.Get(p.peer, w, mRate)
-		add(report.AtLeastTimes(tStreamCycle(p.callers, p.peer), m, p.peer, r, 1, "keys/s",
-			fmt.Sprintf("1 × %s, the same shape", p.peer)), ok1, ok2)
+		basis := fmt.Sprintf("1 × %s, the same shape", p.peer)
+		// The relay's figure says how much of the bound any server of this
+		// protocol can reach here (its floor, not a target).
+		if f, ok := b.set.Get(relayQ, w, mRate); ok && r > 0 {
+			basis += fmt.Sprintf("; %s: %s keys/s, %s × %s", relayQ, report.Format(f, "keys/s"), report.Format(f/r, "x"), p.peer)
+		}
+		add(report.AtLeastTimes(tStreamCycle(p.callers, p.peer), m, p.peer, r, 1, "keys/s", basis), ok1, ok2)
 	}
 	bd, ok1 := b.set.Get(batonQ, wSideCollapse(b.cfg.collapse), mDeliveries)
 	cd, ok2 := b.set.Get(clientGo, wSideCollapse(b.cfg.collapse), mDeliveries)

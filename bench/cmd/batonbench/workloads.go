@@ -63,10 +63,11 @@ func wRestart(n int) string {
 }
 
 type bench struct {
-	cfg  config
-	log  io.Writer
-	set  report.Set
-	refs *peers.Proc // the child serving the gRPC references (refsProc)
+	cfg    config
+	log    io.Writer
+	set    report.Set
+	refs   *peers.Proc // the child serving the gRPC references (refsProc)
+	relays int         // queue names the relay contender has used
 	// profiles are the cold start's CPU profiles (-profile), for the report.
 	profiles []profile.Result
 }
@@ -115,11 +116,7 @@ func (b *bench) queueWorkloads(ctx context.Context) error {
 	if !b.cfg.runs(gQueue) {
 		return nil
 	}
-	defer func() {
-		if b.refs != nil {
-			b.refs.Close()
-		}
-	}()
+	defer b.closeRefs()
 	paired := []func(context.Context) error{
 		b.fsyncRef,
 		func(ctx context.Context) error { return b.echoRef(ctx, wEcho1, 1) },
@@ -182,6 +179,14 @@ func (b *bench) refsProc(ctx context.Context) error {
 	}
 	b.refs = p
 	return nil
+}
+
+// closeRefs stops the reference server's child, if it runs.
+func (b *bench) closeRefs() {
+	if b.refs != nil {
+		b.refs.Close()
+		b.refs = nil
+	}
 }
 
 func (b *bench) echoRef(ctx context.Context, name string, callers int) error {

@@ -63,7 +63,7 @@ func serve(register func(*grpc.Server)) (*grpc.ClientConn, func(), error) {
 // boundary over loopback as the calls to baton-queue do.
 func Register(s *grpc.Server) {
 	healthpb.RegisterHealthServer(s, health.NewServer())
-	queuev1.RegisterQueueServiceServer(s, carrier{})
+	queuev1.RegisterQueueServiceServer(s, &carrier{})
 }
 
 // dial connects to the reference server at addr, or starts one in this
@@ -99,13 +99,27 @@ func Echo(ctx context.Context, addr string, callers int, d time.Duration) (load.
 	})
 }
 
+// carrier is the reference QueueService: its Add on carryQueue only counts
+// the keys (Carry); on any other queue it hands them to the queue's relay
+// (relay.go).
 type carrier struct {
 	queuev1.UnimplementedQueueServiceServer
+	relays relays
 }
 
-func (carrier) Add(_ context.Context, r *queuev1.AddRequest) (*queuev1.AddResponse, error) {
+func (c *carrier) Add(_ context.Context, r *queuev1.AddRequest) (*queuev1.AddResponse, error) {
+	if r.GetQueue() != carryQueue {
+		if err := c.relays.open(r.GetQueue()).add(r.GetKeys()); err != nil {
+			return nil, err
+		}
+	}
 	return &queuev1.AddResponse{Queued: uint32(len(r.GetKeys()))}, nil
 }
+
+func (c *carrier) Work(stream queuev1.QueueService_WorkServer) error { return c.relays.work(stream) }
+
+// carryQueue is the queue Carry adds to, whose keys are only counted.
+const carryQueue = "carry"
 
 // Carry measures how many keys per second gRPC carries in Add requests of
 // batch keys from callers goroutines for d, to a server (at addr, or in this
@@ -120,7 +134,7 @@ func Carry(ctx context.Context, addr string, callers, batch int, d time.Duration
 	qc := queuev1.NewQueueServiceClient(conn)
 	reqs := make([]*queuev1.AddRequest, callers)
 	for c := range reqs {
-		reqs[c] = &queuev1.AddRequest{Queue: "carry", Keys: Keys(fmt.Sprintf("c%02d", c), 0, batch)}
+		reqs[c] = &queuev1.AddRequest{Queue: carryQueue, Keys: Keys(fmt.Sprintf("c%02d", c), 0, batch)}
 	}
 	if _, err := qc.Add(ctx, reqs[0], grpc.WaitForReady(true)); err != nil {
 		return load.Result{}, fmt.Errorf("carry: %w", err)
