@@ -12,9 +12,16 @@ import (
 // worker's CPU. A goroutine that stays keeps the stack it grew (until the
 // garbage collector shrinks an idle one).
 type pool struct {
-	jobs chan func() // unbuffered: a job never waits behind a busy goroutine
+	jobs chan func() // unbuffered: a job goes to a goroutine that is free
 	wg   *sync.WaitGroup
-	// extra counts the jobs that found no idle goroutine and got one of
+	// idle counts the goroutines that are free: each has added itself
+	// before it receives its next job, and run takes one away before it
+	// sends, so a send always has a receiver on its way (one that has
+	// finished its job, maybe not yet back at the receive). A select with
+	// a default instead gave the job a goroutine of its own whenever the
+	// free one was not parked yet: on a busy machine, nearly always.
+	idle atomic.Int64
+	// extra counts the jobs that found no free goroutine and got one of
 	// their own.
 	extra atomic.Int64
 }
@@ -24,7 +31,12 @@ func newPool(n int, wg *sync.WaitGroup) *pool {
 	p := &pool{jobs: make(chan func()), wg: wg}
 	for range n {
 		wg.Go(func() {
-			for f := range p.jobs {
+			for {
+				p.idle.Add(1)
+				f, ok := <-p.jobs
+				if !ok {
+					return
+				}
 				f()
 			}
 		})
@@ -32,18 +44,18 @@ func newPool(n int, wg *sync.WaitGroup) *pool {
 	return p
 }
 
-// run runs f on an idle goroutine of the pool, or on a new one (counted in
-// wg) when none is idle, so that f never waits. The flow control keeps the
-// jobs at most the pool's size, but a goroutine that has just sent its ack
-// may not be back waiting when the next lease arrives, and a cancelled
-// reconcile may still be running when its key's next lease does.
+// run runs f on a free goroutine of the pool, or on a new one (counted in
+// wg) when none is free, so that f never waits behind a busy one. The flow
+// control keeps the jobs at most the pool's size, but a cancelled
+// reconcile may still be running when its key's next lease comes.
 func (p *pool) run(f func()) {
-	select {
-	case p.jobs <- f:
-	default:
-		p.extra.Add(1)
-		p.wg.Go(f)
+	if p.idle.Add(-1) >= 0 {
+		p.jobs <- f
+		return
 	}
+	p.idle.Add(1)
+	p.extra.Add(1)
+	p.wg.Go(f)
 }
 
 // close lets the pool's goroutines end once their jobs are done. run must

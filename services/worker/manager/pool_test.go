@@ -26,14 +26,17 @@ func TestPoolRunsAJobWhenEveryGoroutineIsBusy(t *testing.T) {
 	waitGroup(t, &wg)
 }
 
-// Jobs run one after another on the pool's goroutines, and close lets them
-// end.
+// Jobs run one after another on the pool's goroutines, never on one of
+// their own while a pool goroutine is free, and close lets them end.
 func TestPoolReusesItsGoroutines(t *testing.T) {
 	var wg sync.WaitGroup
 	p := newPool(2, &wg)
 	var mu sync.Mutex
 	ran := 0
 	for range 100 {
+		// Both pool goroutines free (the last job's has counted itself
+		// back), whether or not either is parked at its receive yet.
+		waitFor(t, func() bool { return p.idle.Load() == 2 })
 		done := make(chan struct{})
 		p.run(func() { mu.Lock(); ran++; mu.Unlock(); close(done) })
 		<-done
@@ -43,10 +46,18 @@ func TestPoolReusesItsGoroutines(t *testing.T) {
 	if ran != 100 {
 		t.Fatalf("ran %d jobs, want 100", ran)
 	}
-	// A goroutine that has just run a job may not be back waiting when the
-	// next one comes, so a few may get their own; most must not.
-	if n := p.extra.Load(); n > 50 {
-		t.Fatalf("%d of 100 jobs started a goroutine of their own; the pool's were idle", n)
+	if n := p.extra.Load(); n != 0 {
+		t.Fatalf("%d of 100 jobs started a goroutine of their own; the pool's were free", n)
+	}
+}
+
+// waitFor polls cond until it holds, for up to 10 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10 s")
+		}
 	}
 }
 
