@@ -35,8 +35,8 @@ import (
 	"github.com/batonrun/baton/client/tlsfiles"
 	"github.com/batonrun/baton/services/runtime/authz"
 	"github.com/batonrun/baton/services/runtime/limits"
+	"github.com/batonrun/baton/services/runtime/rpcmetrics"
 	"github.com/batonrun/baton/services/runtime/trust"
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,7 +181,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	metrics := rpcmetrics.New()
 	reg.MustRegister(metrics)
 	g, err := listenGRPC(o, log, metrics, sec, lim)
 	if err != nil {
@@ -333,7 +333,7 @@ func newLimiter(o Options, sec security, reg *prometheus.Registry) (*limits.Limi
 
 // listenGRPC builds the gRPC server with every Baton interceptor, registers
 // the service, health and reflection, and opens its listener.
-func listenGRPC(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, sec security, lim *limits.Limiter) (*grpcSide, error) {
+func listenGRPC(o Options, log *slog.Logger, metrics *rpcmetrics.Metrics, sec security, lim *limits.Limiter) (*grpcSide, error) {
 	g := &grpcSide{health: health.NewServer()}
 	if o.GRPCAddr == "" {
 		return g, nil
@@ -344,7 +344,7 @@ func listenGRPC(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, se
 	}
 	healthpb.RegisterHealthServer(g.srv, g.health)
 	reflection.Register(g.srv)
-	metrics.InitializeMetrics(g.srv)
+	metrics.Init(g.srv)
 	lis, err := net.Listen("tcp", o.GRPCAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen grpc %s: %w", o.GRPCAddr, err)
@@ -356,7 +356,7 @@ func listenGRPC(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, se
 // listenPeer builds and opens the peers' gRPC server of Options.PeerAddr,
 // if there is one: the interceptors of the main one, no health or
 // reflection (nothing but peers dials it).
-func listenPeer(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, sec security, lim *limits.Limiter) (*grpcSide, error) {
+func listenPeer(o Options, log *slog.Logger, metrics *rpcmetrics.Metrics, sec security, lim *limits.Limiter) (*grpcSide, error) {
 	p := &grpcSide{health: health.NewServer()}
 	if o.PeerAddr == "" {
 		return p, nil
@@ -365,7 +365,7 @@ func listenPeer(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, se
 	if o.RegisterPeer != nil {
 		o.RegisterPeer(p.srv)
 	}
-	metrics.InitializeMetrics(p.srv)
+	metrics.Init(p.srv)
 	lis, err := net.Listen("tcp", o.PeerAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen peer grpc %s: %w", o.PeerAddr, err)
@@ -468,7 +468,7 @@ func httpMux(o Options, reg *prometheus.Registry) *http.ServeMux {
 // (RESOURCE_EXHAUSTED, at WARN) is that refusal's one log line.
 // newServer is a gRPC server with every Baton interceptor and o's message
 // bound, for the main listener and the peers' alike.
-func newServer(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, sec security, lim *limits.Limiter) *grpc.Server {
+func newServer(o Options, log *slog.Logger, metrics *rpcmetrics.Metrics, sec security, lim *limits.Limiter) *grpc.Server {
 	maxRecv := o.MaxRecvBytes
 	if maxRecv <= 0 {
 		maxRecv = DefaultMaxRecvBytes
@@ -476,7 +476,7 @@ func newServer(o Options, log *slog.Logger, metrics *grpcprom.ServerMetrics, sec
 	return grpc.NewServer(append(serverOptions(log, metrics, maxRecv, sec.authz, lim), sec.grpcOpts...)...)
 }
 
-func serverOptions(log *slog.Logger, metrics *grpcprom.ServerMetrics, maxRecv int, az *authz.Authorizer, lim *limits.Limiter) []grpc.ServerOption {
+func serverOptions(log *slog.Logger, metrics *rpcmetrics.Metrics, maxRecv int, az *authz.Authorizer, lim *limits.Limiter) []grpc.ServerOption {
 	recover := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Errorf(codes.Internal, "internal error: %v", p)
