@@ -15,15 +15,7 @@ func TestReferences(t *testing.T) {
 	}
 	// A server of the references elsewhere (the bench runs it in a child
 	// process), and one in this process ("").
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	Register(s)
-	go func() { _ = s.Serve(lis) }()
-	defer s.Stop()
-	for _, addr := range []string{lis.Addr().String(), ""} {
+	for _, addr := range []string{serveRefs(t), ""} {
 		if r, err := Echo(ctx, addr, 2, 20*time.Millisecond); err != nil || r.Calls == 0 || len(r.Latencies) != int(r.Calls) {
 			t.Fatalf("echo at %q: %+v %v", addr, r, err)
 		}
@@ -32,6 +24,21 @@ func TestReferences(t *testing.T) {
 			t.Fatalf("carry at %q: %+v %v", addr, r, err)
 		}
 	}
+}
+
+// serveRefs serves the references on loopback until the test ends and
+// returns their address.
+func serveRefs(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	Register(s)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return lis.Addr().String()
 }
 
 func TestKeys(t *testing.T) {

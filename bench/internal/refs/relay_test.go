@@ -2,28 +2,18 @@ package refs
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"google.golang.org/grpc"
 )
 
 // startRelay serves the references on loopback and returns a client of
 // them.
 func startRelay(t *testing.T) *queueclient.Client {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	Register(s)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	c, closeC, err := RelayClient(lis.Addr().String())
+	c, closeC, err := RelayClient(serveRefs(t))
 	if err != nil {
 		t.Fatal(err)
 	}
