@@ -61,7 +61,16 @@ type Member struct {
 	// It receives the log but does not vote nor count towards a majority: a
 	// member MemberAdd added that has not started and joined yet. Always
 	// false with one member.
-	Learner       bool `protobuf:"varint,7,opt,name=learner" json:"learner,omitempty"`
+	Learner bool `protobuf:"varint,7,opt,name=learner" json:"learner,omitempty"`
+	// The format level of its build: the highest level of the formats it
+	// reads (docs/operations.md, "Upgrades"). Known for the member that
+	// answers, and, on the leader, for every member it has heard from; 0
+	// while unknown.
+	FormatLevel uint32 `protobuf:"varint,8,opt,name=format_level,json=formatLevel" json:"format_level,omitempty"`
+	// The leader has not heard from it for an election timeout (raft's
+	// RecentActive): down, or cut off. Known on the leader only; its term,
+	// applied_index and format_level are the last it said, or 0.
+	Unreachable   bool `protobuf:"varint,9,opt,name=unreachable" json:"unreachable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -141,6 +150,20 @@ func (x *Member) GetAppliedIndex() uint64 {
 func (x *Member) GetLearner() bool {
 	if x != nil {
 		return x.Learner
+	}
+	return false
+}
+
+func (x *Member) GetFormatLevel() uint32 {
+	if x != nil {
+		return x.FormatLevel
+	}
+	return 0
+}
+
+func (x *Member) GetUnreachable() bool {
+	if x != nil {
+		return x.Unreachable
 	}
 	return false
 }
@@ -436,6 +459,183 @@ func (x *MemberRemoveResponse) GetMembers() []*Member {
 	return nil
 }
 
+// MoveLeaderRequest names the member to hand leadership to.
+type MoveLeaderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member's name, in the form of MemberAddRequest.name; empty: the
+	// leader picks the voter whose log is furthest along.
+	To            string `protobuf:"bytes,1,opt,name=to" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveLeaderRequest) Reset() {
+	*x = MoveLeaderRequest{}
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveLeaderRequest) ProtoMessage() {}
+
+func (x *MoveLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveLeaderRequest.ProtoReflect.Descriptor instead.
+func (*MoveLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MoveLeaderRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+// MoveLeaderResponse says who leads after the move.
+type MoveLeaderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name of the member that leads now; empty if the member that
+	// answered no longer leads but has not yet heard who does.
+	LeaderName    string `protobuf:"bytes,1,opt,name=leader_name,json=leaderName" json:"leader_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveLeaderResponse) Reset() {
+	*x = MoveLeaderResponse{}
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveLeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveLeaderResponse) ProtoMessage() {}
+
+func (x *MoveLeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveLeaderResponse.ProtoReflect.Descriptor instead.
+func (*MoveLeaderResponse) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MoveLeaderResponse) GetLeaderName() string {
+	if x != nil {
+		return x.LeaderName
+	}
+	return ""
+}
+
+// SnapshotRequest asks for a backup of every queue.
+type SnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRequest) Reset() {
+	*x = SnapshotRequest{}
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRequest) ProtoMessage() {}
+
+func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+// SnapshotResponse is the next part of the backup file.
+type SnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file's next bytes, at most 1 MiB; the parts in order are the file.
+	Data          []byte `protobuf:"bytes,1,opt,name=data" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotResponse) Reset() {
+	*x = SnapshotResponse{}
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotResponse) ProtoMessage() {}
+
+func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_baton_queue_v1_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SnapshotResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // StatusRequest asks the answering member about itself.
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -445,7 +645,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_baton_queue_v1_cluster_proto_msgTypes[7]
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +657,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_cluster_proto_msgTypes[7]
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +670,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_baton_queue_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 // StatusResponse is the answering member's view of the queue.
@@ -487,14 +687,20 @@ type StatusResponse struct {
 	// one member (a majority of one), equal to member.applied_index.
 	CommitIndex uint64 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex" json:"commit_index,omitempty"`
 	// How many members the queue has; 1 without --initial-cluster.
-	MemberCount   uint32 `protobuf:"varint,4,opt,name=member_count,json=memberCount" json:"member_count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MemberCount uint32 `protobuf:"varint,4,opt,name=member_count,json=memberCount" json:"member_count,omitempty"`
+	// The queue's format level: the highest level every voting member
+	// reads, which bounds the formats the leader writes. Known on the
+	// leader (a member it has not heard from counts as level 1) and on a
+	// queue of one member (its own); 0 elsewhere. An upgrade is finished
+	// when it is the new release's level.
+	ClusterFormatLevel uint32 `protobuf:"varint,5,opt,name=cluster_format_level,json=clusterFormatLevel" json:"cluster_format_level,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_baton_queue_v1_cluster_proto_msgTypes[8]
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +712,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_queue_v1_cluster_proto_msgTypes[8]
+	mi := &file_baton_queue_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +725,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_baton_queue_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_baton_queue_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StatusResponse) GetMember() *Member {
@@ -550,11 +756,18 @@ func (x *StatusResponse) GetMemberCount() uint32 {
 	return 0
 }
 
+func (x *StatusResponse) GetClusterFormatLevel() uint32 {
+	if x != nil {
+		return x.ClusterFormatLevel
+	}
+	return 0
+}
+
 var File_baton_queue_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_baton_queue_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1cbaton/queue/v1/cluster.proto\x12\x0ebaton.queue.v1\"\xc5\x01\n" +
+	"\x1cbaton/queue/v1/cluster.proto\x12\x0ebaton.queue.v1\"\x8a\x02\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x1f\n" +
@@ -563,7 +776,9 @@ const file_baton_queue_v1_cluster_proto_rawDesc = "" +
 	"\x06leader\x18\x04 \x01(\bR\x06leader\x12\x12\n" +
 	"\x04term\x18\x05 \x01(\x04R\x04term\x12#\n" +
 	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12\x18\n" +
-	"\alearner\x18\a \x01(\bR\alearner\"\x13\n" +
+	"\alearner\x18\a \x01(\bR\alearner\x12!\n" +
+	"\fformat_level\x18\b \x01(\rR\vformatLevel\x12 \n" +
+	"\vunreachable\x18\t \x01(\bR\vunreachable\"\x13\n" +
 	"\x11MemberListRequest\"F\n" +
 	"\x12MemberListResponse\x120\n" +
 	"\amembers\x18\x01 \x03(\v2\x16.baton.queue.v1.MemberR\amembers\"d\n" +
@@ -577,19 +792,31 @@ const file_baton_queue_v1_cluster_proto_rawDesc = "" +
 	"\x13MemberRemoveRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
 	"\x14MemberRemoveResponse\x120\n" +
-	"\amembers\x18\x01 \x03(\v2\x16.baton.queue.v1.MemberR\amembers\"\x0f\n" +
-	"\rStatusRequest\"\xa7\x01\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.baton.queue.v1.MemberR\amembers\"#\n" +
+	"\x11MoveLeaderRequest\x12\x0e\n" +
+	"\x02to\x18\x01 \x01(\tR\x02to\"5\n" +
+	"\x12MoveLeaderResponse\x12\x1f\n" +
+	"\vleader_name\x18\x01 \x01(\tR\n" +
+	"leaderName\"\x11\n" +
+	"\x0fSnapshotRequest\"&\n" +
+	"\x10SnapshotResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x0f\n" +
+	"\rStatusRequest\"\xd9\x01\n" +
 	"\x0eStatusResponse\x12.\n" +
 	"\x06member\x18\x01 \x01(\v2\x16.baton.queue.v1.MemberR\x06member\x12\x1f\n" +
 	"\vleader_name\x18\x02 \x01(\tR\n" +
 	"leaderName\x12!\n" +
 	"\fcommit_index\x18\x03 \x01(\x04R\vcommitIndex\x12!\n" +
-	"\fmember_count\x18\x04 \x01(\rR\vmemberCount2\xea\x02\n" +
+	"\fmember_count\x18\x04 \x01(\rR\vmemberCount\x120\n" +
+	"\x14cluster_format_level\x18\x05 \x01(\rR\x12clusterFormatLevel2\x90\x04\n" +
 	"\x0eClusterService\x12X\n" +
 	"\n" +
 	"MemberList\x12!.baton.queue.v1.MemberListRequest\x1a\".baton.queue.v1.MemberListResponse\"\x03\x90\x02\x01\x12P\n" +
 	"\tMemberAdd\x12 .baton.queue.v1.MemberAddRequest\x1a!.baton.queue.v1.MemberAddResponse\x12^\n" +
-	"\fMemberRemove\x12#.baton.queue.v1.MemberRemoveRequest\x1a$.baton.queue.v1.MemberRemoveResponse\"\x03\x90\x02\x02\x12L\n" +
+	"\fMemberRemove\x12#.baton.queue.v1.MemberRemoveRequest\x1a$.baton.queue.v1.MemberRemoveResponse\"\x03\x90\x02\x02\x12S\n" +
+	"\n" +
+	"MoveLeader\x12!.baton.queue.v1.MoveLeaderRequest\x1a\".baton.queue.v1.MoveLeaderResponse\x12O\n" +
+	"\bSnapshot\x12\x1f.baton.queue.v1.SnapshotRequest\x1a .baton.queue.v1.SnapshotResponse0\x01\x12L\n" +
 	"\x06Status\x12\x1d.baton.queue.v1.StatusRequest\x1a\x1e.baton.queue.v1.StatusResponse\"\x03\x90\x02\x01B?Z6github.com/batonrun/baton/proto/baton/queue/v1;queuev1\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
@@ -604,7 +831,7 @@ func file_baton_queue_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_baton_queue_v1_cluster_proto_rawDescData
 }
 
-var file_baton_queue_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_baton_queue_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_baton_queue_v1_cluster_proto_goTypes = []any{
 	(*Member)(nil),               // 0: baton.queue.v1.Member
 	(*MemberListRequest)(nil),    // 1: baton.queue.v1.MemberListRequest
@@ -613,27 +840,35 @@ var file_baton_queue_v1_cluster_proto_goTypes = []any{
 	(*MemberAddResponse)(nil),    // 4: baton.queue.v1.MemberAddResponse
 	(*MemberRemoveRequest)(nil),  // 5: baton.queue.v1.MemberRemoveRequest
 	(*MemberRemoveResponse)(nil), // 6: baton.queue.v1.MemberRemoveResponse
-	(*StatusRequest)(nil),        // 7: baton.queue.v1.StatusRequest
-	(*StatusResponse)(nil),       // 8: baton.queue.v1.StatusResponse
+	(*MoveLeaderRequest)(nil),    // 7: baton.queue.v1.MoveLeaderRequest
+	(*MoveLeaderResponse)(nil),   // 8: baton.queue.v1.MoveLeaderResponse
+	(*SnapshotRequest)(nil),      // 9: baton.queue.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),     // 10: baton.queue.v1.SnapshotResponse
+	(*StatusRequest)(nil),        // 11: baton.queue.v1.StatusRequest
+	(*StatusResponse)(nil),       // 12: baton.queue.v1.StatusResponse
 }
 var file_baton_queue_v1_cluster_proto_depIdxs = []int32{
-	0, // 0: baton.queue.v1.MemberListResponse.members:type_name -> baton.queue.v1.Member
-	0, // 1: baton.queue.v1.MemberAddResponse.members:type_name -> baton.queue.v1.Member
-	0, // 2: baton.queue.v1.MemberRemoveResponse.members:type_name -> baton.queue.v1.Member
-	0, // 3: baton.queue.v1.StatusResponse.member:type_name -> baton.queue.v1.Member
-	1, // 4: baton.queue.v1.ClusterService.MemberList:input_type -> baton.queue.v1.MemberListRequest
-	3, // 5: baton.queue.v1.ClusterService.MemberAdd:input_type -> baton.queue.v1.MemberAddRequest
-	5, // 6: baton.queue.v1.ClusterService.MemberRemove:input_type -> baton.queue.v1.MemberRemoveRequest
-	7, // 7: baton.queue.v1.ClusterService.Status:input_type -> baton.queue.v1.StatusRequest
-	2, // 8: baton.queue.v1.ClusterService.MemberList:output_type -> baton.queue.v1.MemberListResponse
-	4, // 9: baton.queue.v1.ClusterService.MemberAdd:output_type -> baton.queue.v1.MemberAddResponse
-	6, // 10: baton.queue.v1.ClusterService.MemberRemove:output_type -> baton.queue.v1.MemberRemoveResponse
-	8, // 11: baton.queue.v1.ClusterService.Status:output_type -> baton.queue.v1.StatusResponse
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: baton.queue.v1.MemberListResponse.members:type_name -> baton.queue.v1.Member
+	0,  // 1: baton.queue.v1.MemberAddResponse.members:type_name -> baton.queue.v1.Member
+	0,  // 2: baton.queue.v1.MemberRemoveResponse.members:type_name -> baton.queue.v1.Member
+	0,  // 3: baton.queue.v1.StatusResponse.member:type_name -> baton.queue.v1.Member
+	1,  // 4: baton.queue.v1.ClusterService.MemberList:input_type -> baton.queue.v1.MemberListRequest
+	3,  // 5: baton.queue.v1.ClusterService.MemberAdd:input_type -> baton.queue.v1.MemberAddRequest
+	5,  // 6: baton.queue.v1.ClusterService.MemberRemove:input_type -> baton.queue.v1.MemberRemoveRequest
+	7,  // 7: baton.queue.v1.ClusterService.MoveLeader:input_type -> baton.queue.v1.MoveLeaderRequest
+	9,  // 8: baton.queue.v1.ClusterService.Snapshot:input_type -> baton.queue.v1.SnapshotRequest
+	11, // 9: baton.queue.v1.ClusterService.Status:input_type -> baton.queue.v1.StatusRequest
+	2,  // 10: baton.queue.v1.ClusterService.MemberList:output_type -> baton.queue.v1.MemberListResponse
+	4,  // 11: baton.queue.v1.ClusterService.MemberAdd:output_type -> baton.queue.v1.MemberAddResponse
+	6,  // 12: baton.queue.v1.ClusterService.MemberRemove:output_type -> baton.queue.v1.MemberRemoveResponse
+	8,  // 13: baton.queue.v1.ClusterService.MoveLeader:output_type -> baton.queue.v1.MoveLeaderResponse
+	10, // 14: baton.queue.v1.ClusterService.Snapshot:output_type -> baton.queue.v1.SnapshotResponse
+	12, // 15: baton.queue.v1.ClusterService.Status:output_type -> baton.queue.v1.StatusResponse
+	10, // [10:16] is the sub-list for method output_type
+	4,  // [4:10] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_baton_queue_v1_cluster_proto_init() }
@@ -647,7 +882,7 @@ func file_baton_queue_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_queue_v1_cluster_proto_rawDesc), len(file_baton_queue_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

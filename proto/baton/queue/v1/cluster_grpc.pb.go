@@ -28,6 +28,8 @@ const (
 	ClusterService_MemberList_FullMethodName   = "/baton.queue.v1.ClusterService/MemberList"
 	ClusterService_MemberAdd_FullMethodName    = "/baton.queue.v1.ClusterService/MemberAdd"
 	ClusterService_MemberRemove_FullMethodName = "/baton.queue.v1.ClusterService/MemberRemove"
+	ClusterService_MoveLeader_FullMethodName   = "/baton.queue.v1.ClusterService/MoveLeader"
+	ClusterService_Snapshot_FullMethodName     = "/baton.queue.v1.ClusterService/Snapshot"
 	ClusterService_Status_FullMethodName       = "/baton.queue.v1.ClusterService/Status"
 )
 
@@ -57,6 +59,30 @@ type ClusterServiceClient interface {
 	// MemberAdd adds its name again. A queue of one member refuses it with
 	// FAILED_PRECONDITION (reason NOT_REPLICATED) and changes nothing.
 	MemberRemove(ctx context.Context, in *MemberRemoveRequest, opts ...grpc.CallOption) (*MemberRemoveResponse, error)
+	// MoveLeader hands leadership to another voting member (etcd's
+	// move-leader): the leader brings that member's log up to date, then
+	// tells it to campaign at once, so the queue is not left without a
+	// leader for an election timeout. With to empty, the leader picks the
+	// member whose log is furthest along. Answered once another member
+	// leads, with its name. Changes are refused (UNAVAILABLE, NOT_LEADER)
+	// while leadership moves. A name no member has is NOT_FOUND; the
+	// leader's own name, a learner, or no other voter is
+	// FAILED_PRECONDITION; a transfer raft abandons (the member did not
+	// take over within an election timeout) is ABORTED, and the leader
+	// still leads. A queue of one member refuses it with FAILED_PRECONDITION
+	// (reason NOT_REPLICATED).
+	MoveLeader(ctx context.Context, in *MoveLeaderRequest, opts ...grpc.CallOption) (*MoveLeaderResponse, error)
+	// Snapshot streams a backup of the queue (`batonctl queue snapshot
+	// save`): every queue and key, each queue as the leader held it at one
+	// moment, in
+	// the backup file's format (a versioned header, checksummed frames of
+	// records, a footer with the count and the whole file's checksum), which
+	// `baton-queue restore` seeds a new queue from. A follower hands it to
+	// the leader. A queue's operations pause while the leader copies it
+	// (about half a microsecond a key); the copy is sent once everything it holds is
+	// committed and the leader has confirmed it still leads, so it is a
+	// state the queue was in. Leased keys are in it as pending.
+	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotResponse], error)
 	// Status describes the member that answers, as it sees the queue.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
@@ -99,6 +125,35 @@ func (c *clusterServiceClient) MemberRemove(ctx context.Context, in *MemberRemov
 	return out, nil
 }
 
+func (c *clusterServiceClient) MoveLeader(ctx context.Context, in *MoveLeaderRequest, opts ...grpc.CallOption) (*MoveLeaderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveLeaderResponse)
+	err := c.cc.Invoke(ctx, ClusterService_MoveLeader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ClusterService_ServiceDesc.Streams[0], ClusterService_Snapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotRequest, SnapshotResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ClusterService_SnapshotClient = grpc.ServerStreamingClient[SnapshotResponse]
+
 func (c *clusterServiceClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -135,6 +190,30 @@ type ClusterServiceServer interface {
 	// MemberAdd adds its name again. A queue of one member refuses it with
 	// FAILED_PRECONDITION (reason NOT_REPLICATED) and changes nothing.
 	MemberRemove(context.Context, *MemberRemoveRequest) (*MemberRemoveResponse, error)
+	// MoveLeader hands leadership to another voting member (etcd's
+	// move-leader): the leader brings that member's log up to date, then
+	// tells it to campaign at once, so the queue is not left without a
+	// leader for an election timeout. With to empty, the leader picks the
+	// member whose log is furthest along. Answered once another member
+	// leads, with its name. Changes are refused (UNAVAILABLE, NOT_LEADER)
+	// while leadership moves. A name no member has is NOT_FOUND; the
+	// leader's own name, a learner, or no other voter is
+	// FAILED_PRECONDITION; a transfer raft abandons (the member did not
+	// take over within an election timeout) is ABORTED, and the leader
+	// still leads. A queue of one member refuses it with FAILED_PRECONDITION
+	// (reason NOT_REPLICATED).
+	MoveLeader(context.Context, *MoveLeaderRequest) (*MoveLeaderResponse, error)
+	// Snapshot streams a backup of the queue (`batonctl queue snapshot
+	// save`): every queue and key, each queue as the leader held it at one
+	// moment, in
+	// the backup file's format (a versioned header, checksummed frames of
+	// records, a footer with the count and the whole file's checksum), which
+	// `baton-queue restore` seeds a new queue from. A follower hands it to
+	// the leader. A queue's operations pause while the leader copies it
+	// (about half a microsecond a key); the copy is sent once everything it holds is
+	// committed and the leader has confirmed it still leads, so it is a
+	// state the queue was in. Leased keys are in it as pending.
+	Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotResponse]) error
 	// Status describes the member that answers, as it sees the queue.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
@@ -155,6 +234,12 @@ func (UnimplementedClusterServiceServer) MemberAdd(context.Context, *MemberAddRe
 }
 func (UnimplementedClusterServiceServer) MemberRemove(context.Context, *MemberRemoveRequest) (*MemberRemoveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MemberRemove not implemented")
+}
+func (UnimplementedClusterServiceServer) MoveLeader(context.Context, *MoveLeaderRequest) (*MoveLeaderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveLeader not implemented")
+}
+func (UnimplementedClusterServiceServer) Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotResponse]) error {
+	return status.Error(codes.Unimplemented, "method Snapshot not implemented")
 }
 func (UnimplementedClusterServiceServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -234,6 +319,35 @@ func _ClusterService_MemberRemove_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_MoveLeader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveLeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).MoveLeader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_MoveLeader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).MoveLeader(ctx, req.(*MoveLeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ClusterServiceServer).Snapshot(m, &grpc.GenericServerStream[SnapshotRequest, SnapshotResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ClusterService_SnapshotServer = grpc.ServerStreamingServer[SnapshotResponse]
+
 func _ClusterService_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -272,10 +386,20 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ClusterService_MemberRemove_Handler,
 		},
 		{
+			MethodName: "MoveLeader",
+			Handler:    _ClusterService_MoveLeader_Handler,
+		},
+		{
 			MethodName: "Status",
 			Handler:    _ClusterService_Status_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Snapshot",
+			Handler:       _ClusterService_Snapshot_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "baton/queue/v1/cluster.proto",
 }

@@ -1353,7 +1353,15 @@ type InspectRequest struct {
 	// The queue name.
 	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
 	// The key.
-	Key           string `protobuf:"bytes,2,opt,name=key" json:"key,omitempty"`
+	Key string `protobuf:"bytes,2,opt,name=key" json:"key,omitempty"`
+	// Answer from this member's own state, as etcd's serializable reads
+	// do: without confirming with a majority that it leads, and never
+	// handed on to the leader. The answer holds only committed changes, but
+	// may be stale (a follower behind, or a member cut off from the
+	// others). False (the default) is linearizable: the leader answers,
+	// having confirmed it still leads, and a member that cannot reach it
+	// answers UNAVAILABLE. A single member answers the same either way.
+	Serializable  bool `protobuf:"varint,3,opt,name=serializable" json:"serializable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1400,6 +1408,13 @@ func (x *InspectRequest) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *InspectRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
 }
 
 // InspectResponse describes one key.
@@ -1458,7 +1473,15 @@ type ListRequest struct {
 	// Items per page; 0 means 100, at most 10,000.
 	PageSize uint32 `protobuf:"varint,3,opt,name=page_size,json=pageSize" json:"page_size,omitempty"`
 	// From a previous next_page_token; empty for the first page.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken" json:"page_token,omitempty"`
+	// Answer from this member's own state, as etcd's serializable reads
+	// do: without confirming with a majority that it leads, and never
+	// handed on to the leader. The answer holds only committed changes, but
+	// may be stale (a follower behind, or a member cut off from the
+	// others). False (the default) is linearizable: the leader answers,
+	// having confirmed it still leads, and a member that cannot reach it
+	// answers UNAVAILABLE. A single member answers the same either way.
+	Serializable  bool `protobuf:"varint,5,opt,name=serializable" json:"serializable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1519,6 +1542,13 @@ func (x *ListRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
 }
 
 // ListResponse is one page of items in key order.
@@ -1717,7 +1747,15 @@ func (x *Item) GetPriority() Priority {
 type StatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue name; empty means every queue.
-	Queue         string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,1,opt,name=queue" json:"queue,omitempty"`
+	// Answer from this member's own state, as etcd's serializable reads
+	// do: without confirming with a majority that it leads, and never
+	// handed on to the leader. The answer holds only committed changes, but
+	// may be stale (a follower behind, or a member cut off from the
+	// others). False (the default) is linearizable: the leader answers,
+	// having confirmed it still leads, and a member that cannot reach it
+	// answers UNAVAILABLE. A single member answers the same either way.
+	Serializable  bool `protobuf:"varint,2,opt,name=serializable" json:"serializable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1757,6 +1795,13 @@ func (x *StatsRequest) GetQueue() string {
 		return x.Queue
 	}
 	return ""
+}
+
+func (x *StatsRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
 }
 
 // StatsResponse holds one entry per queue, in name order.
@@ -1842,6 +1887,12 @@ type QueueStats struct {
 	// Leases a work stream held when it ended, pending again (attempts + 1,
 	// last_error "work stream ended"); counted apart from expirations.
 	ReleasesTotal uint64 `protobuf:"varint,16,opt,name=releases_total,json=releasesTotal" json:"releases_total,omitempty"`
+	// The moment the *_total counters count from: they are the memory of
+	// the member that answers for the queue, and start again at 0 when it
+	// starts (a single member's restart) or begins to lead (a new leader of
+	// a replicated queue). A rate over a span that crosses it is a restart,
+	// as Prometheus treats a counter that went down.
+	CountingSince *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=counting_since,json=countingSince" json:"counting_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1986,6 +2037,13 @@ func (x *QueueStats) GetReleasesTotal() uint64 {
 		return x.ReleasesTotal
 	}
 	return 0
+}
+
+func (x *QueueStats) GetCountingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CountingSince
+	}
+	return nil
 }
 
 // WorkerStats is one worker as a queue sees it.
@@ -2525,18 +2583,20 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\".\n" +
 	"\x0eForgetResponse\x12\x1c\n" +
-	"\tforgotten\x18\x01 \x01(\rR\tforgotten\"8\n" +
+	"\tforgotten\x18\x01 \x01(\rR\tforgotten\"\\\n" +
 	"\x0eInspectRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\";\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\"\n" +
+	"\fserializable\x18\x03 \x01(\bR\fserializable\";\n" +
 	"\x0fInspectResponse\x12(\n" +
-	"\x04item\x18\x01 \x01(\v2\x14.baton.queue.v1.ItemR\x04item\"\x90\x01\n" +
+	"\x04item\x18\x01 \x01(\v2\x14.baton.queue.v1.ItemR\x04item\"\xb4\x01\n" +
 	"\vListRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12/\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x19.baton.queue.v1.ItemStateR\x05state\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"b\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12\"\n" +
+	"\fserializable\x18\x05 \x01(\bR\fserializable\"b\n" +
 	"\fListResponse\x12*\n" +
 	"\x05items\x18\x01 \x03(\v2\x14.baton.queue.v1.ItemR\x05items\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd0\x03\n" +
@@ -2554,11 +2614,12 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\x10lease_expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12$\n" +
 	"\rannouncements\x18\n" +
 	" \x01(\x04R\rannouncements\x124\n" +
-	"\bpriority\x18\v \x01(\x0e2\x18.baton.queue.v1.PriorityR\bpriority\"$\n" +
+	"\bpriority\x18\v \x01(\x0e2\x18.baton.queue.v1.PriorityR\bpriority\"H\n" +
 	"\fStatsRequest\x12\x14\n" +
-	"\x05queue\x18\x01 \x01(\tR\x05queue\"C\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
+	"\fserializable\x18\x02 \x01(\bR\fserializable\"C\n" +
 	"\rStatsResponse\x122\n" +
-	"\x06queues\x18\x01 \x03(\v2\x1a.baton.queue.v1.QueueStatsR\x06queues\"\xf3\x04\n" +
+	"\x06queues\x18\x01 \x03(\v2\x1a.baton.queue.v1.QueueStatsR\x06queues\"\xb6\x05\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
@@ -2579,7 +2640,8 @@ const file_baton_queue_v1_queue_proto_rawDesc = "" +
 	"\x12oldest_pending_age\x18\r \x01(\v2\x19.google.protobuf.DurationR\x10oldestPendingAge\x12E\n" +
 	"\x11longest_lease_age\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x0flongestLeaseAge\x125\n" +
 	"\aworkers\x18\x0f \x03(\v2\x1b.baton.queue.v1.WorkerStatsR\aworkers\x12%\n" +
-	"\x0ereleases_total\x18\x10 \x01(\x04R\rreleasesTotal\"x\n" +
+	"\x0ereleases_total\x18\x10 \x01(\x04R\rreleasesTotal\x12A\n" +
+	"\x0ecounting_since\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\rcountingSince\"x\n" +
 	"\vWorkerStats\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x16\n" +
 	"\x06leased\x18\x02 \x01(\x04R\x06leased\x129\n" +
@@ -2720,40 +2782,41 @@ var file_baton_queue_v1_queue_proto_depIdxs = []int32{
 	35, // 28: baton.queue.v1.QueueStats.oldest_pending_age:type_name -> google.protobuf.Duration
 	35, // 29: baton.queue.v1.QueueStats.longest_lease_age:type_name -> google.protobuf.Duration
 	29, // 30: baton.queue.v1.QueueStats.workers:type_name -> baton.queue.v1.WorkerStats
-	36, // 31: baton.queue.v1.WorkerStats.last_lease:type_name -> google.protobuf.Timestamp
-	31, // 32: baton.queue.v1.WorkRequest.open:type_name -> baton.queue.v1.WorkOpen
-	9,  // 33: baton.queue.v1.WorkRequest.ack:type_name -> baton.queue.v1.Ack
-	32, // 34: baton.queue.v1.WorkRequest.extend:type_name -> baton.queue.v1.WorkExtend
-	33, // 35: baton.queue.v1.WorkRequest.drain:type_name -> baton.queue.v1.WorkDrain
-	35, // 36: baton.queue.v1.WorkOpen.lease_duration:type_name -> google.protobuf.Duration
-	16, // 37: baton.queue.v1.WorkExtend.lease:type_name -> baton.queue.v1.LeaseRef
-	35, // 38: baton.queue.v1.WorkExtend.lease_duration:type_name -> google.protobuf.Duration
-	7,  // 39: baton.queue.v1.WorkResponse.lease:type_name -> baton.queue.v1.Lease
-	14, // 40: baton.queue.v1.WorkResponse.ack_result:type_name -> baton.queue.v1.AckResult
-	18, // 41: baton.queue.v1.WorkResponse.extend_result:type_name -> baton.queue.v1.ExtendResult
-	3,  // 42: baton.queue.v1.QueueService.Add:input_type -> baton.queue.v1.AddRequest
-	5,  // 43: baton.queue.v1.QueueService.Lease:input_type -> baton.queue.v1.LeaseRequest
-	8,  // 44: baton.queue.v1.QueueService.Ack:input_type -> baton.queue.v1.AckRequest
-	15, // 45: baton.queue.v1.QueueService.Extend:input_type -> baton.queue.v1.ExtendRequest
-	19, // 46: baton.queue.v1.QueueService.Forget:input_type -> baton.queue.v1.ForgetRequest
-	21, // 47: baton.queue.v1.QueueService.Inspect:input_type -> baton.queue.v1.InspectRequest
-	23, // 48: baton.queue.v1.QueueService.List:input_type -> baton.queue.v1.ListRequest
-	26, // 49: baton.queue.v1.QueueService.Stats:input_type -> baton.queue.v1.StatsRequest
-	30, // 50: baton.queue.v1.QueueService.Work:input_type -> baton.queue.v1.WorkRequest
-	4,  // 51: baton.queue.v1.QueueService.Add:output_type -> baton.queue.v1.AddResponse
-	6,  // 52: baton.queue.v1.QueueService.Lease:output_type -> baton.queue.v1.LeaseResponse
-	13, // 53: baton.queue.v1.QueueService.Ack:output_type -> baton.queue.v1.AckResponse
-	17, // 54: baton.queue.v1.QueueService.Extend:output_type -> baton.queue.v1.ExtendResponse
-	20, // 55: baton.queue.v1.QueueService.Forget:output_type -> baton.queue.v1.ForgetResponse
-	22, // 56: baton.queue.v1.QueueService.Inspect:output_type -> baton.queue.v1.InspectResponse
-	24, // 57: baton.queue.v1.QueueService.List:output_type -> baton.queue.v1.ListResponse
-	27, // 58: baton.queue.v1.QueueService.Stats:output_type -> baton.queue.v1.StatsResponse
-	34, // 59: baton.queue.v1.QueueService.Work:output_type -> baton.queue.v1.WorkResponse
-	51, // [51:60] is the sub-list for method output_type
-	42, // [42:51] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	36, // 31: baton.queue.v1.QueueStats.counting_since:type_name -> google.protobuf.Timestamp
+	36, // 32: baton.queue.v1.WorkerStats.last_lease:type_name -> google.protobuf.Timestamp
+	31, // 33: baton.queue.v1.WorkRequest.open:type_name -> baton.queue.v1.WorkOpen
+	9,  // 34: baton.queue.v1.WorkRequest.ack:type_name -> baton.queue.v1.Ack
+	32, // 35: baton.queue.v1.WorkRequest.extend:type_name -> baton.queue.v1.WorkExtend
+	33, // 36: baton.queue.v1.WorkRequest.drain:type_name -> baton.queue.v1.WorkDrain
+	35, // 37: baton.queue.v1.WorkOpen.lease_duration:type_name -> google.protobuf.Duration
+	16, // 38: baton.queue.v1.WorkExtend.lease:type_name -> baton.queue.v1.LeaseRef
+	35, // 39: baton.queue.v1.WorkExtend.lease_duration:type_name -> google.protobuf.Duration
+	7,  // 40: baton.queue.v1.WorkResponse.lease:type_name -> baton.queue.v1.Lease
+	14, // 41: baton.queue.v1.WorkResponse.ack_result:type_name -> baton.queue.v1.AckResult
+	18, // 42: baton.queue.v1.WorkResponse.extend_result:type_name -> baton.queue.v1.ExtendResult
+	3,  // 43: baton.queue.v1.QueueService.Add:input_type -> baton.queue.v1.AddRequest
+	5,  // 44: baton.queue.v1.QueueService.Lease:input_type -> baton.queue.v1.LeaseRequest
+	8,  // 45: baton.queue.v1.QueueService.Ack:input_type -> baton.queue.v1.AckRequest
+	15, // 46: baton.queue.v1.QueueService.Extend:input_type -> baton.queue.v1.ExtendRequest
+	19, // 47: baton.queue.v1.QueueService.Forget:input_type -> baton.queue.v1.ForgetRequest
+	21, // 48: baton.queue.v1.QueueService.Inspect:input_type -> baton.queue.v1.InspectRequest
+	23, // 49: baton.queue.v1.QueueService.List:input_type -> baton.queue.v1.ListRequest
+	26, // 50: baton.queue.v1.QueueService.Stats:input_type -> baton.queue.v1.StatsRequest
+	30, // 51: baton.queue.v1.QueueService.Work:input_type -> baton.queue.v1.WorkRequest
+	4,  // 52: baton.queue.v1.QueueService.Add:output_type -> baton.queue.v1.AddResponse
+	6,  // 53: baton.queue.v1.QueueService.Lease:output_type -> baton.queue.v1.LeaseResponse
+	13, // 54: baton.queue.v1.QueueService.Ack:output_type -> baton.queue.v1.AckResponse
+	17, // 55: baton.queue.v1.QueueService.Extend:output_type -> baton.queue.v1.ExtendResponse
+	20, // 56: baton.queue.v1.QueueService.Forget:output_type -> baton.queue.v1.ForgetResponse
+	22, // 57: baton.queue.v1.QueueService.Inspect:output_type -> baton.queue.v1.InspectResponse
+	24, // 58: baton.queue.v1.QueueService.List:output_type -> baton.queue.v1.ListResponse
+	27, // 59: baton.queue.v1.QueueService.Stats:output_type -> baton.queue.v1.StatsResponse
+	34, // 60: baton.queue.v1.QueueService.Work:output_type -> baton.queue.v1.WorkResponse
+	52, // [52:61] is the sub-list for method output_type
+	43, // [43:52] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_baton_queue_v1_queue_proto_init() }

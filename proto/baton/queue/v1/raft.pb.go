@@ -375,7 +375,22 @@ type SendRequest struct {
 	To uint64 `protobuf:"varint,3,opt,name=to" json:"to,omitempty"`
 	// Each a raftpb.Message of go.etcd.io/raft/v3, marshalled, in the order
 	// the sender's Raft node produced them.
-	Messages      [][]byte `protobuf:"bytes,4,rep,name=messages" json:"messages,omitempty"`
+	Messages [][]byte `protobuf:"bytes,4,rep,name=messages" json:"messages,omitempty"`
+	// The format level of the sender's build: the highest level of the
+	// formats it reads (package format). The leader writes a format a member
+	// of a lower level cannot read only once every voter has sent a level
+	// that reads it. 0 from a member of a release that did not send it,
+	// which reads level 1.
+	FormatLevel uint32 `protobuf:"varint,5,opt,name=format_level,json=formatLevel" json:"format_level,omitempty"`
+	// The sender's peer address (its --advertise-peer-addr), where it takes
+	// RaftService calls. A member whose configuration does not hold the
+	// sender (its log has not yet reached the change that added it: it was
+	// down, or its log was cut short, while the membership changed) takes
+	// the messages a leader sends from it and answers at this address
+	// until it applies that change; without it, such a member would wait
+	// for good for a leader it cannot hear. Empty from a release that did
+	// not send it.
+	FromAddr      string `protobuf:"bytes,6,opt,name=from_addr,json=fromAddr" json:"from_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -438,6 +453,20 @@ func (x *SendRequest) GetMessages() [][]byte {
 	return nil
 }
 
+func (x *SendRequest) GetFormatLevel() uint32 {
+	if x != nil {
+		return x.FormatLevel
+	}
+	return 0
+}
+
+func (x *SendRequest) GetFromAddr() string {
+	if x != nil {
+		return x.FromAddr
+	}
+	return ""
+}
+
 // SendSnapshotRequest is one chunk of a snapshot message. The first chunk carries
 // the envelope (cluster_id, from, to, message, data_bytes) and the first
 // piece of data; every later chunk carries data alone.
@@ -451,8 +480,10 @@ type SendSnapshotRequest struct {
 	// left out: the chunks' data, concatenated, is that data.
 	Message []byte `protobuf:"bytes,4,opt,name=message" json:"message,omitempty"`
 	// The length of the snapshot's data: the chunks' data adds up to it.
-	DataBytes     uint64 `protobuf:"varint,5,opt,name=data_bytes,json=dataBytes" json:"data_bytes,omitempty"`
-	Data          []byte `protobuf:"bytes,6,opt,name=data" json:"data,omitempty"`
+	DataBytes uint64 `protobuf:"varint,5,opt,name=data_bytes,json=dataBytes" json:"data_bytes,omitempty"`
+	Data      []byte `protobuf:"bytes,6,opt,name=data" json:"data,omitempty"`
+	// As SendRequest's, on the first chunk.
+	FromAddr      string `protobuf:"bytes,7,opt,name=from_addr,json=fromAddr" json:"from_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -527,6 +558,13 @@ func (x *SendSnapshotRequest) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *SendSnapshotRequest) GetFromAddr() string {
+	if x != nil {
+		return x.FromAddr
+	}
+	return ""
 }
 
 // SendResponse ends a stream the sender closed.
@@ -635,13 +673,15 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1f\n" +
 	"\vclient_addr\x18\x04 \x01(\tR\n" +
 	"clientAddr\"\x11\n" +
-	"\x0fPublishResponse\"l\n" +
+	"\x0fPublishResponse\"\xac\x01\n" +
 	"\vSendRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x1a\n" +
-	"\bmessages\x18\x04 \x03(\fR\bmessages\"\xa5\x01\n" +
+	"\bmessages\x18\x04 \x03(\fR\bmessages\x12!\n" +
+	"\fformat_level\x18\x05 \x01(\rR\vformatLevel\x12\x1b\n" +
+	"\tfrom_addr\x18\x06 \x01(\tR\bfromAddr\"\xc2\x01\n" +
 	"\x13SendSnapshotRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
@@ -650,7 +690,8 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\fR\amessage\x12\x1d\n" +
 	"\n" +
 	"data_bytes\x18\x05 \x01(\x04R\tdataBytes\x12\x12\n" +
-	"\x04data\x18\x06 \x01(\fR\x04data\"\x0e\n" +
+	"\x04data\x18\x06 \x01(\fR\x04data\x12\x1b\n" +
+	"\tfrom_addr\x18\a \x01(\tR\bfromAddr\"\x0e\n" +
 	"\fSendResponse\"\x16\n" +
 	"\x14SendSnapshotResponse2\xbe\x02\n" +
 	"\vRaftService\x12C\n" +
