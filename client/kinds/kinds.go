@@ -39,12 +39,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batonrun/baton/client/queue/limits"
+	"github.com/batonrun/baton/client/schema"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/batonrun/baton/client/queue"
 )
 
 // RegistryPrefix is the root of every object key in etcd.
@@ -54,8 +54,20 @@ const RegistryPrefix = "/registry/"
 // declarations, one key per queue.
 const DeclarationPrefix = "/baton/rules/"
 
-// Limits of a declaration, so that one bad record cannot make the observer
-// watch without bound.
+// GarbageCollectorQueuePrefix begins the queue of each of the garbage
+// collector's controllers, one per kind: garbagecollector-<resource>. The
+// collector watches every kind without being any kind's controller, so a
+// Set learns the kinds of its declarations but never takes one for the
+// declaration of a resource (Queue, Declaration): that stays its own
+// controller's, with its schema, whichever key sorts first.
+const GarbageCollectorQueuePrefix = "garbagecollector-"
+
+// Limits of declarations, in number and size, so that what anyone who may
+// write etcd publishes under DeclarationPrefix cannot make the observer
+// watch without bound: its cost follows the prefixes it watches (a watch,
+// a cache and a known-key record entry each), and these bound them. Parse
+// enforces the first three; the observer, which executes declarations
+// oldest first, refuses those beyond the last two (docs/observer.md).
 const (
 	// MaxDeclarationBytes bounds the JSON of one declaration.
 	MaxDeclarationBytes = 64 << 10
@@ -63,6 +75,12 @@ const (
 	MaxOwns = 32
 	// MaxAliases bounds the aliases of one kind.
 	MaxAliases = 8
+	// MaxDeclarations bounds the declarations in force at once.
+	MaxDeclarations = 1000
+	// MaxDeclaredPrefixes bounds the prefixes the declarations in force
+	// add to those of the observer's configured rules (1 + MaxOwns a
+	// declaration at most).
+	MaxDeclaredPrefixes = 1000
 )
 
 // The reference kinds.
@@ -73,6 +91,24 @@ const (
 	Job         = "Job"
 	StatefulSet = "StatefulSet"
 )
+
+// Event is the kind of what controllers record about the objects they act
+// on (package sdk/events). It is not a reference kind: no controller
+// reconciles events and nothing owns them (each expires with its etcd
+// lease), so neither the reference declarations nor `batonctl get all`
+// include it (as kubectl's "all" leaves events out); a command line knows
+// it all the same (NewSet).
+const Event = "Event"
+
+// eventKind is the kind named Event.
+var eventKind = Kind{Kind: Event, Resource: "events", Aliases: []string{"event", "ev"}}
+
+// EventKind returns the kind of Events.
+func EventKind() Kind {
+	k := eventKind
+	k.Aliases = slices.Clone(eventKind.Aliases)
+	return k
+}
 
 // Kind is one kind of object.
 type Kind struct {
@@ -100,7 +136,7 @@ func (k Kind) Validate() error {
 	switch {
 	case !kindName.MatchString(k.Kind):
 		return fmt.Errorf("kind %q is not a kind name (CamelCase letters and digits, e.g. ReplicaSet)", k.Kind)
-	case queue.CheckQueueName(k.Resource) != nil:
+	case limits.CheckQueueName(k.Resource) != nil:
 		return fmt.Errorf("kind %s: resource %q is not a DNS label (lower-case letters, digits and '-', at most 63)", k.Kind, k.Resource)
 	case len(k.Aliases) > MaxAliases:
 		return fmt.Errorf("kind %s: %d aliases, at most %d", k.Kind, len(k.Aliases), MaxAliases)
@@ -165,11 +201,16 @@ type Declaration struct {
 	// events). Omitted when false, so a declaration without it is encoded
 	// as before and an observer that does not know the field accepts it.
 	IgnoreOwnStatus bool `json:"ignoreOwnStatus,omitempty"`
+	// Schema, if set, is the structural schema of For's objects, which
+	// every writer that knows it checks before it writes (schema.go).
+	Schema *schema.Kind `json:"schema,omitempty"`
+	// PrinterColumns are the columns batonctl get prints for For.
+	PrinterColumns []schema.Column `json:"printerColumns,omitempty"`
 }
 
 // Validate names the first problem of d.
 func (d Declaration) Validate() error {
-	if err := queue.CheckQueueName(d.Queue); err != nil {
+	if err := limits.CheckQueueName(d.Queue); err != nil {
 		return fmt.Errorf("declaration: queue %q is not a DNS label (lower-case letters, digits and '-', at most 63)", d.Queue)
 	}
 	if err := d.For.Validate(); err != nil {
@@ -188,7 +229,7 @@ func (d Declaration) Validate() error {
 		}
 		seen[o.Resource] = true
 	}
-	return nil
+	return d.validateSchema()
 }
 
 // Key is where d is published in etcd.
@@ -285,7 +326,7 @@ func MustBuiltin(kind string) Kind {
 func BuiltinDeclarations() []Declaration {
 	d := func(primary string, owns ...string) Declaration {
 		k := MustBuiltin(primary)
-		decl := Declaration{Queue: k.Resource, For: k, IgnoreOwnStatus: true}
+		decl := Declaration{Queue: k.Resource, For: k, IgnoreOwnStatus: true, Schema: builtinSchema(primary)}
 		for _, o := range owns {
 			decl.Owns = append(decl.Owns, MustBuiltin(o))
 		}
@@ -309,15 +350,18 @@ type Set struct {
 	// queues maps a resource to the queue of the controller declared for
 	// it, the first declared.
 	queues map[string]string
+	// decls maps a resource to the first declaration for it (schema.go).
+	decls map[string]Declaration
 }
 
-// NewSet returns the reference kinds and the children their controllers
-// own.
+// NewSet returns the reference kinds, the children their controllers
+// own, and Event.
 func NewSet() *Set {
 	s := &Set{}
 	for _, k := range Builtin() {
 		s.addKind(k)
 	}
+	s.addKind(EventKind())
 	for _, d := range BuiltinDeclarations() {
 		s.Declare(d)
 	}
@@ -337,12 +381,16 @@ func (s *Set) addKind(k Kind) {
 // name, keeps its first definition) and records what its controller owns.
 func (s *Set) Declare(d Declaration) {
 	s.addKind(d.For)
+	if strings.HasPrefix(d.Queue, GarbageCollectorQueuePrefix) {
+		return // the collector's: no resource's own controller
+	}
 	if s.owns == nil {
 		s.owns = map[string][]string{}
 		s.queues = map[string]string{}
 	}
 	if _, ok := s.queues[d.For.Resource]; !ok {
 		s.queues[d.For.Resource] = d.Queue
+		s.declared(d)
 	}
 	for _, o := range d.Owns {
 		s.addKind(o)

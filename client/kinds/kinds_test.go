@@ -22,7 +22,8 @@ func TestBuiltinDeclarationsAreValid(t *testing.T) {
 		if back.Queue != d.Queue || back.For.Kind != d.For.Kind || len(back.Owns) != len(d.Owns) || back.IgnoreOwnStatus != d.IgnoreOwnStatus {
 			t.Errorf("round trip changed %+v into %+v", d, back)
 		}
-		// Every reference controller computes its own status (issue 18).
+		// Every reference controller computes its own status, so a change
+		// of it alone is no news to that controller.
 		if !d.IgnoreOwnStatus {
 			t.Errorf("%s: the reference declaration does not ignore its own status changes", d.Queue)
 		}
@@ -113,8 +114,31 @@ func TestSet(t *testing.T) {
 	if _, err := s.Lookup("greetings"); err == nil || !strings.Contains(err.Error(), "replicasets (rs)") {
 		t.Errorf("Lookup of an unknown resource = %v, want the known ones listed", err)
 	}
+	// Event is known to a command line, but is no reference kind: no
+	// reference controller declares it, and `get all` leaves it out.
+	if k, err := s.Lookup("ev"); err != nil || k.Kind != Event || k.Prefix() != "/registry/events/" {
+		t.Errorf("Lookup(ev) = %v, %v", k, err)
+	}
+	if slices.ContainsFunc(Builtin(), func(k Kind) bool { return k.Kind == Event }) {
+		t.Error("Event is among the reference kinds")
+	}
+	for _, d := range BuiltinDeclarations() {
+		if d.For.Kind == Event || slices.ContainsFunc(d.Owns, func(k Kind) bool { return k.Kind == Event }) {
+			t.Errorf("the reference declaration of %s watches events", d.Queue)
+		}
+	}
 	if got := s.Owns("deployments"); !slices.Equal(got, []string{"replicasets"}) {
 		t.Errorf("Owns(deployments) = %v", got)
+	}
+	// The garbage collector's declaration of a kind, read first (its key
+	// sorts first), teaches the kind but is not the kind's declaration.
+	greeting := Kind{Kind: "Greeting", Resource: "greetings", Aliases: []string{"gr"}}
+	s.Declare(Declaration{Queue: GarbageCollectorQueuePrefix + "greetings", For: greeting, IgnoreOwnStatus: true})
+	if k, err := s.Lookup("gr"); err != nil || k.Kind != "Greeting" {
+		t.Errorf("a kind the collector declares: Lookup(gr) = %v, %v", k, err)
+	}
+	if q, ok := s.Queue("greetings"); ok {
+		t.Errorf("the collector's declaration is taken for the kind's own: Queue(greetings) = %q", q)
 	}
 	s.Declare(Declaration{Queue: "greetings", For: Kind{Kind: "Greeting", Resource: "greetings", Aliases: []string{"gr"}}, Owns: []Kind{MustBuiltin(Pod)}})
 	if k, err := s.Lookup("gr"); err != nil || k.Prefix() != "/registry/greetings/" {
@@ -137,7 +161,7 @@ func TestSet(t *testing.T) {
 	if q, _ := s.Queue("pods"); q != "pods" {
 		t.Errorf("a second declaration for pods took its queue: Queue(pods) = %q", q)
 	}
-	if n := len(s.All()); n != 6 {
-		t.Errorf("%d kinds, want the 5 reference kinds and Greeting", n)
+	if n := len(s.All()); n != 7 {
+		t.Errorf("%d kinds, want the 5 reference kinds, Event and Greeting", n)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
 
@@ -33,6 +34,7 @@ var ErrNotFound = errors.New("observer: not found")
 // Client reads the observer's cache. It is safe for concurrent use.
 type Client struct {
 	conn *grpc.ClientConn // nil when built with New
+	cc   grpc.ClientConnInterface
 	rpc  observerv1.ObserverServiceClient
 }
 
@@ -67,7 +69,7 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 
 // New wraps an existing connection; Close then leaves it open.
 func New(conn grpc.ClientConnInterface) *Client {
-	return &Client{rpc: observerv1.NewObserverServiceClient(conn)}
+	return &Client{cc: conn, rpc: observerv1.NewObserverServiceClient(conn)}
 }
 
 // Close closes the connection made by Dial.
@@ -141,6 +143,25 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]Object, int64, erro
 		// Every page at least as new as the first, so the pages agree.
 		req.PageToken, req.MinRevision = resp.GetNextPageToken(), max(req.MinRevision, resp.GetRevision())
 	}
+}
+
+// ErrNotServing is returned by Healthy when the observer answers that it
+// is not ready.
+var ErrNotServing = errors.New("observer: not ready")
+
+// Healthy returns nil when the observer's grpc.health.v1 says it is
+// SERVING (what its /readyz answers: etcd answers and its first lists are
+// done), an error wrapping ErrNotServing when it answers anything else,
+// and the call's error when it does not answer.
+func (c *Client) Healthy(ctx context.Context) error {
+	resp, err := healthpb.NewHealthClient(c.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: observerv1.ObserverService_ServiceDesc.ServiceName})
+	if err != nil {
+		return fmt.Errorf("observer health: %w", err)
+	}
+	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("%w: its health service says %s", ErrNotServing, st)
+	}
+	return nil
 }
 
 // Status returns the observer's view of its watches, outbox and rules.

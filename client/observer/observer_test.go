@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
 
@@ -88,5 +91,38 @@ func TestGet(t *testing.T) {
 	}
 	if _, err := c.Get(t.Context(), "/registry/pods/default/gone", 0); !errors.Is(err, ErrNotFound) || status.Code(err) == codes.OK {
 		t.Fatalf("Get of a missing key: %v, want ErrNotFound", err)
+	}
+}
+
+// TestHealthy: Healthy is nil while the observer's health service says
+// SERVING for ObserverService, ErrNotServing naming the status while it
+// says another, and the call's error when nothing answers.
+func TestHealthy(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	go gs.Serve(l)
+	t.Cleanup(gs.Stop)
+	c, err := Dial(l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	svc := observerv1.ObserverService_ServiceDesc.ServiceName
+	hs.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	if err := c.Healthy(t.Context()); !errors.Is(err, ErrNotServing) || !strings.Contains(err.Error(), "NOT_SERVING") {
+		t.Errorf("not serving: %v, want ErrNotServing naming NOT_SERVING", err)
+	}
+	hs.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	if err := c.Healthy(t.Context()); err != nil {
+		t.Errorf("serving: %v", err)
+	}
+	gs.Stop()
+	if err := c.Healthy(t.Context()); status.Code(err) != codes.Unavailable || errors.Is(err, ErrNotServing) {
+		t.Errorf("stopped: %v, want UNAVAILABLE", err)
 	}
 }

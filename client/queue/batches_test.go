@@ -3,10 +3,12 @@ package queue
 import (
 	"strings"
 	"testing"
+
+	"github.com/batonrun/baton/client/queue/limits"
 )
 
 // TestBatchesFitTheServer: every call the client makes holds at most
-// MaxBatch items and fits the server's default request limit, and together
+// limits.MaxBatch items and fits the server's default request limit, and together
 // the calls cover every item once, in order.
 func TestBatchesFitTheServer(t *testing.T) {
 	for _, c := range []struct {
@@ -16,8 +18,8 @@ func TestBatchesFitTheServer(t *testing.T) {
 	}{
 		{"none", 0, 10},
 		{"small keys", 25000, 20},
-		{"keys of 1 KiB", 10000, MaxKeyBytes},
-		{"acks with errors", 3000, MaxKeyBytes + MaxErrorBytes},
+		{"keys of 1 KiB", 10000, limits.MaxKeyBytes},
+		{"acks with errors", 3000, limits.MaxKeyBytes + limits.MaxErrorBytes},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			next := 0
@@ -25,11 +27,11 @@ func TestBatchesFitTheServer(t *testing.T) {
 				if start != next || end <= start {
 					t.Fatalf("batch [%d, %d) after %d", start, end, next)
 				}
-				if end-start > MaxBatch {
+				if end-start > limits.MaxBatch {
 					t.Fatalf("batch of %d items", end-start)
 				}
-				if bytes := (end - start) * (c.size + 16); bytes > DefaultMaxRequestBytes {
-					t.Fatalf("batch of %d bytes, over %d", bytes, DefaultMaxRequestBytes)
+				if bytes := (end - start) * (c.size + 16); bytes > limits.DefaultMaxRequestBytes {
+					t.Fatalf("batch of %d bytes, over %d", bytes, limits.DefaultMaxRequestBytes)
 				}
 				next = end
 				return nil
@@ -46,7 +48,7 @@ func TestBatchesFitTheServer(t *testing.T) {
 func TestOutcomesCutErrors(t *testing.T) {
 	long := strings.Repeat("x", 3<<20)
 	for _, o := range []Outcome{Failure(long), Terminal(long)} {
-		if len(o.err) > MaxErrorBytes {
+		if len(o.err) > limits.MaxErrorBytes {
 			t.Errorf("outcome kept %d bytes of error", len(o.err))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonrun/baton/client/internal/dial"
+	"github.com/batonrun/baton/client/queue/limits"
 	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"google.golang.org/grpc"
@@ -22,14 +23,14 @@ import (
 
 // requestBudget is what one call may carry: the server's default
 // --max-request-bytes, less room for the request's other fields.
-const requestBudget = DefaultMaxRequestBytes - 4<<10
+const requestBudget = limits.DefaultMaxRequestBytes - 4<<10
 
 // batches calls f with consecutive [start, end) ranges of n items, each of at
-// most MaxBatch items whose sizes (with their framing) fit requestBudget.
+// most limits.MaxBatch items whose sizes (with their framing) fit requestBudget.
 func batches(n int, size func(i int) int, f func(start, end int) error) error {
 	for start := 0; start < n; {
 		end, bytes := start, 0
-		for end < n && end-start < MaxBatch {
+		for end < n && end-start < limits.MaxBatch {
 			b := size(end) + 16 // tag, length and submessage framing
 			if end > start && bytes+b > requestBudget {
 				break
@@ -134,8 +135,33 @@ func (c *Client) Close() error {
 }
 
 // Healthy returns nil when the queue's grpc.health.v1 says it is SERVING
-// (its store open and writable), the error or the status otherwise.
+// (its store open and writable), the error or the status otherwise. With
+// a list of members (Dial) it asks each in turn, once, until one is
+// SERVING, and leaves the next call on that one: the queue is healthy
+// when a member serves.
 func (c *Client) Healthy(ctx context.Context) error {
+	tries := 1
+	if c.members != nil {
+		tries = c.members.Len()
+	}
+	var err error
+	for range tries {
+		var at uint32
+		if c.members != nil {
+			at = c.members.Current()
+		}
+		err = c.healthy(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if c.members != nil {
+			c.members.Next(at)
+		}
+	}
+	return err
+}
+
+func (c *Client) healthy(ctx context.Context) error {
 	resp, err := healthpb.NewHealthClient(c.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: queuev1.QueueService_ServiceDesc.ServiceName})
 	if err != nil {
 		return fmt.Errorf("queue health: %w", err)
@@ -243,7 +269,7 @@ func (c *Client) Add(ctx context.Context, queue string, keys []string, o AddOpti
 type LeaseOptions struct {
 	// Worker names the holder (shown by Inspect).
 	Worker string
-	// MaxItems is the most keys to take (0 means 1, at most MaxBatch).
+	// MaxItems is the most keys to take (0 means 1, at most limits.MaxBatch).
 	MaxItems int
 	// Duration of the lease (0 means the server's default).
 	Duration time.Duration
@@ -300,15 +326,15 @@ type Outcome struct {
 func Success() Outcome { return Outcome{} }
 
 // Failure retries the key after backoff and records err as its last error
-// (cut to MaxErrorBytes, as the server would store it).
-func Failure(err string) Outcome { return Outcome{kind: 1, err: ErrorText(err)} }
+// (cut to limits.MaxErrorBytes, as the server would store it).
+func Failure(err string) Outcome { return Outcome{kind: 1, err: limits.ErrorText(err)} }
 
 // RequeueAfter offers the key again after d, with attempts reset.
 func RequeueAfter(d time.Duration) Outcome { return Outcome{kind: 2, after: d} }
 
 // Terminal parks the key with err as its last error: retrying cannot help.
 // It is offered again if it is announced again (also while leased).
-func Terminal(err string) Outcome { return Outcome{kind: 3, err: ErrorText(err)} }
+func Terminal(err string) Outcome { return Outcome{kind: 3, err: limits.ErrorText(err)} }
 
 // Ack reports the outcome of one lease.
 type Ack struct {

@@ -6,7 +6,9 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 )
@@ -41,7 +43,7 @@ func (k *Cluster) MemberList(ctx context.Context) ([]*queuev1.Member, error) {
 // clients at clientAddr (empty: learned when it starts), and returns the
 // members after the change. A queue of one member refuses it with
 // ErrNotReplicated and changes nothing. The server checks the arguments
-// (CheckMemberName, CheckAddr) and refuses bad ones with INVALID_ARGUMENT.
+// (limits.CheckMemberName, limits.CheckAddr) and refuses bad ones with INVALID_ARGUMENT.
 func (k *Cluster) MemberAdd(ctx context.Context, name, peerAddr, clientAddr string) ([]*queuev1.Member, error) {
 	req := &queuev1.MemberAddRequest{Name: name, PeerAddr: peerAddr, ClientAddr: clientAddr}
 	resp, err := call(ctx, k.c, func(ctx context.Context) (*queuev1.MemberAddResponse, error) { return k.rpc.MemberAdd(ctx, req) })
@@ -61,6 +63,62 @@ func (k *Cluster) MemberRemove(ctx context.Context, name string) ([]*queuev1.Mem
 		return nil, fmt.Errorf("member remove %s: %w", name, err)
 	}
 	return resp.GetMembers(), nil
+}
+
+// MoveLeader hands leadership to the member named to (empty: the one
+// whose log is furthest along) and returns the name of the member that
+// leads after it. A queue of one member refuses it with ErrNotReplicated.
+func (k *Cluster) MoveLeader(ctx context.Context, to string) (string, error) {
+	req := &queuev1.MoveLeaderRequest{To: to}
+	resp, err := call(ctx, k.c, func(ctx context.Context) (*queuev1.MoveLeaderResponse, error) { return k.rpc.MoveLeader(ctx, req) })
+	if err != nil {
+		return "", fmt.Errorf("move leader: %w", err)
+	}
+	return resp.GetLeaderName(), nil
+}
+
+// Snapshot streams a backup of every queue from the leader to w (the
+// backup file's bytes, which `baton-queue restore` reads) and returns how
+// many bytes it wrote. Refused UNAVAILABLE before its first byte (the
+// member is down, or knows no leader), it is retried like every call, on
+// the next member of a list; once bytes are written it is not. A call
+// cut short leaves w holding part of a file, which restore refuses: write
+// to a temporary file and rename it once Snapshot returns nil.
+func (k *Cluster) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
+	var n int64
+	var late error // after the first byte: not retried
+	_, err := call(ctx, k.c, func(ctx context.Context) (struct{}, error) {
+		stream, err := k.rpc.Snapshot(ctx, &queuev1.SnapshotRequest{})
+		if err != nil {
+			return struct{}{}, err
+		}
+		for {
+			m, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return struct{}{}, nil
+			}
+			if err != nil && n == 0 {
+				return struct{}{}, err
+			}
+			if err != nil {
+				late = typed(err)
+				return struct{}{}, nil
+			}
+			wrote, err := w.Write(m.GetData())
+			n += int64(wrote)
+			if err != nil {
+				late = err
+				return struct{}{}, nil
+			}
+		}
+	})
+	if err == nil {
+		err = late
+	}
+	if err != nil {
+		return n, fmt.Errorf("snapshot: %w", err)
+	}
+	return n, nil
 }
 
 // Status returns the answering member's view of the queue: itself, the

@@ -33,7 +33,7 @@ type WorkOptions struct {
 	// Worker names the holder (shown by Inspect).
 	Worker string
 	// MaxInFlight is the most leases the stream holds at once (0 means 1,
-	// at most MaxBatch): a lease is held from its push until its ack is
+	// at most limits.MaxBatch): a lease is held from its push until its ack is
 	// answered, or an extend of it is answered LEASE_LOST.
 	MaxInFlight int
 	// LeaseDuration is each lease's (0 means the server's default).

@@ -51,6 +51,11 @@ func (s *Source) ServerConfig(mode ClientCerts) (*tls.Config, error) {
 	if s.cfg.CertFile == "" {
 		return nil, errors.New("tlsfiles: a server needs a certificate and key file")
 	}
+	// Load takes a pair outside its validity period (there is no other),
+	// but no client would accept it from a server: refuse to serve it.
+	if err := s.validAt(s.Certificate(), s.now()); err != nil {
+		return nil, err
+	}
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		CipherSuites: cipherSuites,
@@ -78,7 +83,9 @@ func (s *Source) ServerConfig(mode ClientCerts) (*tls.Config, error) {
 			return errors.New("tlsfiles: the client sent no certificate")
 		}
 		if err := s.verify(cs.PeerCertificates, "", x509.ExtKeyUsageClientAuth); err != nil {
-			return fmt.Errorf("tlsfiles: client certificate %q: %w", cs.PeerCertificates[0].Subject.CommonName, err)
+			// The CN is not verified: anyone may send any, and the error
+			// is logged (net/http's and grpc's handshake errors).
+			return fmt.Errorf("tlsfiles: client certificate \"%s\": %w", Shown(cs.PeerCertificates[0].Subject.CommonName), err)
 		}
 		return nil
 	}
@@ -185,6 +192,7 @@ func (c *clientCredentials) ServerHandshake(net.Conn) (net.Conn, credentials.Aut
 }
 
 func (c *clientCredentials) Info() credentials.ProtocolInfo {
+	//lint:ignore SA1019 grpc-go still reads ServerName for the authority of a connection whose credentials name the server, and SecurityVersion is what TLS credentials report.
 	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2", ServerName: c.serverName}
 }
 

@@ -30,6 +30,16 @@
 // tried again. The certificate with its key and the CA bundle are reloaded
 // independently.
 //
+// A file is read only when it is a regular file of at most MaxFileBytes:
+// a device, a FIFO or a directory in its place is refused before it is
+// opened (ErrNotRegular), a larger file is not read (ErrTooLarge), and a
+// file that grows while it is read is read no further than the limit.
+// A new pair whose certificate is outside its validity period
+// (ErrExpired, ErrNotYetValid) is refused likewise and never becomes the
+// pair kept; one not valid yet is taken when its NotBefore passes. Load
+// takes such a pair, since there is no other, with a WARN: a client may
+// present it (its peer refuses it), but ServerConfig refuses to serve it.
+//
 // # Verification
 //
 // A server built with a CA file requires (RequireClientCert) or accepts

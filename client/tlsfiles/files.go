@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -32,7 +33,24 @@ var (
 	// ErrCutShort is returned when a file ends inside a PEM block (it may
 	// be being written).
 	ErrCutShort = errors.New("a PEM block is cut short")
+	// ErrNotRegular is returned when a file is not a regular file (a
+	// device, a FIFO, a directory …): it is not opened for reading.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrTooLarge is returned when a file holds more than MaxFileBytes.
+	ErrTooLarge = fmt.Errorf("larger than %d bytes", MaxFileBytes)
+	// ErrExpired is returned when the certificate of a pair is past its
+	// NotAfter.
+	ErrExpired = errors.New("the certificate has expired")
+	// ErrNotYetValid is returned when the certificate of a pair is before
+	// its NotBefore.
+	ErrNotYetValid = errors.New("the certificate is not valid yet")
 )
+
+// MaxFileBytes is the most a certificate, key or CA file may hold. A
+// certificate with its chain is a few kilobytes and a system's whole CA
+// bundle a few hundred; more is not a PEM file of this kind, and is not
+// read.
+const MaxFileBytes = 1 << 20
 
 // FileError is returned when one of the files cannot be used; it names the
 // file and what kind of file it is meant to be.
@@ -129,6 +147,10 @@ type state struct {
 	pairErr error            // why the certificate and key files as they are now are not in use
 	caErr   error            // the same for the CA file
 	files   [3]file
+	// retryAt, when set, is the NotBefore of a pair refused as not valid
+	// yet: the files are parsed again once it has passed, though they
+	// have not changed.
+	retryAt time.Time
 }
 
 // file is one file as last read: its stat and its bytes (or read error).
@@ -234,7 +256,7 @@ func (s *Source) check() {
 			break
 		}
 	}
-	if !changed {
+	if !changed && (st.retryAt.IsZero() || now.Before(st.retryAt)) {
 		return
 	}
 	s.mu.Lock()
@@ -267,7 +289,7 @@ func (s *Source) reloadLocked() []error {
 		}
 		// Stat before reading: a write after the stat shows in the next
 		// stat, and is read then.
-		data, err := os.ReadFile(f.path)
+		data, err := readFile(f.path)
 		if err != nil {
 			data = nil
 			var pe *fs.PathError
@@ -281,8 +303,27 @@ func (s *Source) reloadLocked() []error {
 		changed[i] = !same
 	}
 	var errs []error
-	if changed[fileCert] || changed[fileKey] {
+	due := !old.retryAt.IsZero() && !now.Before(old.retryAt)
+	if changed[fileCert] || changed[fileKey] || due {
+		next.retryAt = time.Time{}
 		pair, err := parsePair(next.files[fileCert], next.files[fileKey])
+		if err == nil {
+			if verr := s.validAt(pair, now); verr != nil {
+				if old.pair != nil {
+					// A rotation: the pair in use stays, and one not
+					// valid yet is tried again when it is.
+					err = verr
+					if errors.Is(verr, ErrNotYetValid) {
+						next.retryAt = pair.Leaf.NotBefore
+					}
+				} else {
+					// The first load has no other pair to keep: a
+					// client may present this one (its peer refuses
+					// it); ServerConfig refuses to serve it.
+					s.log.Warn("tls certificate is outside its validity period", logKeyErr, verr)
+				}
+			}
+		}
 		if err != nil {
 			next.pairErr = err
 			errs = append(errs, err)
@@ -293,7 +334,7 @@ func (s *Source) reloadLocked() []error {
 		} else {
 			next.pair, next.pairErr = pair, nil
 			s.log.Info("tls certificate loaded", logKeyFile, s.cfg.CertFile,
-				logKeyName, pair.Leaf.Subject.CommonName, logKeySerial, serial(pair.Leaf),
+				logKeyName, Shown(pair.Leaf.Subject.CommonName), logKeySerial, serial(pair.Leaf),
 				logKeyUntil, pair.Leaf.NotAfter)
 		}
 	}
@@ -312,6 +353,81 @@ func (s *Source) reloadLocked() []error {
 	}
 	s.cur.Store(&next)
 	return errs
+}
+
+// readFile returns the contents of the regular file path, at most
+// MaxFileBytes. Anything else (a device, a FIFO, a directory …) is
+// refused before it is opened, and checked again once opened, since the
+// path may have been replaced in between; a file that grows while it is
+// read is read no further than the limit.
+func readFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := regularAndSmall(fi); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|openFlags, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if err := regularAndSmall(fi); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, ErrTooLarge
+	}
+	return data, nil
+}
+
+// regularAndSmall returns ErrNotRegular or ErrTooLarge for a file that is
+// not to be read.
+func regularAndSmall(fi fs.FileInfo) error {
+	m := fi.Mode()
+	if !m.IsRegular() {
+		what := "an irregular file"
+		switch {
+		case m.IsDir():
+			what = "a directory"
+		case m&fs.ModeNamedPipe != 0:
+			what = "a named pipe"
+		case m&fs.ModeSocket != 0:
+			what = "a socket"
+		case m&fs.ModeDevice != 0:
+			what = "a device"
+		}
+		return fmt.Errorf("%w (%s)", ErrNotRegular, what)
+	}
+	if fi.Size() > MaxFileBytes {
+		return ErrTooLarge
+	}
+	return nil
+}
+
+// validAt returns why pair's certificate cannot be used at now (a
+// *FileError wrapping ErrExpired or ErrNotYetValid), or nil.
+func (s *Source) validAt(pair *tls.Certificate, now time.Time) error {
+	leaf := pair.Leaf
+	var err error
+	switch {
+	case now.Before(leaf.NotBefore):
+		err = ErrNotYetValid
+	case now.After(leaf.NotAfter):
+		err = ErrExpired
+	default:
+		return nil
+	}
+	return &FileError{Kind: "certificate", Path: s.cfg.CertFile, Err: fmt.Errorf("%w (valid from %s until %s; it is %s)", err,
+		leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))}
 }
 
 func serial(c *x509.Certificate) string {

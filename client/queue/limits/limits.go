@@ -1,36 +1,9 @@
-// Package queue is the Go side of baton.queue.v1 beyond its wire types: the
-// limit of every field, in one table, with the checks that apply them; the
-// reasons the server gives for a refusal, as errors; and the client.
-//
-// The queue server checks every request with these functions before it
-// changes anything, and its write-ahead log encodes and decodes with the same
-// limits, so whatever the API accepts the log can replay after a restart.
-//
-// # The client
-//
-// The client splits large requests into the server's batches (at most
-// 10,000 items and 1.5 MiB a call), retries calls refused with Unavailable
-// (the queue restarting or draining) with capped exponential backoff inside
-// the caller's deadline, returns a typed result per key, and wraps the
-// server's refusals in ErrNoSpace, ErrTooManyQueues and ErrStopped.
-//
-//	c, err := queue.Dial("127.0.0.1:7070")
-//	res, err := c.Add(ctx, "replicasets", []string{"default/web"}, queue.AddOptions{})
-//	leases, err := c.Lease(ctx, "replicasets", queue.LeaseOptions{Worker: "w1", MaxItems: 100, Wait: 10 * time.Second})
-//	results, err := c.Ack(ctx, "replicasets", []queue.Ack{{Key: l.Key, Token: l.Token, Outcome: queue.Success()}})
-//	if errors.Is(err, queue.ErrNoSpace) { … }
-//
-// Every call is safe to retry: Add and Forget are idempotent, a repeated Ack
-// of a lease already acknowledged answers LeaseLost and changes nothing, and a
-// Lease whose answer was lost simply lapses.
-//
-// Client.Cluster calls baton.queue.v1.ClusterService on the same
-// connection: MemberList, Status, and MemberAdd and MemberRemove, which a
-// queue of one member refuses with ErrNotReplicated.
-//
-//	members, err := c.Cluster().MemberList(ctx)
-//
-// # Limits
+// Package limits is the one place the limits of baton.queue.v1 live: the
+// limit of every field, in one table, with the checks that apply them. The
+// queue server checks every request with these functions before it changes
+// anything, its write-ahead log encodes and decodes with the same limits
+// (so whatever the API accepts the log can replay after a restart), and
+// the Go client (package queue) splits its calls by them.
 //
 //	field                                   limit
 //	queue name                              a DNS label: [a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?
@@ -59,7 +32,7 @@
 // by gRPC itself), and nothing is stored. The error text of an ack is the one
 // field that is cut rather than refused: a worker reporting a long stack trace
 // must still be able to hand its key back.
-package queue
+package limits
 
 import (
 	"errors"
@@ -167,15 +140,18 @@ func CheckKey(field, k string) error {
 	return nil
 }
 
-// CheckCount returns an error naming field unless n is in [min, MaxBatch].
-func CheckCount(field string, n, min int) error {
+// CheckCount returns an error naming field unless n is in [min, MaxBatch]:
+// a length, or a count a request carries (max_items, page_size,
+// max_in_flight), which the error quotes as it was sent.
+func CheckCount[N int | uint32](field string, n N, min int) error {
+	v := int64(n)
 	switch {
-	case n < min && min == 1:
+	case v < int64(min) && min == 1:
 		return invalid("%s is empty: give 1 to %d", field, MaxBatch)
-	case n < min:
-		return invalid("%s has %d, fewer than %d", field, n, min)
-	case n > MaxBatch:
-		return invalid("%s has %d, over %d in one call", field, n, MaxBatch)
+	case v < int64(min):
+		return invalid("%s has %d, fewer than %d", field, v, min)
+	case v > MaxBatch:
+		return invalid("%s has %d, over %d in one call", field, v, MaxBatch)
 	}
 	return nil
 }
