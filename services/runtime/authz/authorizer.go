@@ -62,7 +62,7 @@ func New(o Options) (*Authorizer, error) {
 	}
 	a.denied = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: DeniedMetric,
-		Help: "Calls and requests refused by authorization, by method (a full gRPC method name, or HTTP and the policy path that covers the request) and identity (the client certificate's CN, empty without one).",
+		Help: "Calls and requests refused by authorization, by method (a full gRPC method name, or HTTP and the policy path that covers the request) and identity (the client certificate's CN, empty without one; escaped and cut to 128 bytes as tlsfiles.Shown does).",
 	}, []string{"method", "identity"})
 	if o.Registerer != nil {
 		if err := o.Registerer.Register(a.denied); err != nil {
@@ -248,13 +248,13 @@ func (a *Authorizer) unauthenticated(ctx context.Context, method string) error {
 
 // refused logs and counts a call the policy does not allow.
 func (a *Authorizer) refused(ctx context.Context, id tlsfiles.Identity, method, queue string, withQueue bool, err error) {
-	attrs := []any{logKeyIdentity, id.Name, logKeyRoles, id.Roles, logKeyMethod, method}
+	attrs := []any{logKeyIdentity, id.ShownName(), logKeyRoles, id.ShownRoles(), logKeyMethod, method}
 	if withQueue {
-		attrs = append(attrs, logKeyQueue, queue)
+		attrs = append(attrs, logKeyQueue, tlsfiles.Shown(queue))
 	}
 	attrs = append(attrs, logKeyErr, status.Convert(err).Message())
 	a.log.WarnContext(ctx, "call denied", attrs...)
-	a.denied.WithLabelValues(method, id.Name).Inc()
+	a.denied.WithLabelValues(method, id.ShownName()).Inc()
 }
 
 // HTTP wraps a server's handler with the policy's paths: /healthz and
@@ -276,15 +276,17 @@ func (a *Authorizer) HTTP(next http.Handler) http.Handler {
 		}
 		id, ok := tlsfiles.IdentityFromRequest(r)
 		if !ok {
-			msg := fmt.Sprintf("authz: %s needs a verified client certificate", clean)
-			a.log.WarnContext(r.Context(), "request refused", logKeyPath, clean, logKeyErr, msg)
+			// Anyone may send any path: it is shown bounded and escaped.
+			msg := fmt.Sprintf("authz: %s needs a verified client certificate", tlsfiles.Shown(clean))
+			a.log.WarnContext(r.Context(), "request refused", logKeyPath, tlsfiles.Shown(clean), logKeyErr, msg)
 			a.denied.WithLabelValues(label, "").Inc()
 			http.Error(w, msg, http.StatusUnauthorized)
 			return
 		}
 		if err := a.policy.AuthorizePath(id, clean); err != nil {
-			a.log.WarnContext(r.Context(), "request denied", logKeyIdentity, id.Name, logKeyRoles, id.Roles, logKeyPath, clean, logKeyErr, err.Error())
-			a.denied.WithLabelValues(label, id.Name).Inc()
+			a.log.WarnContext(r.Context(), "request denied", logKeyIdentity, id.ShownName(), logKeyRoles, id.ShownRoles(),
+				logKeyPath, tlsfiles.Shown(clean), logKeyErr, err.Error())
+			a.denied.WithLabelValues(label, id.ShownName()).Inc()
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}

@@ -2,11 +2,10 @@ package authz
 
 import (
 	"fmt"
+	"github.com/batonrun/baton/client/queue/limits"
 	"path"
 	"slices"
 	"strings"
-
-	"github.com/batonrun/baton/client/queue"
 )
 
 // checkMethod returns why m cannot be one of a Rule's Methods, or nil.
@@ -81,8 +80,8 @@ func checkQueuePattern(q string) error {
 	if _, err := path.Match(q, ""); err != nil {
 		return fmt.Errorf("queue pattern %q is malformed: %w", q, err)
 	}
-	if !strings.ContainsAny(q, `*?[\`) && !queue.ValidQueueName(q) {
-		return fmt.Errorf("queue %q is not a queue name (a DNS label: a-z, 0-9 and -, beginning and ending with a letter or digit, at most %d bytes)", q, queue.MaxQueueNameBytes)
+	if !strings.ContainsAny(q, `*?[\`) && !limits.ValidQueueName(q) {
+		return fmt.Errorf("queue %q is not a queue name (a DNS label: a-z, 0-9 and -, beginning and ending with a letter or digit, at most %d bytes)", q, limits.MaxQueueNameBytes)
 	}
 	return nil
 }

@@ -43,7 +43,12 @@
 // gRPC server that requires one refuses such a client at the handshake,
 // before any call). Each refusal is logged once, at WARN, and counted in
 // baton_authz_denied_total{method, identity} (identity is the CN, "" for a
-// client without a certificate).
+// client without a certificate). A name from a certificate or a request
+// (the CN, a role, a queue, an HTTP path) is logged, counted and quoted as
+// tlsfiles.Shown returns it: control and format characters (NUL, U+202E)
+// and bytes that are not UTF-8 escaped, and cut to tlsfiles.MaxShownBytes
+// with a mark, since a CA may sign a CN of any length and each refusal
+// would otherwise carry it whole.
 //
 // # Interceptors
 //

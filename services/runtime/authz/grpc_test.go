@@ -117,7 +117,21 @@ func (s *server) register(srv *grpc.Server) {
 			s.unary(observerv1.ObserverService_ServiceDesc.ServiceName, "Status", &observerv1.StatusRequest{}),
 		},
 	}
-	cluster := grpc.ServiceDesc{ServiceName: queuev1.ClusterService_ServiceDesc.ServiceName, HandlerType: (*any)(nil)}
+	cluster := grpc.ServiceDesc{
+		ServiceName: queuev1.ClusterService_ServiceDesc.ServiceName,
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName:    "Snapshot",
+			ServerStreams: true,
+			Handler: func(_ any, ss grpc.ServerStream) error {
+				if err := ss.RecvMsg(&queuev1.SnapshotRequest{}); err != nil {
+					return err
+				}
+				s.calls.Add(1)
+				return ss.SendMsg(&queuev1.SnapshotResponse{})
+			},
+		}},
+	}
 	for _, m := range []struct {
 		name string
 		req  proto.Message
@@ -125,6 +139,7 @@ func (s *server) register(srv *grpc.Server) {
 		{"MemberList", &queuev1.MemberListRequest{}},
 		{"MemberAdd", &queuev1.MemberAddRequest{}},
 		{"MemberRemove", &queuev1.MemberRemoveRequest{}},
+		{"MoveLeader", &queuev1.MoveLeaderRequest{}},
 		{"Status", &queuev1.StatusRequest{}},
 	} {
 		cluster.Methods = append(cluster.Methods, s.unary(cluster.ServiceName, m.name, m.req))
@@ -342,11 +357,13 @@ var contractTable = map[string][]string{
 	"/baton.queue.v1.QueueService/Forget":                       {"admin"},
 	"/baton.observer.v1.ObserverService/Get":                    {"worker", "viewer", "admin"},
 	"/baton.observer.v1.ObserverService/List":                   {"worker", "viewer", "admin"},
-	"/baton.observer.v1.ObserverService/Status":                 {"worker", "viewer", "admin"},
+	"/baton.observer.v1.ObserverService/Status":                 {"worker", "viewer", "admin", "queue-peer"},
 	"/baton.queue.v1.ClusterService/MemberList":                 {"viewer", "admin", "queue-peer"},
 	"/baton.queue.v1.ClusterService/Status":                     {"viewer", "admin", "queue-peer"},
 	"/baton.queue.v1.ClusterService/MemberAdd":                  {"admin"},
 	"/baton.queue.v1.ClusterService/MemberRemove":               {"admin"},
+	"/baton.queue.v1.ClusterService/MoveLeader":                 {"admin"},
+	"/baton.queue.v1.ClusterService/Snapshot":                   {"admin"},
 	"/baton.queue.v1.RaftService/Send":                          {"queue-peer"},
 	"/baton.queue.v1.RaftService/SendSnapshot":                  {"queue-peer"},
 	"/baton.queue.v1.RaftService/Join":                          {"queue-peer"},

@@ -91,7 +91,15 @@ func (p *pki) issueFiles(t *testing.T, name string, orgs ...string) (cert *x509.
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := filepath.Join(p.dir, strings.NewReplacer("/", "_", " ", "_").Replace(name)+"-"+cert.SerialNumber.Text(16))
+	// The name in the file's name, made safe and short (a test's names
+	// may be hostile); the serial keeps it unique.
+	safe := []rune(strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '_'
+	}, name))
+	base := filepath.Join(p.dir, string(safe[:min(len(safe), 40)])+"-"+cert.SerialNumber.Text(16))
 	certFile, keyFile = base+".crt", base+".key"
 	writeFile(t, certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 	writeFile(t, keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))

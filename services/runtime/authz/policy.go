@@ -174,10 +174,10 @@ func (p *Policy) AuthorizePath(id tlsfiles.Identity, urlPath string) error {
 	}
 	g, ok := p.route(clean)
 	if !ok {
-		return fmt.Errorf("authz: %s may not request %s: no rule of the policy covers it", id, clean)
+		return fmt.Errorf("authz: %s may not request %s: no rule of the policy covers it", id, tlsfiles.Shown(clean))
 	}
 	if !hasAnyRole(id, g.roles) {
-		return fmt.Errorf("authz: %s may not request %s: it needs one of the roles %s", id, clean, strings.Join(g.roles, ", "))
+		return fmt.Errorf("authz: %s may not request %s: it needs one of the roles %s", id, tlsfiles.Shown(clean), strings.Join(g.roles, ", "))
 	}
 	return nil
 }
@@ -257,7 +257,7 @@ func denial(id tlsfiles.Identity, method, queue string, withQueue bool, reason s
 	var b strings.Builder
 	fmt.Fprintf(&b, "authz: %s may not call %s", id, method)
 	if withQueue {
-		fmt.Fprintf(&b, " on queue %q", queue)
+		fmt.Fprintf(&b, ` on queue "%s"`, tlsfiles.Shown(queue))
 	}
 	if reason != "" {
 		b.WriteString(": ")
@@ -339,7 +339,8 @@ func compile(raw []rawRule) (*Policy, error) {
 
 // checkRule checks one raw rule and returns it as a Rule.
 func checkRule(r rawRule) (Rule, error) {
-	for _, e := range r.empty {
+	if len(r.empty) > 0 { // the first empty list the rule has
+		e := r.empty[0]
 		if e.val == keyQueues {
 			return Rule{}, fmt.Errorf("%s: queues is an empty list, which would match no queue: leave it out to allow every queue", e.pos)
 		}

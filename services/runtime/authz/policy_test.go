@@ -374,6 +374,8 @@ func ExamplePolicy_Marshal() {
 	//     methods:
 	//       - /baton.observer.v1.ObserverService/Get
 	//       - /baton.observer.v1.ObserverService/List
+	//   - roles: [worker, viewer, admin, queue-peer]
+	//     methods:
 	//       - /baton.observer.v1.ObserverService/Status
 	//   - roles: [viewer, admin, queue-peer]
 	//     methods:
@@ -383,6 +385,8 @@ func ExamplePolicy_Marshal() {
 	//     methods:
 	//       - /baton.queue.v1.ClusterService/MemberAdd
 	//       - /baton.queue.v1.ClusterService/MemberRemove
+	//       - /baton.queue.v1.ClusterService/MoveLeader
+	//       - /baton.queue.v1.ClusterService/Snapshot
 	//   - roles: [queue-peer]
 	//     methods:
 	//       - /baton.queue.v1.RaftService/Send

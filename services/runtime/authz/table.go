@@ -61,6 +61,8 @@ var services = []service{
 			queuev1.ClusterService_MemberList_FullMethodName,
 			queuev1.ClusterService_MemberAdd_FullMethodName,
 			queuev1.ClusterService_MemberRemove_FullMethodName,
+			queuev1.ClusterService_MoveLeader_FullMethodName,
+			queuev1.ClusterService_Snapshot_FullMethodName,
 			queuev1.ClusterService_Status_FullMethodName,
 		},
 	},
@@ -124,8 +126,14 @@ func defaultRules() []Rule {
 			Methods: []string{
 				observerv1.ObserverService_Get_FullMethodName,
 				observerv1.ObserverService_List_FullMethodName,
-				observerv1.ObserverService_Status_FullMethodName,
 			},
+		},
+		{
+			// The queue's dashboard shows the observer's status (the
+			// queue's --observer-addr), asked with the queue's own
+			// certificate; the cache's objects stay out of its reach.
+			Roles:   []string{worker, viewer, admin, queuePeer},
+			Methods: []string{observerv1.ObserverService_Status_FullMethodName},
 		},
 		{
 			Roles: []string{viewer, admin, queuePeer},
@@ -139,6 +147,8 @@ func defaultRules() []Rule {
 			Methods: []string{
 				queuev1.ClusterService_MemberAdd_FullMethodName,
 				queuev1.ClusterService_MemberRemove_FullMethodName,
+				queuev1.ClusterService_MoveLeader_FullMethodName,
+				queuev1.ClusterService_Snapshot_FullMethodName,
 			},
 		},
 		{

@@ -43,6 +43,37 @@
 // stream (QueueService Work) counts as one waiting Lease while it is open.
 // A Lease without a wait, and every other call, is never limited here: it returns
 // at once, and gRPC's MaxConcurrentStreams bounds a connection's calls.
+//
+// # Calls a member forwards
+//
+// A member of a replicated queue that does not lead forwards each call of
+// its clients to the leader's peer listener, over its one connection
+// there (the queue's internal/server/forward.go). Counted as they arrive
+// at the leader, every client of that member would share one connection
+// and one identity, the member's, and one client within its own bounds
+// could fill them for all the others. So each client is counted where it
+// connects, by the member's own Limiter, as at any server; and the member
+// names the client of each call it forwards in metadata: ForwardedKey
+// marks the call, ForwardedConnKey is the client's connection as the
+// member saw it, and ForwardedHolderKey is its identity's name (CN). A
+// Limiter whose Config trusts forwarded calls (serve gives the peer
+// listener one) counts such a call against that client: its connection
+// joined with the member's, as in
+//
+//	too many waiting Leases on connection 10.0.3.7:53412 via 10.0.3.2:40112: 256 in flight (limit 256)
+//
+// and its identity, with WaitingLeasesPerIdentity as its bound (only the
+// name is forwarded, not the roles: those were weighed by the member it
+// reached). ForwardedCaller hands the client to the handler, which binds
+// the leases it hands out to that identity.
+//
+// The metadata is believed from a member alone: a caller whose verified
+// certificate has the queue-peer role, or any caller where there are no
+// identities (plaintext or TLS without a CA, where only the connection
+// is taken and no lease is bound to anyone). Any other caller is counted
+// as itself. A Limiter that does not trust forwarded calls (every client
+// listener) never reads the metadata, so a certificate with the
+// queue-peer role beside a worker's is only itself there.
 package limits
 
 import (
@@ -55,6 +86,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -95,9 +127,30 @@ const LeaseMethod = "/baton.queue.v1.QueueService/Lease"
 // long as it is open: each counts as one waiting Lease for its whole life.
 const WorkMethod = "/baton.queue.v1.QueueService/Work"
 
+// The metadata keys of a call a member forwards (see the package doc).
+const (
+	// ForwardedKey marks a forwarded call.
+	ForwardedKey = "baton-forwarded"
+	// ForwardedHolderKey is the name (CN) of the caller's identity, absent
+	// when it had none, when the name is printable ASCII; any other name
+	// goes under ForwardedHolderBinKey (HolderMetadata).
+	ForwardedHolderKey = "baton-forwarded-holder"
+	// ForwardedHolderBinKey carries a name that is not printable ASCII,
+	// as gRPC's binary metadata: gRPC refuses such a value under any other
+	// key, and the whole forwarded call with it.
+	ForwardedHolderBinKey = "baton-forwarded-holder-bin"
+	// ForwardedConnKey is the caller's connection (its remote address) at
+	// the member that forwarded the call.
+	ForwardedConnKey = "baton-forwarded-conn"
+)
+
 // Config is the bounds of a Limiter. Each bound's zero value is its
 // default; a negative one is no bound.
 type Config struct {
+	// TrustForwarded counts a call a member forwards against the client
+	// its metadata names, not against the member (the package doc). Set
+	// it on the listener only members reach, never on one clients reach.
+	TrustForwarded bool
 	// WaitingLeasesPerConnection bounds the waiting Leases of one
 	// connection; 0 means DefaultWaitingLeasesPerConnection.
 	WaitingLeasesPerConnection int
@@ -159,7 +212,7 @@ func New(cfg Config, reg prometheus.Registerer) (*Limiter, error) {
 		byIdentity: make(map[string]int),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: RejectedMetric,
-			Help: "Calls refused with RESOURCE_EXHAUSTED by a per-client limit, by limit (" + LimitWaitingLeasesPerConnection + " or " + LimitWaitingLeasesPerIdentity + ") and identity (the client certificate's CN, empty without one).",
+			Help: "Calls refused with RESOURCE_EXHAUSTED by a per-client limit, by limit (" + LimitWaitingLeasesPerConnection + " or " + LimitWaitingLeasesPerIdentity + ") and identity (the client certificate's CN, empty without one; escaped and cut to 128 bytes as tlsfiles.Shown does).",
 		}, []string{"limit", "identity"}),
 	}
 	if reg != nil {
@@ -197,12 +250,105 @@ func IsWaitingLease(method string, req any) bool {
 	return d != nil && (d.GetSeconds() > 0 || (d.GetSeconds() == 0 && d.GetNanos() > 0))
 }
 
+// Caller is the client of a call a member forwarded, as the member names
+// it.
+type Caller struct {
+	// Conn is the client's connection at the member, joined with the
+	// member's connection here: "10.0.3.7:53412 via 10.0.3.2:40112".
+	Conn string
+	// Holder is the name (CN) of the client's identity, nil when it had
+	// none.
+	Holder *string
+}
+
+type callerKey struct{}
+
+// ForwardedCaller returns the client of a forwarded call, which a Limiter
+// that trusts forwarded calls found in its metadata; ok is false for every
+// other call, including one that carries the metadata on a listener whose
+// Limiter does not trust it.
+func ForwardedCaller(ctx context.Context) (c *Caller, ok bool) {
+	c, ok = ctx.Value(callerKey{}).(*Caller)
+	return c, ok
+}
+
+// forwardedCaller reads the client of a forwarded call from its metadata:
+// nil for a call that is not forwarded, or that comes from a caller that is
+// not a member.
+func forwardedCaller(ctx context.Context) *Caller {
+	if len(metadata.ValueFromIncomingContext(ctx, ForwardedKey)) == 0 {
+		return nil
+	}
+	id, verified := tlsfiles.IdentityFromPeer(ctx)
+	if verified && !id.HasRole(tlsfiles.RoleQueuePeer) {
+		return nil
+	}
+	c := &Caller{Conn: connOf(ctx)}
+	if v := metadata.ValueFromIncomingContext(ctx, ForwardedConnKey); len(v) > 0 {
+		c.Conn = v[0] + " via " + c.Conn
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok && verified {
+		if h, ok := HolderFromMetadata(md); ok {
+			c.Holder = &h
+		}
+	}
+	return c
+}
+
+// HolderMetadata is the metadata key and value that carry holder, the name
+// of a forwarded call's caller: ForwardedHolderKey for printable ASCII, the
+// names of every usual certificate, and ForwardedHolderBinKey for any other
+// (a CN of another script, or the empty CN's marker), which gRPC would
+// refuse under a text key. Members of an earlier version read the text key
+// alone, and still read every usual name.
+func HolderMetadata(holder string) (key, value string) {
+	for i := 0; i < len(holder); i++ {
+		if c := holder[i]; c < 0x20 || c > 0x7e {
+			return ForwardedHolderBinKey, holder
+		}
+	}
+	return ForwardedHolderKey, holder
+}
+
+// HolderFromMetadata reads the holder HolderMetadata put in md.
+func HolderFromMetadata(md metadata.MD) (string, bool) {
+	if v := md.Get(ForwardedHolderBinKey); len(v) > 0 {
+		return v[0], true
+	}
+	if v := md.Get(ForwardedHolderKey); len(v) > 0 {
+		return v[0], true
+	}
+	return "", false
+}
+
+// withCaller returns ctx with the client of a forwarded call, when the
+// Limiter trusts forwarded calls and ctx is one.
+func (l *Limiter) withCaller(ctx context.Context) (context.Context, bool) {
+	if !l.cfg.TrustForwarded {
+		return ctx, false
+	}
+	c := forwardedCaller(ctx)
+	if c == nil {
+		return ctx, false
+	}
+	return context.WithValue(ctx, callerKey{}, c), true
+}
+
+// callerStream is a server stream whose context carries its caller.
+type callerStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s callerStream) Context() context.Context { return s.ctx }
+
 // UnaryServerInterceptor refuses a waiting Lease beyond a bound with
 // RESOURCE_EXHAUSTED before the handler runs, and holds its place in both
 // counts until the handler returns. Put it after authorization, so that a
 // call refused there neither takes a place nor counts as limited.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, _ = l.withCaller(ctx)
 		if !IsWaitingLease(info.FullMethod, req) {
 			return handler(ctx, req)
 		}
@@ -220,6 +366,9 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // runs, as UnaryServerInterceptor refuses a waiting Lease.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if ctx, ok := l.withCaller(ss.Context()); ok {
+			ss = callerStream{ServerStream: ss, ctx: ctx}
+		}
 		if info.FullMethod != WorkMethod {
 			return handler(srv, ss)
 		}
@@ -236,11 +385,18 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // of its connection and of its identity, or takes none and returns the
 // refusal of the first bound it would cross.
 func (l *Limiter) acquire(ctx context.Context) (release func(), err error) {
-	conn := ""
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		conn = p.Addr.String()
+	var conn string
+	var id tlsfiles.Identity
+	var hasID bool
+	if c, ok := ForwardedCaller(ctx); ok && l.cfg.TrustForwarded {
+		conn = c.Conn
+		if hasID = c.Holder != nil; hasID {
+			id.Name = *c.Holder // no roles: the default bound
+		}
+	} else {
+		conn = connOf(ctx)
+		id, hasID = tlsfiles.IdentityFromPeer(ctx)
 	}
-	id, hasID := tlsfiles.IdentityFromPeer(ctx)
 	connMax := l.cfg.perConnection()
 	idMax := -1
 	if hasID {
@@ -249,13 +405,15 @@ func (l *Limiter) acquire(ctx context.Context) (release func(), err error) {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// The identity as a label and in the message is tlsfiles.Shown's: a
+	// CN is whatever the CA signed, of any length and with any bytes.
 	if n := l.byConn[conn]; connMax >= 0 && n >= connMax {
-		l.rejected.WithLabelValues(LimitWaitingLeasesPerConnection, id.Name).Inc()
-		return nil, status.Errorf(codes.ResourceExhausted, "too many waiting Leases on connection %s: %d in flight (limit %d)", conn, n, connMax)
+		l.rejected.WithLabelValues(LimitWaitingLeasesPerConnection, tlsfiles.Shown(id.Name)).Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "too many waiting Leases on connection %s: %d in flight (limit %d)", tlsfiles.Shown(conn), n, connMax)
 	}
 	if n := l.byIdentity[id.Name]; hasID && idMax >= 0 && n >= idMax {
-		l.rejected.WithLabelValues(LimitWaitingLeasesPerIdentity, id.Name).Inc()
-		return nil, status.Errorf(codes.ResourceExhausted, "too many waiting Leases for identity %q: %d in flight (limit %d)", id.Name, n, idMax)
+		l.rejected.WithLabelValues(LimitWaitingLeasesPerIdentity, tlsfiles.Shown(id.Name)).Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "too many waiting Leases for identity \"%s\": %d in flight (limit %d)", tlsfiles.Shown(id.Name), n, idMax)
 	}
 	l.byConn[conn]++
 	if hasID {
@@ -271,6 +429,14 @@ func (l *Limiter) acquire(ctx context.Context) (release func(), err error) {
 			decr(l.byIdentity, id.Name)
 		}
 	}, nil
+}
+
+// connOf is the remote address of ctx's connection, "" without one.
+func connOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 func decr(m map[string]int, k string) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -177,6 +179,44 @@ func TestBounds(t *testing.T) {
 	l.mu.Unlock()
 	if conns != 2 || ids != 1 {
 		t.Fatalf("counts of %d connections and %d identities, want those of the held calls: 2 and 1", conns, ids)
+	}
+}
+
+// TestRefusalShowsIdentityBounded: a CN of 60,000 bytes with a NUL and a
+// right-to-left override, refused, is one bounded, escaped label value and
+// one bounded message, not the CN raw (every refusal would otherwise
+// carry it whole into a metric series and the client's error).
+func TestRefusalShowsIdentityBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	l, err := New(Config{WaitingLeasesPerConnection: 5, WaitingLeasesPerIdentity: 1}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic := l.UnaryServerInterceptor()
+	info := &grpc.UnaryServerInfo{FullMethod: LeaseMethod}
+	cn := "\u202eevil\x00" + strings.Repeat("a", 60_000)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	started := make(chan struct{})
+	wg.Go(func() {
+		_, _ = ic(callCtx("127.0.0.1:2001", cn, tlsfiles.RoleWorker), waitingLease, info, func(context.Context, any) (any, error) {
+			close(started)
+			<-release
+			return nil, nil
+		})
+	})
+	<-started
+	_, err = ic(callCtx("127.0.0.1:2002", cn, tlsfiles.RoleWorker), waitingLease, info, func(context.Context, any) (any, error) { return nil, nil })
+	msg := status.Convert(err).Message()
+	if status.Code(err) != codes.ResourceExhausted || len(msg) > 300 || strings.ContainsAny(msg, "\x00\u202e") {
+		t.Errorf("refusal of the long CN: %v (%d bytes), want RESOURCE_EXHAUSTED, bounded and escaped", status.Code(err), len(msg))
+	}
+	for k := range rejected(t, reg) {
+		if len(k) > 200 || strings.ContainsAny(k, "\x00\u202e") {
+			t.Errorf("the identity label is %d bytes: %.80q…, want it bounded and escaped", len(k), k)
+		}
 	}
 }
 
@@ -357,5 +397,142 @@ func TestWorkStreamsCount(t *testing.T) {
 	wg.Wait()
 	if err := lease(); err != nil {
 		t.Fatalf("after the stream ended: %v", err)
+	}
+}
+
+// forwardedCtx is ctx with the metadata of a call a member forwarded for
+// the client at conn with identity holder ("": none).
+func forwardedCtx(ctx context.Context, conn, holder string) context.Context {
+	md := metadata.Pairs(ForwardedKey, "1", ForwardedConnKey, conn)
+	if holder != "" {
+		md.Set(ForwardedHolderKey, holder)
+	}
+	return metadata.NewIncomingContext(ctx, md)
+}
+
+// TestForwardedCalls: a Limiter that trusts forwarded calls counts a
+// member's forwarded waiting Leases against the clients they name, not
+// against the member's connection and identity: one client's calls
+// through the member fill their own bounds alone, and the refusals name
+// that client. The handler learns the client too.
+func TestForwardedCalls(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	l, err := New(Config{TrustForwarded: true, WaitingLeasesPerConnection: 1, WaitingLeasesPerIdentity: 2}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic := l.UnaryServerInterceptor()
+	info := &grpc.UnaryServerInfo{FullMethod: LeaseMethod}
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(release); wg.Wait() }()
+	hold := func(ctx context.Context) {
+		t.Helper()
+		started := make(chan struct{})
+		wg.Go(func() {
+			if _, err := ic(ctx, waitingLease, info, func(context.Context, any) (any, error) {
+				close(started)
+				<-release
+				return nil, nil
+			}); err != nil {
+				t.Errorf("a held call: %v", err)
+			}
+		})
+		<-started
+	}
+	call := func(ctx context.Context) error {
+		_, err := ic(ctx, waitingLease, info, func(context.Context, any) (any, error) { return nil, nil })
+		return err
+	}
+	member := callCtx("127.0.0.1:3001", "queue", tlsfiles.RoleQueuePeer)
+
+	var got *Caller
+	if _, err := ic(forwardedCtx(member, "10.0.0.7:5000", "w1"), &queuev1.AckRequest{}, &grpc.UnaryServerInfo{FullMethod: "/baton.queue.v1.QueueService/Ack"}, func(ctx context.Context, _ any) (any, error) {
+		got, _ = ForwardedCaller(ctx)
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Conn != "10.0.0.7:5000 via 127.0.0.1:3001" || got.Holder == nil || *got.Holder != "w1" {
+		t.Fatalf("the handler's caller of a forwarded Ack: %+v, want w1 at 10.0.0.7:5000 via 127.0.0.1:3001", got)
+	}
+
+	hold(forwardedCtx(member, "10.0.0.7:5000", "w1"))
+	err = call(forwardedCtx(member, "10.0.0.7:5000", "w1"))
+	if status.Code(err) != codes.ResourceExhausted || status.Convert(err).Message() != "too many waiting Leases on connection 10.0.0.7:5000 via 127.0.0.1:3001: 1 in flight (limit 1)" {
+		t.Fatalf("a second waiting Lease of one forwarded connection: %v", err)
+	}
+	hold(forwardedCtx(member, "10.0.0.7:5001", "w1"))
+	err = call(forwardedCtx(member, "10.0.0.7:5002", "w1"))
+	if status.Code(err) != codes.ResourceExhausted || status.Convert(err).Message() != `too many waiting Leases for identity "w1": 2 in flight (limit 2)` {
+		t.Fatalf("a third forwarded waiting Lease of one identity: %v", err)
+	}
+	// Neither the member's connection nor its identity is full.
+	hold(forwardedCtx(member, "10.0.0.8:5000", "w2"))
+	if err := call(member); err != nil {
+		t.Fatalf("the member's own waiting Lease: %v", err)
+	}
+	if got, want := rejected(t, reg), map[string]float64{
+		LimitWaitingLeasesPerConnection + " w1": 1,
+		LimitWaitingLeasesPerIdentity + " w1":   1,
+	}; !maps.Equal(got, want) {
+		t.Errorf("%s = %v, want %v", RejectedMetric, got, want)
+	}
+}
+
+// TestForwardedMetadataBelievedFromMembersAlone: the metadata of a
+// forwarded call names its client only at a Limiter that trusts forwarded
+// calls, and there only from a member (a queue-peer certificate) or where
+// there are no identities, and then only the connection; every other
+// caller is itself.
+func TestForwardedMetadataBelievedFromMembersAlone(t *testing.T) {
+	trusting, err := New(Config{TrustForwarded: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := New(Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		l    *Limiter
+		ctx  context.Context
+		want *Caller // nil: not forwarded
+	}{
+		{"a member", trusting, forwardedCtx(callCtx("127.0.0.1:3001", "queue", tlsfiles.RoleQueuePeer), "10.0.0.7:5000", "w1"),
+			&Caller{Conn: "10.0.0.7:5000 via 127.0.0.1:3001", Holder: new("w1")}},
+		{"a member, for a client without an identity", trusting, forwardedCtx(callCtx("127.0.0.1:3001", "queue", tlsfiles.RoleQueuePeer), "10.0.0.7:5000", ""),
+			&Caller{Conn: "10.0.0.7:5000 via 127.0.0.1:3001"}},
+		{"no identities", trusting, forwardedCtx(callCtx("127.0.0.1:3001", ""), "10.0.0.7:5000", "w1"),
+			&Caller{Conn: "10.0.0.7:5000 via 127.0.0.1:3001"}},
+		{"a worker", trusting, forwardedCtx(callCtx("127.0.0.1:3001", "w2", tlsfiles.RoleWorker), "10.0.0.7:5000", "w1"), nil},
+		{"not forwarded", trusting, callCtx("127.0.0.1:3001", "queue", tlsfiles.RoleQueuePeer), nil},
+		{"a member and a worker, at a Limiter that does not trust", plain,
+			forwardedCtx(callCtx("127.0.0.1:3001", "w2", tlsfiles.RoleWorker, tlsfiles.RoleQueuePeer), "10.0.0.7:5000", "w1"), nil},
+	}
+	for _, tc := range cases {
+		var unary, stream *Caller
+		if _, err := tc.l.UnaryServerInterceptor()(tc.ctx, waitingLease, &grpc.UnaryServerInfo{FullMethod: LeaseMethod}, func(ctx context.Context, _ any) (any, error) {
+			unary, _ = ForwardedCaller(ctx)
+			return nil, nil
+		}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if err := tc.l.StreamServerInterceptor()(nil, ctxStream{ctx: tc.ctx}, &grpc.StreamServerInfo{FullMethod: WorkMethod}, func(_ any, ss grpc.ServerStream) error {
+			stream, _ = ForwardedCaller(ss.Context())
+			return nil
+		}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for _, got := range []*Caller{unary, stream} {
+			switch {
+			case tc.want == nil && got != nil:
+				t.Errorf("%s: caller %+v, want none", tc.name, *got)
+			case tc.want != nil && (got == nil || got.Conn != tc.want.Conn || (got.Holder == nil) != (tc.want.Holder == nil) ||
+				got.Holder != nil && *got.Holder != *tc.want.Holder):
+				t.Errorf("%s: caller %+v, want %+v", tc.name, got, tc.want)
+			}
+		}
 	}
 }

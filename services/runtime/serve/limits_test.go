@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -372,6 +373,65 @@ func TestPolicyRoleLimits(t *testing.T) {
 			if err := <-ch; err != nil {
 				t.Errorf("%s's released Lease: %v", tc.name, err)
 			}
+		}
+	}
+}
+
+// TestPeerListenerCountsForwardedCallers: the peer listener counts the
+// waiting Leases a member forwards against the clients the member names,
+// not against the member's connection, and lets that one connection open
+// more calls than a client's may: a member forwards every call of all its
+// clients over it.
+func TestPeerListenerCountsForwardedCallers(t *testing.T) {
+	dir := limitCerts(t)
+	peers, err := authz.Compile([]authz.Rule{{Roles: []string{tlsfiles.RoleQueuePeer}, Methods: []string{"/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub := newLeaseStub()
+	peerAddr := make(chan string, 1)
+	runServe(t, Options{
+		Name: "test", GRPCAddr: "127.0.0.1:0", Register: stub.register,
+		PeerAddr: "127.0.0.1:0", RegisterPeer: func(s *grpc.Server) { stub.register(s) },
+		OnPeerListen:    func(a net.Addr) { peerAddr <- a.String() },
+		PeerAuthzPolicy: peers,
+		PeerLimits:      limits.Config{WaitingLeasesPerConnection: 1, WaitingLeasesPerIdentity: -1},
+		TLS:             load(t, dir, "server", true),
+	})
+	member := dial(t, <-peerAddr, load(t, dir, "server", true))
+	forwarded := func(ctx context.Context, conn string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, limits.ForwardedKey, "1", limits.ForwardedConnKey, conn, limits.ForwardedHolderKey, "worker-1")
+	}
+	var held []<-chan error
+	waitOn := func(ctx context.Context, queue string) {
+		done := make(chan error, 1)
+		go func() {
+			_, err := member.q.Lease(ctx, &queuev1.LeaseRequest{Queue: queue, Wait: durationpb.New(30 * time.Second)})
+			done <- err
+		}()
+		held = append(held, done)
+	}
+	waitOn(forwarded(t.Context(), "10.0.0.7:5000"), "a")
+	waitOn(forwarded(t.Context(), "10.0.0.7:5001"), "b")
+	waitFor(t, "two forwarded clients' waiting Leases on one member connection, bound 1", func() bool { return stub.count("server") == 2 })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = member.q.Lease(forwarded(ctx, "10.0.0.7:5000"), &queuev1.LeaseRequest{Queue: "a", Wait: durationpb.New(time.Millisecond)})
+	refused(t, "a forwarded client's second waiting Lease", err,
+		fmt.Sprintf("too many waiting Leases on connection 10.0.0.7:5000 via %s: 1 in flight (limit 1)", member.local))
+
+	// Past a client connection's bound of streams, on the member's one
+	// connection.
+	for i := range MaxConcurrentStreams {
+		waitOn(forwarded(t.Context(), fmt.Sprintf("10.0.1.%d:%d", i/250, 5000+i%250)), "c")
+	}
+	waitFor(t, fmt.Sprintf("%d waiting Leases on one member connection", MaxConcurrentStreams+2), func() bool { return stub.count("server") == MaxConcurrentStreams+2 })
+	for _, q := range []string{"a", "b", "c"} {
+		stub.release(q)
+	}
+	for _, ch := range held {
+		if err := <-ch; err != nil {
+			t.Errorf("a released Lease: %v", err)
 		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -55,6 +56,12 @@ import (
 // Baton's clients accept: an observer List page of 10,000 objects fits.
 const MaxMessageBytes = 16 << 20
 
+// ReadyMetric is the gauge of a service's readiness: 1 while Options.Ready
+// passes (what /readyz answers and grpc.health.v1 reports), else 0. It is
+// checked once a second whether or not anyone asks, so an alert on it sees a
+// member that is up but not ready, which a scrape that succeeds does not.
+const ReadyMetric = "baton_ready"
+
 // DefaultMaxRecvBytes bounds the requests a server accepts unless its
 // Options say otherwise: etcd's default for its own requests (1.5 MiB).
 // Larger ones get RESOURCE_EXHAUSTED from gRPC before any handler runs.
@@ -71,6 +78,17 @@ const DefaultMaxRecvBytes = 1536 << 10
 // connection whose waiting Leases are at their bound still has streams for
 // the Acks and Extends that end them.
 const MaxConcurrentStreams = 1024
+
+// PeerMaxConcurrentStreams bounds the calls one connection to the peer
+// listener has open: not at all. A member of a replicated queue forwards
+// every call of all its clients to the leader over its one connection
+// there, and each was admitted by that member under its own client's
+// bounds (MaxConcurrentStreams on the client's connection, the waiting
+// Leases of limits). A bound here would be one budget that all the
+// member's clients share, which one of them, within its own bounds, could
+// fill with idle work streams, leaving every other client's calls queued
+// behind them. The peer listener admits the members alone.
+const PeerMaxConcurrentStreams = math.MaxUint32
 
 // KeepaliveMinTime is the shortest interval between a client's keepalive
 // pings the server tolerates; a client that pings faster is sent GOAWAY
@@ -142,8 +160,13 @@ type Options struct {
 	OnPeerListen func(net.Addr)
 	// PeerAuthzPolicy, if set, is what the peer listener allows in place
 	// of AuthzPolicy (the members' port admits the members alone);
-	// PeerLimits are its waiting-Lease bounds in place of Limits (calls a
-	// member hands on were bounded where they arrived).
+	// PeerLimits are its waiting-Lease bounds in place of Limits. The peer
+	// listener trusts forwarded calls (limits.Config.TrustForwarded,
+	// whatever PeerLimits says): a call a member forwards is counted
+	// against the client the member names, which was bounded where it
+	// arrived, and its handler learns that client (limits.ForwardedCaller).
+	// Its connections may open any number of calls
+	// (PeerMaxConcurrentStreams).
 	PeerAuthzPolicy *authz.Policy
 	PeerLimits      limits.Config
 }
@@ -171,7 +194,9 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	readyGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: ReadyMetric,
+		Help: "1 while this service is ready (its /readyz answers ok and grpc.health.v1 says SERVING), checked every second; else 0, also while it drains."})
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), readyGauge)
 	sec, err := newSecurity(o, log, reg)
 	if err != nil {
 		return err
@@ -194,7 +219,9 @@ func Run(ctx context.Context, o Options) error {
 				return err
 			}
 		}
-		if peerLim, err = limits.New(o.PeerLimits, reg); err != nil {
+		pl := o.PeerLimits
+		pl.TrustForwarded = true
+		if peerLim, err = limits.New(pl, reg); err != nil {
 			return fmt.Errorf("serve: peer limits: %w", err)
 		}
 	}
@@ -251,7 +278,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	})
 	healthDone := make(chan struct{})
-	wg.Go(func() { g.followReadiness(ctx, healthDone, o.Ready) })
+	wg.Go(func() { g.followReadiness(ctx, healthDone, o.Ready, readyGauge) })
 
 	var runErr error
 	select {
@@ -361,7 +388,7 @@ func listenPeer(o Options, log *slog.Logger, metrics *rpcmetrics.Metrics, sec se
 	if o.PeerAddr == "" {
 		return p, nil
 	}
-	p.srv = newServer(o, log, metrics, sec, lim)
+	p.srv = newServer(o, log, metrics, sec, lim, grpc.MaxConcurrentStreams(PeerMaxConcurrentStreams))
 	if o.RegisterPeer != nil {
 		o.RegisterPeer(p.srv)
 	}
@@ -394,18 +421,21 @@ func (g *grpcSide) setHealth(st healthpb.HealthCheckResponse_ServingStatus) {
 	}
 }
 
-// followReadiness sets health from readiness every second until ctx or done
-// ends, so a load balancer stops sending work to a service whose store or
-// upstream is gone (a health check that always says SERVING is worse than
-// none).
-func (g *grpcSide) followReadiness(ctx context.Context, done <-chan struct{}, readyFn func(context.Context) error) {
+// followReadiness sets health and gauge from readiness every second until
+// ctx or done ends, so a load balancer stops sending work to a service whose
+// store or upstream is gone (a health check that always says SERVING is
+// worse than none); the gauge reads 0 once it returns (the service drains).
+func (g *grpcSide) followReadiness(ctx context.Context, done <-chan struct{}, readyFn func(context.Context) error, gauge prometheus.Gauge) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	defer gauge.Set(0)
 	for {
 		if ready(ctx, readyFn) == nil {
 			g.setHealth(healthpb.HealthCheckResponse_SERVING)
+			gauge.Set(1)
 		} else {
 			g.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+			gauge.Set(0)
 		}
 		select {
 		case <-ctx.Done():
@@ -467,13 +497,15 @@ func httpMux(o Options, reg *prometheus.Registry) *http.ServeMux {
 // place) and inside the request log, whose line for a call it refuses
 // (RESOURCE_EXHAUSTED, at WARN) is that refusal's one log line.
 // newServer is a gRPC server with every Baton interceptor and o's message
-// bound, for the main listener and the peers' alike.
-func newServer(o Options, log *slog.Logger, metrics *rpcmetrics.Metrics, sec security, lim *limits.Limiter) *grpc.Server {
+// bound, for the main listener and the peers' alike, with extra applied
+// last (so overriding serverOptions').
+func newServer(o Options, log *slog.Logger, metrics *rpcmetrics.Metrics, sec security, lim *limits.Limiter, extra ...grpc.ServerOption) *grpc.Server {
 	maxRecv := o.MaxRecvBytes
 	if maxRecv <= 0 {
 		maxRecv = DefaultMaxRecvBytes
 	}
-	return grpc.NewServer(append(serverOptions(log, metrics, maxRecv, sec.authz, lim), sec.grpcOpts...)...)
+	opts := append(serverOptions(log, metrics, maxRecv, sec.authz, lim), sec.grpcOpts...)
+	return grpc.NewServer(append(opts, extra...)...)
 }
 
 func serverOptions(log *slog.Logger, metrics *rpcmetrics.Metrics, maxRecv int, az *authz.Authorizer, lim *limits.Limiter) []grpc.ServerOption {
