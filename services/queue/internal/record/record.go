@@ -31,9 +31,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/batonrun/baton/client/queue/limits"
 	"unicode/utf8"
-
-	limits "github.com/batonrun/baton/client/queue"
 )
 
 // Kind tells what a record states.

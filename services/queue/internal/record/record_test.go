@@ -3,11 +3,10 @@ package record
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/batonrun/baton/client/queue/limits"
 	"strings"
 	"testing"
 	"time"
-
-	limits "github.com/batonrun/baton/client/queue"
 )
 
 func TestRoundTrip(t *testing.T) {

@@ -13,6 +13,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/batonrun/baton/services/queue/internal/format"
+
+	"github.com/batonrun/baton/services/queue/internal/store/faultfs"
 )
 
 // logLayout is a log for the corruption tests to damage: what it holds and
@@ -249,7 +253,7 @@ func TestOpenReportsCorruption(t *testing.T) {
 // altered.
 func TestOpenFlipsEveryByte(t *testing.T) {
 	for _, segFrames := range [][]int{{4}, {4, 1}} {
-		base := newFaultDisk(1)
+		base := faultfs.New(1)
 		l := buildLog(t, faultOpts(base, 0), segFrames, 0)
 		seg := l.segs[0]
 		path := filepath.Join(faultDir, seg)
@@ -262,7 +266,7 @@ func TestOpenFlipsEveryByte(t *testing.T) {
 			// would catch a dropped last frame on its own.
 			delete(files, cleanName)
 			r := newReplayer()
-			s, err := Open(faultOpts(newFaultDiskWith(faultDir, files), 0), r.apply)
+			s, err := Open(faultOpts(faultfs.NewWith(faultDir, files), 0), r.apply)
 			if err == nil {
 				_ = s.Close()
 				if len(r.bad) > 0 {
@@ -398,7 +402,7 @@ func TestOpenTruncatesTornTail(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			s, got = mustOpen(t, Options{Dir: l.dir})
+			_, got = mustOpen(t, Options{Dir: l.dir})
 			if d := diffStates(got, want); d != "" {
 				t.Errorf("recovered after appending past the repair: %s", d)
 			}
@@ -450,14 +454,18 @@ func TestOpenReportsCorruptSnapshot(t *testing.T) {
 		})
 	}
 	t.Run("every byte", func(t *testing.T) {
-		base := newFaultDisk(1)
+		base := faultfs.New(1)
 		l := buildLog(t, faultOpts(base, 0), []int{3, 2}, 1)
 		b := l.files[l.snap]
 		for at := range b {
 			files := maps.Clone(l.files)
 			files[l.snap] = flip(b, at, 0x01)
-			_, err := Open(faultOpts(newFaultDiskWith(faultDir, files), 0), newReplayer().apply)
-			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), l.snap) {
+			_, err := Open(faultOpts(faultfs.NewWith(faultDir, files), 0), newReplayer().apply)
+			// A flipped digit of the header's version reads as a version
+			// this build does not know: refused by name as well, but as
+			// another build's file, which repair must not cut away.
+			versionDigit := at >= len(snapKind) && at < len(snapMagic)
+			if !(errors.Is(err, ErrCorrupt) || versionDigit && errors.Is(err, format.ErrNewer)) || !strings.Contains(err.Error(), l.snap) {
 				t.Fatalf("snapshot byte %d flipped: Open = %v, want ErrCorrupt naming the snapshot", at, err)
 			}
 		}

@@ -3,7 +3,8 @@
 //
 // # Why an own log
 //
-// MEASURED.md's figures decided it: bbolt commits 585,000 sequential keys/s in
+// Measurements on the project's machine decided it (docs/benchmarks.md,
+// "The machine, measured once"): bbolt commits 585,000 sequential keys/s in
 // 1,000-key transactions but only 70,800 random keys/s (copy-on-write touches
 // many pages), and its db.Batch waits out MaxBatchDelay; the queue's target is
 // over a million keys/s in batches. An append-only log costs one sequential
@@ -25,7 +26,14 @@
 // epoch is 8 bytes big-endian followed by their CRC-32C (4 bytes), replaced
 // atomically (write tmp, fsync, rename, fsync the directory) at every start.
 //
-// A segment starts with the 8-byte magic "BTNWAL01" and holds frames:
+// Every file of a log starts with an 8-byte header: a magic naming the kind
+// of file and its format version as two digits (package format, which
+// keeps the versions of everything the queue writes): "BTNWAL01" is a
+// segment of version 1. A version this build does not read is refused,
+// naming the file and the versions it reads (format's ErrNewer or
+// ErrOlder); it is never taken for damage, which repair would cut away.
+//
+// A segment starts with the header "BTNWAL01" and holds frames:
 //
 //	length  uint32 big-endian   bytes of payload
 //	crc     uint32 big-endian   CRC-32C (Castagnoli) of payload
@@ -37,7 +45,7 @@
 // frames durable with fdatasync, many at a time (group commit), and no
 // caller is answered before the sync that covers its frame.
 //
-// A snapshot starts with the magic "BTNSNP01", then frames as above holding
+// A snapshot starts with the header "BTNSNP01", then frames as above holding
 // Put and Queue records, then the 8-byte footer "BTNSNPEN". It is written as
 // a .tmp file, fsynced, renamed, and the directory fsynced; only then are the
 // segments it covers and older snapshots removed.
@@ -124,7 +132,7 @@
 //	raft-<seq:016x>.log      segments, seq increasing by one
 //	*.tmp                    an unfinished write, removed at start
 //
-// A segment starts with the magic "BTNRFT01" (not "BTNWAL01") and holds
+// A segment starts with the header "BTNRFT01" (not "BTNWAL01") and holds
 // frames exactly as above (length, CRC-32C, payload). A frame's payload is
 // Raft records back to back, uvarint integers and uvarint-length-prefixed
 // bytes:

@@ -10,19 +10,21 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/store/faultfs"
 )
 
 const faultDir = "/d"
 
-func faultOpts(disk *faultDisk, segBytes int64) Options {
-	return Options{Dir: faultDir, FS: disk.mount(), SegmentBytes: segBytes}
+func faultOpts(disk *faultfs.Disk, segBytes int64) Options {
+	return Options{Dir: faultDir, FS: disk.Mount(), SegmentBytes: segBytes}
 }
 
 // lastSegment returns the name of the newest live segment.
-func lastSegment(t *testing.T, disk *faultDisk) string {
+func lastSegment(t *testing.T, disk *faultfs.Disk) string {
 	t.Helper()
 	var last string
-	for _, n := range disk.names(faultDir) {
+	for _, n := range disk.Names(faultDir) {
 		if strings.HasPrefix(n, "wal-") {
 			last = n
 		}
@@ -34,9 +36,9 @@ func lastSegment(t *testing.T, disk *faultDisk) string {
 }
 
 // crashAndReopen loses power, reopens, and compares what came back.
-func crashAndReopen(t *testing.T, disk *faultDisk, want state) *Store {
+func crashAndReopen(t *testing.T, disk *faultfs.Disk, want state) *Store {
 	t.Helper()
-	disk.crash()
+	disk.Crash()
 	s, got := mustOpen(t, faultOpts(disk, 0))
 	if d := diffStates(got, want); d != "" {
 		t.Errorf("after the power loss: %s", d)
@@ -65,7 +67,7 @@ func TestWriteOrSyncErrorStopsTheStore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			disk := newFaultDisk(1)
+			disk := faultfs.New(1)
 			var segBytes int64
 			if tt.rotate {
 				// Full to the byte after the frames before: no rotation
@@ -83,9 +85,9 @@ func TestWriteOrSyncErrorStopsTheStore(t *testing.T) {
 				want[k] = 1
 			}
 			if tt.write {
-				disk.failWriteFrom(tt.failAt)
+				disk.FailWriteFrom(tt.failAt)
 			} else {
-				disk.failSyncFrom(tt.failAt, tt.once)
+				disk.FailSyncFrom(tt.failAt, tt.once)
 			}
 			err := commit(t, s, putRec(nil, "failed", 1))
 			if tt.rotate {
@@ -105,7 +107,7 @@ func TestWriteOrSyncErrorStopsTheStore(t *testing.T) {
 			}
 			// Fail-stop: nothing is written or synced again, every later
 			// call fails, also the ones that would write nothing.
-			syncs, writes := disk.counts()
+			syncs, writes := disk.Counts()
 			for i, recs := range [][]byte{putRec(nil, "later", 1), nil, delRec(nil, "before-0")} {
 				if err := commit(t, s, recs); !errors.Is(err, ErrStopped) {
 					t.Errorf("append %d after the failure = %v, want ErrStopped", i, err)
@@ -114,14 +116,14 @@ func TestWriteOrSyncErrorStopsTheStore(t *testing.T) {
 			if err := s.Snapshot(walkOf(want)); err == nil {
 				t.Errorf("Snapshot after the failure succeeded")
 			}
-			if s2, w2 := disk.counts(); s2 != syncs || w2 != writes {
+			if s2, w2 := disk.Counts(); s2 != syncs || w2 != writes {
 				t.Errorf("after the failure the store synced %d and wrote %d more times, want none", s2-syncs, w2-writes)
 			}
 			if err := s.Close(); !errors.Is(err, ErrStopped) {
 				t.Errorf("Close = %v, want ErrStopped", err)
 			}
-			disk.failSyncFrom(0, false)
-			disk.failWriteFrom(0)
+			disk.FailSyncFrom(0, false)
+			disk.FailWriteFrom(0)
 			crashAndReopen(t, disk, want)
 		})
 	}
@@ -144,7 +146,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // that fits is written (the owner has undone the refused one, so nothing
 // in memory depends on it), and once space is back every frame is.
 func TestFullDisk(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	s, _ := mustOpen(t, faultOpts(disk, 0))
 	acked := state{}
 	for i := range 5 {
@@ -153,15 +155,15 @@ func TestFullDisk(t *testing.T) {
 		acked[k] = 1
 	}
 	seg := lastSegment(t, disk)
-	before := disk.contents(seg)
+	before := disk.Contents(seg)
 
 	small := putRec(nil, "small", 1)
-	disk.setFree(int64(frameHeader + len(small) + 4)) // the small frame fits, the big one does not
+	disk.SetFree(int64(frameHeader + len(small) + 4)) // the small frame fits, the big one does not
 	big, bigState := bigFrame()
 	if _, err := s.Append(big); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("append on a full disk = %v, want ErrNoSpace", err)
 	}
-	if got := disk.contents(seg); !bytes.Equal(got, before) {
+	if got := disk.Contents(seg); !bytes.Equal(got, before) {
 		t.Fatalf("segment after the refused frame has %d bytes, want the %d from before (partial frame cut)", len(got), len(before))
 	}
 	if !s.NoSpace() {
@@ -181,7 +183,7 @@ func TestFullDisk(t *testing.T) {
 	if _, err := s.Append(big); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("append of the big frame again = %v, want ErrNoSpace", err)
 	}
-	disk.setFree(-1)
+	disk.SetFree(-1)
 	mustCommit(t, s, big)
 	maps.Copy(acked, bigState)
 	_ = s.Close()
@@ -193,20 +195,20 @@ func TestFullDisk(t *testing.T) {
 // refused, the ones after it that fit are written and acknowledged, and a
 // power loss keeps exactly those.
 func TestFullDiskRefusesOnlyThatFrame(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	s, _ := mustOpen(t, faultOpts(disk, 0))
 	mustCommit(t, s, putRec(nil, "k0", 1))
 
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
-	disk.onWrite(func(string) {
+	disk.OnWrite(func(string) {
 		once.Do(func() {
 			close(entered)
 			<-release
 		})
 	})
-	disk.setFree(200)
+	disk.SetFree(200)
 	big, _ := bigFrame()
 	if len(big) <= 200 {
 		t.Fatalf("the big frame (%d bytes) fits", len(big))
@@ -231,23 +233,23 @@ func TestFullDiskRefusesOnlyThatFrame(t *testing.T) {
 // loses nothing, so the store goes on in the old segment and rotates once
 // there is space.
 func TestFullDiskAtRotation(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	// Full to the byte after k0: the frame of k1 starts a rotation.
 	segBytes := int64(len(walMagic) + frameHeader + len(putRec(nil, "k0", 1)))
 	s, _ := mustOpen(t, faultOpts(disk, segBytes))
 	mustCommit(t, s, putRec(nil, "k0", 1))
-	_, writes := disk.counts()
-	disk.setFree(int64(frameHeader + len(putRec(nil, "k1", 1)) + 3))
+	_, writes := disk.Counts()
+	disk.SetFree(int64(frameHeader + len(putRec(nil, "k1", 1)) + 3))
 	mustCommit(t, s, putRec(nil, "k1", 1)) // fits; the new header does not
-	waitFor(t, "the header write", func() bool { _, w := disk.counts(); return w >= writes+2 })
-	disk.setFree(-1)
+	waitFor(t, "the header write", func() bool { _, w := disk.Counts(); return w >= writes+2 })
+	disk.SetFree(-1)
 	// The writer handles the failed rotation before it takes this batch.
 	mustCommit(t, s, putRec(nil, "k2", 1))
 	if err := s.Err(); err != nil {
 		t.Fatalf("Err() = %v after a rotation ran out of space", err)
 	}
 	waitFor(t, "the rotation once there is space", func() bool {
-		return slices.Contains(disk.names(faultDir), segName(2))
+		return slices.Contains(disk.Names(faultDir), segName(2))
 	})
 	_ = s.Close()
 	crashAndReopen(t, disk, state{"k0": 1, "k1": 1, "k2": 1})
@@ -274,17 +276,17 @@ func bigFrame() ([]byte, state) {
 func TestFullDiskCrashAtRotation(t *testing.T) {
 	for n := int64(1); n <= 9; n++ {
 		t.Run(fmt.Sprintf("crash at operation %d of the snapshot", n), func(t *testing.T) {
-			disk := newFaultDisk(1)
-			disk.writeBack = true
+			disk := faultfs.New(1)
+			disk.SetWriteBack(true)
 			s, _ := mustOpen(t, faultOpts(disk, 0))
 			mustCommit(t, s, putRec(nil, "k0", 1))
-			disk.setFree(20)
+			disk.SetFree(20)
 			big, _ := bigFrame()
 			if _, err := s.Append(big); !errors.Is(err, ErrNoSpace) {
 				t.Fatalf("append on a full disk = %v, want ErrNoSpace", err)
 			}
-			disk.setFree(-1)
-			disk.crashAfter(n, false)
+			disk.SetFree(-1)
+			disk.CrashAfter(n, false)
 			_ = s.Snapshot(walkOf(state{"k0": 1}))
 			_ = s.Close()
 			crashAndReopen(t, disk, state{"k0": 1})

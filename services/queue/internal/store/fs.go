@@ -7,41 +7,17 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/batonrun/baton/services/queue/internal/store/fsys"
 )
 
-// FS is the file system the store needs. OS is the real one; the tests use
-// one that forgets everything not fsynced at a simulated power loss, and one
-// that fails fsync or runs out of space on demand.
-type FS interface {
-	// Create creates a new file for writing; it fails if name exists.
-	Create(name string) (File, error)
-	// OpenAppend opens an existing file for appending.
-	OpenAppend(name string) (File, error)
-	ReadFile(name string) ([]byte, error)
-	// Truncate cuts a closed file to size and makes that durable.
-	Truncate(name string, size int64) error
-	Rename(oldname, newname string) error
-	Remove(name string) error
-	// List returns the names (not paths) of the files in dir.
-	List(dir string) ([]string, error)
-	MkdirAll(dir string) error
-	// SyncDir makes the directory's entries (creations, renames, removals)
-	// durable.
-	SyncDir(dir string) error
-	// Lock takes dir for this process alone, or fails with ErrLocked if
-	// another process has it; unlock gives it back.
-	Lock(dir string) (unlock func(), err error)
-}
+// FS is the file system the store needs (fsys.FS). OS is the real one; the
+// tests use faultfs's, which forgets everything not fsynced at a simulated
+// power loss, and fails fsync or runs out of space on demand.
+type FS = fsys.FS
 
-// File is an open file.
-type File interface {
-	Write(p []byte) (int, error)
-	// Sync makes the file's data durable (fdatasync).
-	Sync() error
-	// Truncate cuts the file to size; the next Write appends there.
-	Truncate(size int64) error
-	Close() error
-}
+// File is an open file (fsys.File).
+type File = fsys.File
 
 // OS is the operating system's file system.
 type OS struct{}
@@ -146,7 +122,8 @@ type osFile struct{ f *os.File }
 func (o *osFile) Write(p []byte) (int, error) { return o.f.Write(p) }
 
 // Sync uses fdatasync: the log needs its data and size durable, not its
-// mtime, and MEASURED.md has fdatasync ~45% faster than fsync here.
+// mtime, and fdatasync does about 45% more syncs a second than fsync on the
+// project's machine (docs/benchmarks.md, "The machine, measured once").
 func (o *osFile) Sync() error {
 	for {
 		err := syscall.Fdatasync(int(o.f.Fd()))

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/batonrun/baton/services/queue/internal/record"
+
+	"github.com/batonrun/baton/services/queue/internal/store/faultfs"
 )
 
 // FuzzOpen recovers a log whose last segment holds arbitrary bytes: Open
@@ -14,7 +16,7 @@ import (
 // cut the segment's tail (or rewritten a torn header), leaving a log that
 // recovers the same way again.
 func FuzzOpen(f *testing.F) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	s, err := Open(faultOpts(disk, 0), func(*record.Record) {})
 	if err != nil {
 		f.Fatal(err)
@@ -33,7 +35,7 @@ func FuzzOpen(f *testing.F) {
 		}
 	}
 	_ = s.Close()
-	valid := disk.files(faultDir)[segName(1)]
+	valid := disk.Files(faultDir)[segName(1)]
 	f.Add(valid)
 	f.Add(valid[:len(valid)-3])
 	f.Add(append(bytes.Clone(valid), make([]byte, 64)...))
@@ -43,7 +45,7 @@ func FuzzOpen(f *testing.F) {
 	f.Add([]byte{})
 
 	f.Fuzz(func(t *testing.T, seg []byte) {
-		d := newFaultDiskWith(faultDir, map[string][]byte{segName(1): seg})
+		d := faultfs.NewWith(faultDir, map[string][]byte{segName(1): seg})
 		type key struct{ queue, key string }
 		replay := func() (map[key]record.Record, error) {
 			st := map[key]record.Record{}
@@ -69,7 +71,7 @@ func FuzzOpen(f *testing.F) {
 			}
 			return
 		}
-		after := d.contents(faultDir + "/" + segName(1))
+		after := d.Contents(faultDir + "/" + segName(1))
 		if !bytes.HasPrefix(seg, after) && !(string(after) == walMagic && (bytes.HasPrefix([]byte(walMagic), seg) || allZero(seg))) {
 			t.Fatalf("Open changed the segment other than by cutting its tail: %q -> %q", seg, after)
 		}

@@ -3,17 +3,19 @@ package store
 import (
 	"testing"
 	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/store/faultfs"
 )
 
 // TestLazyFramesShareTheNextSync: a frame of AppendLazy starts no
 // fdatasync of its own; the next Append's sync covers it (one sync for
 // both), and an empty Append, whose caller waits, syncs it at once.
 func TestLazyFramesShareTheNextSync(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	opts := faultOpts(disk, 0)
 	opts.LazyDelay = time.Hour // nothing but an Append may sync them here
 	s, _ := mustOpen(t, opts)
-	syncs0, _ := disk.counts()
+	syncs0, _ := disk.Counts()
 
 	lazy, err := s.AppendLazy(putRec(nil, "a", 1))
 	if err != nil {
@@ -23,7 +25,7 @@ func TestLazyFramesShareTheNextSync(t *testing.T) {
 	if err := lazy.Wait(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if syncs, _ := disk.counts(); syncs-syncs0 != 1 {
+	if syncs, _ := disk.Counts(); syncs-syncs0 != 1 {
 		t.Fatalf("a lazy frame and an Append took %d fdatasyncs, want one", syncs-syncs0)
 	}
 	if got := s.Durable(); got != 2 {
@@ -47,7 +49,7 @@ func TestLazyFramesShareTheNextSync(t *testing.T) {
 // synced once they have waited LazyDelay; a power loss before that may
 // lose them (their callers did not wait), one after it may not.
 func TestLazyFramesAloneAreSynced(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	opts := faultOpts(disk, 0)
 	opts.LazyDelay = 20 * time.Millisecond
 	s, _ := mustOpen(t, opts)
@@ -61,7 +63,7 @@ func TestLazyFramesAloneAreSynced(t *testing.T) {
 	if got := s.Durable(); got != 1 {
 		t.Fatalf("Durable = %d once the lazy frame's batch is done, want 1", got)
 	}
-	disk.crash() // the store is not closed: nothing but that sync kept it
+	disk.Crash() // the store is not closed: nothing but that sync kept it
 	_ = s.Close()
 	s2, got := mustOpen(t, faultOpts(disk, 0))
 	defer s2.Close()
@@ -72,7 +74,7 @@ func TestLazyFramesAloneAreSynced(t *testing.T) {
 
 // TestCloseSyncsLazyFrames: Close syncs lazy frames that are still waiting.
 func TestCloseSyncsLazyFrames(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	opts := faultOpts(disk, 0)
 	opts.LazyDelay = time.Hour
 	s, _ := mustOpen(t, opts)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/batonrun/baton/services/queue/internal/store/faultfs"
 )
 
 // liveFiles lists dir's files, sorted.
@@ -50,7 +52,7 @@ func TestEpochGrows(t *testing.T) {
 
 	// On the in-memory disk, a power loss right after Open or NextEpoch
 	// returned: neither epoch may come back.
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	last = 0
 	for i := range 6 {
 		s, _ := mustOpen(t, faultOpts(disk, 0))
@@ -65,7 +67,7 @@ func TestEpochGrows(t *testing.T) {
 			}
 		}
 		_ = s.Close()
-		disk.crash()
+		disk.Crash()
 	}
 }
 
@@ -217,7 +219,7 @@ func TestSnapshotIsTheBase(t *testing.T) {
 }
 
 func TestCloseWritesPending(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	s, _ := mustOpen(t, faultOpts(disk, 0))
 	want := state{}
 	var batches []*Batch
@@ -250,7 +252,7 @@ func TestCloseWritesPending(t *testing.T) {
 // while the frame before it is being synced, nor while one waits for the
 // next sync.
 func TestEmptyAppendCoversEarlierAppends(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	s, _ := mustOpen(t, faultOpts(disk, 0))
 	if err := commit(t, s, nil); err != nil {
 		t.Fatalf("empty append on an idle store = %v", err)
@@ -258,7 +260,7 @@ func TestEmptyAppendCoversEarlierAppends(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
-	disk.onSync(func(string) {
+	disk.OnSync(func(string) {
 		once.Do(func() {
 			close(entered)
 			<-release
@@ -290,7 +292,7 @@ func TestEmptyAppendCoversEarlierAppends(t *testing.T) {
 // done, before its caller is answered; not while it waits for the sync, not
 // for an empty Append, and from 0 again after a restart.
 func TestDurableCountsSyncedFrames(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	s, _ := mustOpen(t, faultOpts(disk, 0))
 	if got := s.Durable(); got != 0 {
 		t.Fatalf("Durable after Open = %d, want 0", got)
@@ -304,7 +306,7 @@ func TestDurableCountsSyncedFrames(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
-	disk.onSync(func(string) {
+	disk.OnSync(func(string) {
 		once.Do(func() {
 			close(entered)
 			<-release

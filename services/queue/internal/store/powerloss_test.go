@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/store/faultfs"
 )
 
 // version is one state of a key: present with a version, or absent.
@@ -59,7 +61,7 @@ type powerLossConfig struct {
 func powerLoss(t *testing.T, cfg powerLossConfig) []string {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(cfg.seed, 1))
-	disk := newFaultDisk(cfg.seed)
+	disk := faultfs.New(cfg.seed)
 	var violations []string
 	known := state{} // what the last recovery returned
 	var hist map[string]*history
@@ -85,19 +87,19 @@ func powerLoss(t *testing.T, cfg powerLossConfig) []string {
 
 	for round := range cfg.rounds {
 		stats.rounds++
-		opts := Options{Dir: "/data", FS: disk.mount(), SegmentBytes: segBytes, ackBeforeSync: cfg.ackBeforeSync}
+		opts := Options{Dir: "/data", FS: disk.Mount(), SegmentBytes: segBytes, ackBeforeSync: cfg.ackBeforeSync}
 		if round > 0 && rng.IntN(4) == 0 {
 			// A power loss during recovery itself (epoch bump, torn-tail
 			// truncation, removal of covered files).
-			disk.crashAfter(1+rng.Int64N(12), cfg.torn)
+			disk.CrashAfter(1+rng.Int64N(12), cfg.torn)
 			stats.recoveryCrashes++
 			r := newReplayer()
 			if s, err := Open(opts, r.apply); err == nil {
 				recovered(round, s, r.st)
 				_ = s.Close()
 			}
-			disk.crash()
-			opts.FS = disk.mount()
+			disk.Crash()
+			opts.FS = disk.Mount()
 		}
 		r := newReplayer()
 		s, err := Open(opts, r.apply)
@@ -114,7 +116,7 @@ func powerLoss(t *testing.T, cfg powerLossConfig) []string {
 			return violations
 		}
 		known = r.st
-		disk.crashAfter(1+rng.Int64N(300), cfg.torn)
+		disk.CrashAfter(1+rng.Int64N(300), cfg.torn)
 		hist = runRound(t, s, disk, known, round, cfg, rng.Uint64(), &violations, &stats)
 		_ = s.Close() // the generation is over: this writes nothing
 	}
@@ -123,7 +125,7 @@ func powerLoss(t *testing.T, cfg powerLossConfig) []string {
 
 // runRound appends and snapshots from many goroutines until the disk
 // crashes, and returns each touched key's history.
-func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round int, cfg powerLossConfig, seed uint64, violations *[]string, stats *powerLossStats) map[string]*history {
+func runRound(t *testing.T, s *Store, disk *faultfs.Disk, start state, round int, cfg powerLossConfig, seed uint64, violations *[]string, stats *powerLossStats) map[string]*history {
 	workers := cfg.workers
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -301,9 +303,9 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round int, c
 			if cfg.fullDisk {
 				switch rng.IntN(6) {
 				case 0:
-					disk.setFree(rng.Int64N(800))
+					disk.SetFree(rng.Int64N(800))
 				case 1, 2:
-					disk.setFree(-1)
+					disk.SetFree(-1)
 				}
 			}
 			if n++; n%2 != 0 {
@@ -329,8 +331,8 @@ func runRound(t *testing.T, s *Store, disk *faultDisk, start state, round int, c
 	wg.Wait()
 	close(workersDone)
 	<-snapDone
-	disk.crash() // in case the workers ran out of work before the crash
-	disk.setFree(-1)
+	disk.Crash() // in case the workers ran out of work before the crash
+	disk.SetFree(-1)
 	for _, err := range errs {
 		if !errors.Is(err, ErrStopped) {
 			*violations = append(*violations, fmt.Sprintf("round %d: a batch failed with %v, want ErrStopped", round, err))

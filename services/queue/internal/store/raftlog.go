@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/format"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -34,7 +37,7 @@ var (
 )
 
 const (
-	raftMagic   = "BTNRFT01"
+	raftKind    = "BTNRFT"
 	raftSegPfx  = "raft-"
 	raftSegSfx  = ".log"
 	raftMaxBody = math.MaxUint32 // a frame's length field is 32 bits
@@ -51,6 +54,9 @@ type RaftLogOptions struct {
 	FS FS
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// ObserveSync, if set, is told how long each Save's fdatasync took,
+	// as Options.ObserveSync is.
+	ObserveSync func(time.Duration)
 }
 
 // RaftLog is a member's durable Raft state: the hard state, the latest
@@ -191,7 +197,12 @@ func (l *RaftLog) Save(hs raftpb.HardState, ents []raftpb.Entry, snap raftpb.Sna
 	if err != nil {
 		return err
 	}
-	if err := l.seg.Sync(); err != nil {
+	start := time.Now()
+	err = l.seg.Sync()
+	if l.opts.ObserveSync != nil {
+		l.opts.ObserveSync(time.Since(start))
+	}
+	if err != nil {
 		// The kernel may have dropped the dirty pages (doc.go, Failures):
 		// memory keeps the old state, and the log refuses everything from
 		// now on, whatever the disk holds.
@@ -478,3 +489,6 @@ func (l *RaftLog) Close() error {
 	}
 	return nil
 }
+
+// raftMagic is the header of the Raft log segments this build writes.
+var raftMagic = string(format.Header(raftKind, format.RaftSegment.Current))

@@ -2,10 +2,13 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"sort"
 	"strings"
+
+	"github.com/batonrun/baton/services/queue/internal/format"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -138,7 +141,7 @@ func (l *RaftLog) recover() error {
 // isRaftBase reports whether segment b starts with a whole frame whose
 // first record is a snapshot: a base that CreateSnapshot wrote and synced.
 func isRaftBase(b []byte) bool {
-	if len(b) < len(raftMagic) || string(b[:len(raftMagic)]) != raftMagic {
+	if _, err := format.ParseHeader(b, raftKind, format.RaftSegment); err != nil {
 		return false
 	}
 	payload, _, err := readFrame(b, len(raftMagic))
@@ -152,14 +155,17 @@ func isRaftBase(b []byte) bool {
 // bad frame, anywhere, is corruption.
 func (l *RaftLog) replaySegment(name string, b []byte, last bool, floor int) (int64, error) {
 	p := l.path(name)
-	if len(b) < len(raftMagic) || string(b[:len(raftMagic)]) != raftMagic {
+	if herr := readHeader(p, b, raftKind, format.RaftSegment); herr != nil {
+		if !errors.Is(herr, format.ErrNotHeader) {
+			return 0, herr
+		}
 		if last && (allZero(b) || strings.HasPrefix(raftMagic, string(b))) {
 			// Created, but its header never fully reached the disk:
 			// nothing was ever written after it.
 			return int64(len(raftMagic)), l.repairRaftHeader(p)
 		}
 		why := "bad raft segment header"
-		if len(b) >= len(walMagic) && string(b[:len(walMagic)]) == walMagic {
+		if len(b) >= len(walKind) && string(b[:len(walKind)]) == walKind {
 			why = "a single member's log segment, not a Raft log's"
 		}
 		return 0, fmt.Errorf("%w: %v", ErrCorrupt, Damage{File: p, Bytes: int64(min(len(b), len(raftMagic))), Why: why})

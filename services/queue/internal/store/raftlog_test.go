@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/batonrun/baton/services/queue/internal/store/faultfs"
 )
 
 const raftDir = "/r"
@@ -127,8 +129,8 @@ func openRaft(t *testing.T, opts RaftLogOptions) *RaftLog {
 	return l
 }
 
-func faultRaftOpts(disk *faultDisk) RaftLogOptions {
-	return RaftLogOptions{Dir: raftDir, FS: disk.mount()}
+func faultRaftOpts(disk *faultfs.Disk) RaftLogOptions {
+	return RaftLogOptions{Dir: raftDir, FS: disk.Mount()}
 }
 
 // saveBoth saves into the log and, if that succeeds, into the model.
@@ -177,26 +179,26 @@ func TestRaftLogRoundTrip(t *testing.T) {
 // One Save is one frame: one write and one fdatasync, however many entries
 // it holds (one Ready, one group commit).
 func TestRaftLogSaveIsOneWriteAndOneSync(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	l := openRaft(t, faultRaftOpts(disk))
-	syncs, writes := disk.counts()
+	syncs, writes := disk.Counts()
 	if err := l.Save(raftpb.HardState{Term: 1, Vote: 1, Commit: 50}, raftEnts(1, 1, 100), raftpb.Snapshot{}); err != nil {
 		t.Fatalf("Save: %v", err)
 	}
-	s2, w2 := disk.counts()
+	s2, w2 := disk.Counts()
 	if s2-syncs != 1 || w2-writes != 1 {
 		t.Errorf("a Save of 100 entries made %d syncs and %d writes, want 1 and 1", s2-syncs, w2-writes)
 	}
 	if err := l.Save(raftpb.HardState{}, nil, raftpb.Snapshot{}); err != nil {
 		t.Fatalf("empty Save: %v", err)
 	}
-	if s3, w3 := disk.counts(); s3 != s2 || w3 != w2 {
+	if s3, w3 := disk.Counts(); s3 != s2 || w3 != w2 {
 		t.Errorf("an empty Save wrote or synced")
 	}
 }
 
 func TestRaftLogConflictingEntriesAcrossReopen(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	l := openRaft(t, faultRaftOpts(disk))
 	m := &raftModel{}
 	saveBoth(t, l, m, raftpb.HardState{Term: 1, Vote: 1, Commit: 4}, raftEnts(1, 1, 10), raftpb.Snapshot{})
@@ -207,7 +209,7 @@ func TestRaftLogConflictingEntriesAcrossReopen(t *testing.T) {
 	// A new leader of term 2 overwrites the uncommitted 6..10 with 6..8.
 	saveBoth(t, l, m, raftpb.HardState{Term: 2, Vote: 2, Commit: 4}, raftEnts(2, 6, 8), raftpb.Snapshot{})
 	checkModel(t, "after the conflicting append", l, m)
-	disk.crash() // every Save returned, so all of it is durable
+	disk.Crash() // every Save returned, so all of it is durable
 	l = openRaft(t, faultRaftOpts(disk))
 	checkModel(t, "after a power loss", l, m)
 	if last, _ := l.Storage().LastIndex(); last != 8 {
@@ -234,7 +236,7 @@ func TestRaftLogConflictingEntriesAcrossReopen(t *testing.T) {
 func TestRaftLogTornLastFrame(t *testing.T) {
 	repaired := 0
 	for seed := uint64(1); seed <= 60; seed++ {
-		disk := newFaultDisk(seed)
+		disk := faultfs.New(seed)
 		l, err := OpenRaftLog(faultRaftOpts(disk))
 		if err != nil {
 			t.Fatal(err)
@@ -249,7 +251,7 @@ func TestRaftLogTornLastFrame(t *testing.T) {
 		after.save(hs, ents, raftpb.Snapshot{})
 		// The Save's write runs, then the crash comes at its fdatasync and
 		// keeps a random part of the unsynced bytes (sometimes as zeros).
-		disk.crashAfter(2, true)
+		disk.CrashAfter(2, true)
 		if err := l.Save(hs, ents, raftpb.Snapshot{}); err == nil {
 			t.Fatalf("seed %d: Save returned nil through a power loss", seed)
 		}
@@ -278,7 +280,7 @@ func TestRaftLogTornLastFrame(t *testing.T) {
 // raftFiles saves a small log on a fault disk and returns its files.
 func raftFiles(t *testing.T) (map[string][]byte, *raftModel) {
 	t.Helper()
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	l := openRaft(t, faultRaftOpts(disk))
 	m := &raftModel{}
 	saveBoth(t, l, m, raftpb.HardState{Term: 1, Vote: 1, Commit: 1}, raftEnts(1, 1, 2), raftpb.Snapshot{})
@@ -287,7 +289,7 @@ func raftFiles(t *testing.T) (map[string][]byte, *raftModel) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return disk.files(raftDir), m
+	return disk.Files(raftDir), m
 }
 
 func TestRaftLogDamage(t *testing.T) {
@@ -297,20 +299,20 @@ func TestRaftLogDamage(t *testing.T) {
 		delete(files, cleanName) // a crash, not a clean shutdown
 		clean := len(files[seg])
 		files[seg] = append(files[seg], 0, 0, 0, 100, 1, 2, 3, 4, 'E', 6) // header says 100 bytes
-		disk := newFaultDiskWith(raftDir, files)
+		disk := faultfs.NewWith(raftDir, files)
 		l := openRaft(t, faultRaftOpts(disk))
 		if l.Repairs() != 1 {
 			t.Errorf("Repairs() = %d, want 1", l.Repairs())
 		}
 		checkModel(t, "after the repair", l, m)
-		if n := len(disk.contents(raftDir + "/" + seg)); n != clean {
+		if n := len(disk.Contents(raftDir + "/" + seg)); n != clean {
 			t.Errorf("segment is %d bytes after the repair, want %d", n, clean)
 		}
 	})
 	t.Run("a whole frame that fails its checksum is corruption", func(t *testing.T) {
 		files, _ := raftFiles(t)
 		files[seg][len(raftMagic)+frameHeader+3] ^= 0x40 // inside the first frame
-		_, err := OpenRaftLog(faultRaftOpts(newFaultDiskWith(raftDir, files)))
+		_, err := OpenRaftLog(faultRaftOpts(faultfs.NewWith(raftDir, files)))
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), seg) || !strings.Contains(err.Error(), fmt.Sprintf("offset %d", len(raftMagic))) {
 			t.Fatalf("OpenRaftLog = %v, want ErrCorrupt naming %s at offset %d", err, seg, len(raftMagic))
 		}
@@ -319,43 +321,43 @@ func TestRaftLogDamage(t *testing.T) {
 		files, _ := raftFiles(t)
 		delete(files, cleanName)
 		files[seg][len(files[seg])-1] ^= 0x01
-		if _, err := OpenRaftLog(faultRaftOpts(newFaultDiskWith(raftDir, files))); !errors.Is(err, ErrCorrupt) {
+		if _, err := OpenRaftLog(faultRaftOpts(faultfs.NewWith(raftDir, files))); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("OpenRaftLog = %v, want ErrCorrupt", err)
 		}
 	})
 	t.Run("a log cut below its clean shutdown is corruption", func(t *testing.T) {
 		files, _ := raftFiles(t)
 		files[seg] = files[seg][:len(files[seg])-3] // looks torn, but was synced
-		if _, err := OpenRaftLog(faultRaftOpts(newFaultDiskWith(raftDir, files))); !errors.Is(err, ErrCorrupt) {
+		if _, err := OpenRaftLog(faultRaftOpts(faultfs.NewWith(raftDir, files))); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("OpenRaftLog = %v, want ErrCorrupt", err)
 		}
 	})
 	t.Run("a log whose segments are gone is corruption", func(t *testing.T) {
 		files, _ := raftFiles(t)
 		delete(files, seg)
-		if _, err := OpenRaftLog(faultRaftOpts(newFaultDiskWith(raftDir, files))); !errors.Is(err, ErrCorrupt) {
+		if _, err := OpenRaftLog(faultRaftOpts(faultfs.NewWith(raftDir, files))); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("OpenRaftLog = %v, want ErrCorrupt", err)
 		}
 	})
 	t.Run("a single member's data directory is refused", func(t *testing.T) {
-		disk := newFaultDisk(1)
-		s, _ := mustOpen(t, Options{Dir: raftDir, FS: disk.mount()})
+		disk := faultfs.New(1)
+		s, _ := mustOpen(t, Options{Dir: raftDir, FS: disk.Mount()})
 		mustCommit(t, s, putRec(nil, "k", 1))
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		before := disk.files(raftDir)
+		before := disk.Files(raftDir)
 		if _, err := OpenRaftLog(faultRaftOpts(disk)); !errors.Is(err, ErrNotRaftDir) {
 			t.Fatalf("OpenRaftLog on a single member's directory = %v, want ErrNotRaftDir", err)
 		}
-		if after := disk.files(raftDir); len(after) != len(before) {
+		if after := disk.Files(raftDir); len(after) != len(before) {
 			t.Errorf("the refused open changed the directory: %d files, were %d", len(after), len(before))
 		}
 	})
 	t.Run("a single member's segment under a raft name is refused", func(t *testing.T) {
 		files, _ := raftFiles(t)
 		copy(files[seg], walMagic)
-		_, err := OpenRaftLog(faultRaftOpts(newFaultDiskWith(raftDir, files)))
+		_, err := OpenRaftLog(faultRaftOpts(faultfs.NewWith(raftDir, files)))
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "single member") {
 			t.Fatalf("OpenRaftLog = %v, want ErrCorrupt saying it is a single member's segment", err)
 		}
@@ -365,22 +367,22 @@ func TestRaftLogDamage(t *testing.T) {
 func TestRaftLogSyncOrWriteErrorStops(t *testing.T) {
 	for _, write := range []bool{false, true} {
 		t.Run(fmt.Sprintf("write=%v", write), func(t *testing.T) {
-			disk := newFaultDisk(1)
+			disk := faultfs.New(1)
 			l := openRaft(t, faultRaftOpts(disk))
 			m := &raftModel{}
 			saveBoth(t, l, m, raftpb.HardState{Term: 1, Vote: 1, Commit: 2}, raftEnts(1, 1, 3), raftpb.Snapshot{})
 			if write {
-				disk.failWriteFrom(1)
+				disk.FailWriteFrom(1)
 			} else {
-				disk.failSyncFrom(1, true) // once: the disk would work again
+				disk.FailSyncFrom(1, true) // once: the disk would work again
 			}
 			err := l.Save(raftpb.HardState{Term: 1, Vote: 1, Commit: 3}, raftEnts(1, 4, 5), raftpb.Snapshot{})
 			if !errors.Is(err, ErrStopped) {
 				t.Fatalf("Save with a failing fdatasync or write = %v, want ErrStopped", err)
 			}
 			checkModel(t, "after the failed Save", l, m) // the node never sees it
-			disk.failWriteFrom(0)
-			syncs, writes := disk.counts()
+			disk.FailWriteFrom(0)
+			syncs, writes := disk.Counts()
 			if err := l.Save(raftpb.HardState{Term: 1, Vote: 1, Commit: 3}, raftEnts(1, 4, 5), raftpb.Snapshot{}); !errors.Is(err, ErrStopped) {
 				t.Errorf("Save after the failure = %v, want ErrStopped", err)
 			}
@@ -390,10 +392,10 @@ func TestRaftLogSyncOrWriteErrorStops(t *testing.T) {
 			if err := l.Close(); !errors.Is(err, ErrStopped) {
 				t.Errorf("Close after the failure = %v, want ErrStopped", err)
 			}
-			if s2, w2 := disk.counts(); s2 != syncs || w2 != writes {
+			if s2, w2 := disk.Counts(); s2 != syncs || w2 != writes {
 				t.Errorf("after the failure the log synced %d and wrote %d more times, want none", s2-syncs, w2-writes)
 			}
-			disk.crash()
+			disk.Crash()
 			l = openRaft(t, faultRaftOpts(disk))
 			checkModel(t, "recovered after the failure", l, m)
 		})
@@ -403,13 +405,13 @@ func TestRaftLogSyncOrWriteErrorStops(t *testing.T) {
 func TestRaftLogNoSpace(t *testing.T) {
 	for _, writeBack := range []bool{false, true} {
 		t.Run(fmt.Sprintf("writeBack=%v", writeBack), func(t *testing.T) {
-			disk := newFaultDisk(1)
-			disk.writeBack = writeBack // the cut-short bytes reach the disk anyway
+			disk := faultfs.New(1)
+			disk.SetWriteBack(writeBack) // the cut-short bytes reach the disk anyway
 			l := openRaft(t, faultRaftOpts(disk))
 			m := &raftModel{}
 			saveBoth(t, l, m, raftpb.HardState{Term: 1, Vote: 1, Commit: 2}, raftEnts(1, 1, 3), raftpb.Snapshot{})
-			segBefore := disk.contents(raftDir + "/" + raftSegName(1))
-			disk.setFree(20) // less than the frame
+			segBefore := disk.Contents(raftDir + "/" + raftSegName(1))
+			disk.SetFree(20) // less than the frame
 			hs, ents := raftpb.HardState{Term: 1, Vote: 1, Commit: 4}, raftEnts(1, 4, 9)
 			if err := l.Save(hs, ents, raftpb.Snapshot{}); !errors.Is(err, ErrNoSpace) {
 				t.Fatalf("Save on a full disk = %v, want ErrNoSpace", err)
@@ -418,20 +420,20 @@ func TestRaftLogNoSpace(t *testing.T) {
 				t.Errorf("NoSpace() = %v, Err() = %v; want true, nil", l.NoSpace(), l.Err())
 			}
 			checkModel(t, "after the refused Save", l, m)
-			if got := disk.contents(raftDir + "/" + raftSegName(1)); !bytes.Equal(got, segBefore) {
+			if got := disk.Contents(raftDir + "/" + raftSegName(1)); !bytes.Equal(got, segBefore) {
 				t.Errorf("the refused Save left %d bytes in the segment, had %d", len(got), len(segBefore))
 			}
 			if err := l.CreateSnapshot(2, nil, bytes.Repeat([]byte("s"), 100)); !errors.Is(err, ErrNoSpace) {
 				t.Fatalf("CreateSnapshot on a full disk = %v, want ErrNoSpace", err)
 			}
 			checkModel(t, "after the refused CreateSnapshot", l, m)
-			if names := disk.names(raftDir); slices.Contains(names, raftSegName(2)) {
+			if names := disk.Names(raftDir); slices.Contains(names, raftSegName(2)) {
 				t.Errorf("the refused CreateSnapshot left its segment behind: %v", names)
 			}
 
 			// Nothing durable changed: a power loss now recovers the old state.
-			disk.crash()
-			disk.setFree(-1)
+			disk.Crash()
+			disk.SetFree(-1)
 			l = openRaft(t, faultRaftOpts(disk))
 			checkModel(t, "recovered after the refused Save", l, m)
 
@@ -440,7 +442,7 @@ func TestRaftLogNoSpace(t *testing.T) {
 			if l.NoSpace() {
 				t.Error("NoSpace() still true after a Save went through")
 			}
-			disk.crash()
+			disk.Crash()
 			l = openRaft(t, faultRaftOpts(disk))
 			checkModel(t, "recovered after the retried Save", l, m)
 		})
@@ -448,7 +450,7 @@ func TestRaftLogNoSpace(t *testing.T) {
 }
 
 func TestRaftLogSnapshots(t *testing.T) {
-	disk := newFaultDisk(1)
+	disk := faultfs.New(1)
 	l := openRaft(t, faultRaftOpts(disk))
 	m := &raftModel{}
 	voters := &raftpb.ConfState{Voters: []uint64{1, 2, 3}}
@@ -464,13 +466,13 @@ func TestRaftLogSnapshots(t *testing.T) {
 	if err := l.CreateSnapshot(10, voters, nil); !errors.Is(err, raft.ErrSnapOutOfDate) {
 		t.Errorf("CreateSnapshot at the same index = %v, want ErrSnapOutOfDate", err)
 	}
-	if names := disk.names(raftDir); slices.Contains(names, raftSegName(1)) {
+	if names := disk.Names(raftDir); slices.Contains(names, raftSegName(1)) {
 		t.Errorf("the segment the snapshot covers is still there: %v", names)
 	}
 	if _, err := l.Storage().Entries(10, 12, math.MaxUint64); !errors.Is(err, raft.ErrCompacted) {
 		t.Errorf("Entries(10, 12) = %v, want ErrCompacted", err)
 	}
-	disk.crash()
+	disk.Crash()
 	l = openRaft(t, faultRaftOpts(disk))
 	checkModel(t, "reopened after CreateSnapshot", l, m)
 
@@ -503,7 +505,7 @@ func TestRaftLogSnapshots(t *testing.T) {
 func TestRaftLogPowerLossDuringCreateSnapshot(t *testing.T) {
 	for _, torn := range []bool{false, true} {
 		for n := int64(1); ; n++ {
-			disk := newFaultDisk(uint64(n))
+			disk := faultfs.New(uint64(n))
 			l, err := OpenRaftLog(faultRaftOpts(disk))
 			if err != nil {
 				t.Fatal(err)
@@ -514,11 +516,11 @@ func TestRaftLogPowerLossDuringCreateSnapshot(t *testing.T) {
 			before, after := m.clone(), m.clone()
 			cs := &raftpb.ConfState{Voters: []uint64{1}}
 			after.createSnapshot(10, cs, []byte("state@10"))
-			disk.crashAfter(n, torn)
+			disk.CrashAfter(n, torn)
 			err = l.CreateSnapshot(10, cs, []byte("state@10"))
 			done := err == nil
 			if done {
-				disk.crash() // past its last operation: a power loss just after
+				disk.Crash() // past its last operation: a power loss just after
 			}
 			l2, err := OpenRaftLog(faultRaftOpts(disk))
 			if err != nil {
@@ -536,7 +538,7 @@ func TestRaftLogPowerLossDuringCreateSnapshot(t *testing.T) {
 				cur = after
 			}
 			saveBoth(t, l2, cur, raftpb.HardState{Term: 2, Vote: 2, Commit: 15}, raftEnts(2, 15, 16), raftpb.Snapshot{})
-			disk.crash()
+			disk.Crash()
 			l3, err := OpenRaftLog(faultRaftOpts(disk))
 			if err != nil {
 				t.Fatalf("torn=%v, crash at op %d: second reopen: %v", torn, n, err)
@@ -567,7 +569,7 @@ func TestRaftLogRandomAgainstModel(t *testing.T) {
 	}
 	for seed := range uint64(seeds) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		disk := newFaultDisk(seed)
+		disk := faultfs.New(seed)
 		l, err := OpenRaftLog(faultRaftOpts(disk))
 		if err != nil {
 			t.Fatal(err)
@@ -590,7 +592,7 @@ func TestRaftLogRandomAgainstModel(t *testing.T) {
 		for step := range 200 {
 			var crashIn bool
 			if rng.IntN(15) == 0 {
-				disk.crashAfter(1+rng.Int64N(6), rng.IntN(2) == 0)
+				disk.CrashAfter(1+rng.Int64N(6), rng.IntN(2) == 0)
 				crashIn = true
 			}
 			next := m.clone()
@@ -618,9 +620,7 @@ func TestRaftLogRandomAgainstModel(t *testing.T) {
 				err = l.Save(hs, ents, raftpb.Snapshot{})
 			case op < 17:
 				if m.hs.Commit <= m.snap.Metadata.Index {
-					disk.mu.Lock()
-					disk.crashAt = 0 // nothing runs: the crash must not hit the next call
-					disk.mu.Unlock()
+					disk.CancelCrash() // nothing runs: the crash must not hit the next call
 					continue
 				}
 				i := m.snap.Metadata.Index + 1 + rng.Uint64N(m.hs.Commit-m.snap.Metadata.Index)
@@ -642,18 +642,18 @@ func TestRaftLogRandomAgainstModel(t *testing.T) {
 					t.Fatalf("seed %d step %d: Close: %v", seed, step, err)
 				}
 				if crashIn {
-					disk.crash()
+					disk.Crash()
 				}
 				reopen(step, nil)
 				continue
 			default:
-				disk.crash()
+				disk.Crash()
 				reopen(step, nil)
 				continue
 			}
 			if crashIn {
 				// The call may have run past the crash point or not.
-				disk.crash()
+				disk.Crash()
 				alt := next
 				if err == nil {
 					m, alt = next, nil

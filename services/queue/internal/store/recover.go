@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
+
 	"github.com/batonrun/baton/services/queue/internal/record"
 )
 
@@ -188,8 +190,12 @@ func (r *reader) snapshot(name string) error {
 		return fmt.Errorf("read snapshot: %w", err)
 	}
 	body := b
+	herr := readHeader(p, b, snapKind, format.WALSnapshot)
+	if herr != nil && !errors.Is(herr, format.ErrNotHeader) {
+		return herr
+	}
 	switch {
-	case len(b) < len(snapMagic)+len(snapFooter) || string(b[:len(snapMagic)]) != snapMagic:
+	case len(b) < len(snapMagic)+len(snapFooter) || herr != nil:
 		if err := r.damaged(Damage{File: p, Bytes: int64(min(len(b), len(snapMagic))), Why: "bad snapshot header"}); err != nil {
 			return err
 		}
@@ -220,7 +226,10 @@ func (r *reader) segment(name string, last bool, floor int64) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read segment: %w", err)
 	}
-	if len(b) < len(walMagic) || string(b[:len(walMagic)]) != walMagic {
+	if herr := readHeader(p, b, walKind, format.WALSegment); herr != nil {
+		if !errors.Is(herr, format.ErrNotHeader) {
+			return 0, herr
+		}
 		if last && (allZero(b) || strings.HasPrefix(walMagic, string(b))) {
 			// Created, but its header never fully reached the disk: nothing
 			// was ever written after it.

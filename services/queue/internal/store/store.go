@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/queue/internal/record"
 )
 
@@ -33,12 +34,33 @@ var (
 	ErrLocked = errors.New("store: the data directory is in use by another process")
 )
 
+// File headers name the kind of file and its version (package format):
+// a six-byte magic and two digits, "BTNWAL01".
 const (
-	walMagic    = "BTNWAL01"
-	snapMagic   = "BTNSNP01"
+	walKind     = "BTNWAL"
+	snapKind    = "BTNSNP"
 	snapFooter  = "BTNSNPEN"
 	frameHeader = 8
 )
+
+// The headers this build writes.
+var (
+	walMagic  = string(format.Header(walKind, format.WALSegment.Current))
+	snapMagic = string(format.Header(snapKind, format.WALSnapshot.Current))
+)
+
+// readHeader checks the header of file p, b's first bytes, for a kind of
+// file of format f: nil if this build reads it; format's ErrNewer or
+// ErrOlder, naming the file, for a version it does not read (not
+// corruption: another build reads it); format.ErrNotHeader for bytes that
+// are no such header, which the caller treats as a torn or damaged one.
+func readHeader(p string, b []byte, kind string, f format.Format) error {
+	_, err := format.ParseHeader(b, kind, f)
+	if err != nil && !errors.Is(err, format.ErrNotHeader) {
+		return fmt.Errorf("store: %s: %w", p, err)
+	}
+	return err
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -56,6 +78,10 @@ type Options struct {
 	// LazyDelay bounds how long the frames of AppendLazy wait for an
 	// Append to share its fdatasync (DefaultLazyDelay when 0).
 	LazyDelay time.Duration
+	// ObserveSync, if set, is told how long each fdatasync of a batch
+	// took (the group commit's wait on the disk), for a histogram: the
+	// first sign of a disk going slow. Called on the writer goroutine.
+	ObserveSync func(time.Duration)
 
 	// ackBeforeSync answers callers before fdatasync: the broken store the
 	// power-loss test must catch (its negative control). Tests only.
@@ -490,7 +516,12 @@ func (s *Store) sync(seg File, b *Batch) {
 		close(b.done)
 	}
 	var err error
-	if serr := seg.Sync(); serr != nil {
+	start := time.Now()
+	serr := seg.Sync()
+	if s.opts.ObserveSync != nil {
+		s.opts.ObserveSync(time.Since(start))
+	}
+	if serr != nil {
 		err = s.stop(fmt.Errorf("fdatasync log: %w", serr))
 	} else {
 		// Counted before the callers are answered, so a caller that saw its

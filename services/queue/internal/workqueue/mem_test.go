@@ -9,7 +9,8 @@ import (
 )
 
 // BenchmarkHeapPerPendingKey reports the heap bytes one pending key costs,
-// key string included (11-byte keys, as MEASURED.md's client-go figure).
+// key string included (11-byte keys, as client-go's figure in
+// docs/benchmarks.md).
 func BenchmarkHeapPerPendingKey(b *testing.B) {
 	const n = 1_000_000
 	keys := make([]string, n)

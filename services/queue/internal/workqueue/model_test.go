@@ -3,6 +3,7 @@ package workqueue
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ type mItem struct {
 	prio         Priority
 	pendingSince int64
 	deadline     int64
+	leasedAt     int64
 	token        uint64
 	worker       string
 	holder       string // who may ack or extend the lease; "" for anyone
@@ -122,7 +124,7 @@ func (m *model) lease(max int, holder string, d time.Duration, now int64) []Gran
 		}
 		it := m.items[best]
 		m.tok++
-		it.state, it.token, it.worker, it.holder, it.deadline, it.announced = Leased, m.tok, "w", holder, now+int64(d), 0
+		it.state, it.token, it.worker, it.holder, it.deadline, it.announced, it.leasedAt = Leased, m.tok, "w", holder, now+int64(d), 0, now
 		out = append(out, Grant{Key: best, Token: it.token, Attempt: it.attempts, ExpiresAt: it.deadline, PendingSince: it.pendingSince})
 	}
 	return out
@@ -260,7 +262,7 @@ func (m *model) view(key string) View {
 	case Delayed:
 		v.NotBefore = it.deadline
 	case Leased:
-		v.PendingSince, v.Worker, v.LeaseExpiresAt = it.pendingSince, it.worker, it.deadline
+		v.PendingSince, v.Worker, v.LeasedAt, v.LeaseExpiresAt = it.pendingSince, it.worker, it.leasedAt, it.deadline
 	}
 	return v
 }
@@ -411,7 +413,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			d := time.Duration(1+rng.IntN(6)) * time.Second
 			h := ptr(holders[rng.IntN(len(holders))])
 			ev = fmt.Sprintf("lease(%d,%q,%v)", n, name(h), d)
-			got, want := q.Lease(nil, n, 0, "w", h, d, now), m.lease(n, name(h), d, now)
+			got, want := q.Lease(nil, LeaseRequest{Max: n, Worker: "w", Holder: h, Duration: d}, now), m.lease(n, name(h), d, now)
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				fail("%s: %v, want %v", ev, got, want)
 			}
@@ -537,6 +539,28 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		}
 		if st.Pending != c[Pending] || st.Delayed != c[Delayed] || st.Leased != c[Leased] || st.Parked != c[Parked] || st.Dirty != c[0] {
 			fail("stats %+v, model counts %v", st, c)
+		}
+		// List of each state (and of all), from the second key on, in
+		// pages of two: the model's views in key order.
+		for _, state := range []State{0, Pending, Delayed, Leased, Parked} {
+			var want []View
+			for _, k := range keys[1:] {
+				if v := m.view(k); v.State != Absent && (state == 0 || v.State == state) {
+					want = append(want, v)
+				}
+			}
+			var got []View
+			for after := keys[0]; ; {
+				page, more := q.List(state, after, 2)
+				got = append(got, page...)
+				if !more {
+					break
+				}
+				after = page[len(page)-1].Key
+			}
+			if !slices.Equal(got, want) {
+				fail("List(%v): %+v, want %+v", state, got, want)
+			}
 		}
 	}
 }

@@ -25,7 +25,7 @@ func TestRestoreKeepsReplacedItemsBounded(t *testing.T) {
 	if q.PendingCount() != 10 || q.Len() != 10 {
 		t.Fatalf("pending %d, held %d, want 10 and 10", q.PendingCount(), q.Len())
 	}
-	grants := q.Lease(nil, 10, 1<<20, "w", nil, 1e9, 1<<40)
+	grants := q.Lease(nil, LeaseRequest{Max: 10, MaxBytes: 1 << 20, Worker: "w", Duration: 1e9}, 1<<40)
 	for i, g := range grants {
 		if want := fmt.Sprintf("k%d", i); g.Key != want {
 			t.Fatalf("lease %d: %s, want %s (oldest first)", i, g.Key, want)

@@ -343,26 +343,38 @@ type Grant struct {
 	PendingSince int64
 }
 
-// Lease hands up to max ready keys to worker until now+d, appending them to
-// dst, each bound to holder (see Holders; nil binds them to no one). worker
-// is the name the worker gives itself, for Inspect and Stats; holder is who
-// it verifiably is, for Ack and Extend. Among the heads of the three
-// priorities it serves the highest effective priority (a head older than
-// the aging bound counts as HIGH), the oldest first among equals. With
-// maxBytes > 0 it stops before the keys it grants, at GrantOverhead bytes
-// each beside the key itself, would pass maxBytes (the first key is always
-// granted): the answer must fit what a client can receive.
-func (q *Queue) Lease(dst []Grant, max, maxBytes int, worker string, holder *string, d time.Duration, now int64) []Grant {
+// LeaseRequest is what a Lease asks for.
+type LeaseRequest struct {
+	// Max is how many keys at most.
+	Max int
+	// MaxBytes, if > 0, stops before the keys granted, at GrantOverhead
+	// bytes each beside the key itself, would pass it (the first key is
+	// always granted): the answer must fit what a client can receive.
+	MaxBytes int
+	// Worker is the name the worker gives itself, for Inspect and Stats.
+	Worker string
+	// Holder is who the worker verifiably is, for Ack and Extend: every
+	// key is bound to it (see Holders; nil binds them to no one).
+	Holder *string
+	// Duration is how long the leases last.
+	Duration time.Duration
+}
+
+// Lease hands up to r.Max ready keys to r.Worker until now+r.Duration,
+// appending them to dst. Among the heads of the three priorities it serves
+// the highest effective priority (a head older than the aging bound counts
+// as HIGH), the oldest first among equals.
+func (q *Queue) Lease(dst []Grant, r LeaseRequest, now int64) []Grant {
 	if q.tx.active {
 		panic("workqueue: Lease inside a transaction") // it pops rings; see txn.go
 	}
 	bytes := 0
-	for n := 0; n < max; n++ {
+	for n := 0; n < r.Max; n++ {
 		it := q.nextReady(now)
 		if it == nil {
 			break
 		}
-		if bytes += len(it.key) + GrantOverhead; maxBytes > 0 && n > 0 && bytes > maxBytes {
+		if bytes += len(it.key) + GrantOverhead; r.MaxBytes > 0 && n > 0 && bytes > r.MaxBytes {
 			break
 		}
 		q.ready[it.prio().rank()].pop()
@@ -373,10 +385,10 @@ func (q *Queue) Lease(dst []Grant, max, maxBytes int, worker string, holder *str
 			it.ext = &itemExt{}
 		}
 		it.ext.token = q.tokens.Next()
-		it.ext.worker = worker
-		it.ext.holder = holder // the caller's name, shared, not copied
+		it.ext.worker = r.Worker
+		it.ext.holder = r.Holder // the caller's name, shared, not copied
 		it.ext.leaseStart = now
-		it.ext.expires = now + int64(d)
+		it.ext.expires = now + int64(r.Duration)
 		q.timers.push(it)
 		q.leased++
 		q.stats.Leases++
@@ -796,6 +808,7 @@ type View struct {
 	PendingSince   int64 // 0 unless pending or leased
 	NotBefore      int64 // 0 unless delayed
 	Worker         string
+	LeasedAt       int64 // 0 unless leased: when this lease began (Extend keeps it)
 	LeaseExpiresAt int64 // 0 unless leased
 	Announcements  uint32
 	Priority       Priority
@@ -823,6 +836,7 @@ func view(it *item) View {
 	case Leased:
 		v.PendingSince = it.at
 		v.Worker = it.ext.worker
+		v.LeasedAt = it.ext.leaseStart
 		v.LeaseExpiresAt = it.ext.expires
 	}
 	return v
@@ -830,15 +844,25 @@ func view(it *item) View {
 
 // List returns up to limit views in key order, of keys after `after`, in
 // state (0 for all). more reports whether keys remain after the last one.
-// It scans every key: listing is for operators, not for the hot path.
+// It scans every key, or for leased and delayed keys the timer heap, which
+// holds them and nothing else: listing is for operators, not for the hot
+// path, but a dashboard lists the leases of a queue of a million pending
+// keys every second.
 func (q *Queue) List(state State, after string, limit int) (views []View, more bool) {
 	var its []*item
-	q.items.each(func(it *item) bool {
+	keep := func(it *item) bool {
 		if it.key > after && (state == 0 || it.state == state) {
 			its = append(its, it)
 		}
 		return true
-	})
+	}
+	if state == Leased || state == Delayed {
+		for _, e := range q.timers.e {
+			keep(e.it)
+		}
+	} else {
+		q.items.each(keep)
+	}
 	slices.SortFunc(its, func(a, b *item) int { return strings.Compare(a.key, b.key) })
 	if len(its) > limit {
 		its, more = its[:limit], true

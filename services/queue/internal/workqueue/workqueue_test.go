@@ -29,7 +29,7 @@ func newFixture(maxAttempts uint32) *fixture {
 
 func (f *fixture) lease(t *testing.T, now int64) Grant {
 	t.Helper()
-	g := f.q.Lease(nil, 1, 0, "w", nil, 30*time.Second, now)
+	g := f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Duration: 30 * time.Second}, now)
 	if len(g) != 1 {
 		t.Fatalf("lease: got %d grants, want 1", len(g))
 	}
@@ -136,7 +136,7 @@ func TestTransitions(t *testing.T) {
 			case "add90":
 				ok = f.q.Add("k", 90*time.Second, Normal, now)
 			case "lease":
-				ok = len(f.q.Lease(nil, 1, 0, "w", nil, time.Minute, now)) == 1
+				ok = len(f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Duration: time.Minute}, now)) == 1
 			case "success":
 				_, ok = f.q.Ack("k", tok, nil, Outcome{}, now)
 			case "failure":
@@ -237,7 +237,7 @@ func TestParkingAndRevival(t *testing.T) {
 	if v.State != Parked || v.Attempts != 3 || v.LastError != "3" {
 		t.Fatalf("got %+v, want parked after 3 attempts", v)
 	}
-	if len(f.q.Lease(nil, 10, 0, "w", nil, time.Minute, now+1000*sec)) != 0 {
+	if len(f.q.Lease(nil, LeaseRequest{Max: 10, Worker: "w", Duration: time.Minute}, now+1000*sec)) != 0 {
 		t.Fatal("a parked key was leased")
 	}
 	if !f.q.Add("k", 0, Normal, now) {
@@ -268,7 +268,7 @@ func TestPriorityAndAging(t *testing.T) {
 	f.q.Add("high", 0, High, now+2)
 	f.q.Add("normal2", 0, Normal, now+3)
 	var order []string
-	for _, g := range f.q.Lease(nil, 10, 0, "w", nil, time.Minute, now+4) {
+	for _, g := range f.q.Lease(nil, LeaseRequest{Max: 10, Worker: "w", Duration: time.Minute}, now+4) {
 		order = append(order, g.Key)
 	}
 	if got, want := order, []string{"high", "normal", "normal2", "low"}; !equal(got, want) {
@@ -300,7 +300,7 @@ func TestPriorityAndAging(t *testing.T) {
 	if g := f.lease(t, now); g.Key != "a" {
 		t.Fatalf("got %s, want a", g.Key)
 	}
-	if g := f.q.Lease(nil, 1, 0, "w", nil, time.Minute, now); len(g) != 0 {
+	if g := f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Duration: time.Minute}, now); len(g) != 0 {
 		t.Fatalf("stale ring slot leased again: %+v", g)
 	}
 }
@@ -392,7 +392,7 @@ func TestHolderBindsTheLease(t *testing.T) {
 	f := newFixture(0)
 	now := 100 * sec
 	f.q.Add("k", 0, Normal, now)
-	g := f.q.Lease(nil, 1, 0, "w", a, 30*time.Second, now)
+	g := f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Holder: a, Duration: 30 * time.Second}, now)
 	if len(g) != 1 {
 		t.Fatalf("lease: %v", g)
 	}
@@ -423,7 +423,7 @@ func TestHolderBindsTheLease(t *testing.T) {
 
 	// Unbound: anyone with the token, as before.
 	f.q.Add("u", 0, Normal, now)
-	g = f.q.Lease(nil, 1, 0, "w", nil, 30*time.Second, now)
+	g = f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Duration: 30 * time.Second}, now)
 	if _, ok := f.q.Extend("u", g[0].Token, b, time.Minute, now); !ok {
 		t.Fatal("Extend by \"b\" of an unbound lease refused")
 	}
@@ -434,9 +434,9 @@ func TestHolderBindsTheLease(t *testing.T) {
 	// The binding ends with the lease: a key leased by "a", expired and
 	// leased again by "b" is "b"'s.
 	f.q.Add("x", 0, Normal, now)
-	ga := f.q.Lease(nil, 1, 0, "w", a, time.Second, now)
+	ga := f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Holder: a, Duration: time.Second}, now)
 	f.q.Advance(now + 2*sec)
-	gb := f.q.Lease(nil, 1, 0, "w", b, time.Minute, now+2*sec)
+	gb := f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Holder: b, Duration: time.Minute}, now+2*sec)
 	if len(ga) != 1 || len(gb) != 1 || gb[0].Key != "x" {
 		t.Fatalf("leases %v, %v", ga, gb)
 	}
@@ -456,7 +456,7 @@ func TestHolderCheckAllocatesNothing(t *testing.T) {
 	f.q.SetSink(nil)
 	f.q.Add("k", 0, Normal, sec)
 	mine, same, other := "worker-1", string([]byte("worker-1")), "worker-2"
-	g := f.q.Lease(nil, 1, 0, "w", &mine, time.Minute, sec)
+	g := f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Holder: &mine, Duration: time.Minute}, sec)
 	if n := testing.AllocsPerRun(100, func() {
 		f.q.Extend("k", g[0].Token, &mine, time.Minute, sec)
 		f.q.Extend("k", g[0].Token, &same, time.Minute, sec)

@@ -1,4 +1,10 @@
-package store
+// Package faultfs is an in-memory file system for tests only (no program
+// of the queue imports it): a Disk that remembers, apart from what the
+// running system sees, what would survive a power loss, and forgets the
+// rest when a test cuts the power. It implements fsys.FS, the file
+// system the store and the Raft log write through, so that the store's
+// tests and the replicated queue's robustness tests run them on it.
+package faultfs
 
 import (
 	"bytes"
@@ -8,26 +14,29 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/store/fsys"
 )
 
-// faultDisk is an in-memory disk that remembers, apart from what the running
+// Disk is an in-memory disk that remembers, apart from what the running
 // system sees, what would survive a power loss: for every file the bytes up
 // to its last Sync, and for every directory the entries as of its last
-// SyncDir. crash throws the rest away, the way a machine that loses power
+// SyncDir. Crash throws the rest away, the way a machine that loses power
 // does. It also injects the failures the store must survive: fsync errors,
 // a full disk, and a crash at an arbitrary file-system operation.
 //
 // A crash starts a new generation: the FS handles (mounts) and open files of
 // the old one fail every call with EIO, so a store abandoned at the crash can
 // neither see nor change what the next Open recovers.
-type faultDisk struct {
+type Disk struct {
 	mu      sync.Mutex
 	gen     int
 	dirs    map[string]bool
 	live    map[string]*inode // what the running system sees
 	durable map[string]*inode // directory entries that survive a crash
 	pending []dirOp           // entry changes not yet made durable by SyncDir
-	open    map[*faultFile]bool
+	open    map[*file]bool
 
 	// Faults.
 	capacity     int64 // total bytes the disk holds; < 0 means unlimited
@@ -42,6 +51,10 @@ type faultDisk struct {
 	rng         *rand.Rand
 	beforeWrite func(name string)
 	beforeSync  func(name string)
+	// lag delays what every Sync and SyncDir makes durable (LagSyncs);
+	// lagged holds those answered and not yet done, oldest first.
+	lag    time.Duration
+	lagged []laggedSync
 
 	// Counters.
 	syncs  int64 // File.Sync and SyncDir calls
@@ -54,49 +67,62 @@ type inode struct {
 	synced []byte // as a crash leaves it
 }
 
+// laggedSync is a Sync or SyncDir that a lagging disk answered and has
+// not yet done: a file's data as of the call, or the entry changes of a
+// directory.
+type laggedSync struct {
+	due  time.Time
+	ino  *inode
+	data []byte
+	ops  []dirOp
+}
+
 type dirOp struct {
 	kind     byte // 'c'reate, 'r'ename, 'd'elete
 	name, to string
 	ino      *inode
 }
 
-func newFaultDisk(seed uint64) *faultDisk {
-	return &faultDisk{
+// New returns an empty disk; seed drives the random choices of CrashTorn.
+func New(seed uint64) *Disk {
+	return &Disk{
 		gen:      1,
 		dirs:     map[string]bool{"/": true},
 		live:     map[string]*inode{},
 		durable:  map[string]*inode{},
-		open:     map[*faultFile]bool{},
+		open:     map[*file]bool{},
 		capacity: -1,
 		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 	}
 }
 
-// mount returns an FS for the current generation.
-func (d *faultDisk) mount() *faultFS {
+// Mount returns an FS for the current generation.
+func (d *Disk) Mount() *FS {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return &faultFS{d: d, gen: d.gen}
+	return &FS{d: d, gen: d.gen}
 }
 
-// crash loses everything that was not made durable and ends the generation.
-func (d *faultDisk) crash() {
+// Crash loses everything that was not made durable and ends the generation.
+func (d *Disk) Crash() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.crashLocked(false)
 }
 
-// crashTorn is crash, except that a random prefix of the unsynced entry
+// CrashTorn is Crash, except that a random prefix of the unsynced entry
 // changes and of each file's unsynced appended bytes survives (sometimes as
 // zeros, as when a file's size reached the disk but its data did not): the
 // states a real disk may be left in, not only the tidiest one.
-func (d *faultDisk) crashTorn() {
+func (d *Disk) CrashTorn() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.crashLocked(true)
 }
 
-func (d *faultDisk) crashLocked(torn bool) {
+func (d *Disk) crashLocked(torn bool) {
+	d.flushLocked(time.Now())
+	d.lagged = nil
 	if torn && len(d.pending) > 0 {
 		for _, op := range d.pending[:d.rng.IntN(len(d.pending)+1)] {
 			op.apply(d.durable)
@@ -117,7 +143,7 @@ func (d *faultDisk) crashLocked(torn bool) {
 		ino.synced = bytes.Clone(keep)
 		d.live[name] = ino
 	}
-	d.open = map[*faultFile]bool{}
+	d.open = map[*file]bool{}
 	d.crashAt = 0
 	d.gen++
 }
@@ -134,18 +160,95 @@ func (op dirOp) apply(m map[string]*inode) {
 	}
 }
 
-// crashAfter makes the n-th file-system operation from now crash the disk
+// CrashAll cuts the power of every disk (each one once) at one instant,
+// as of machines on one supply: no operation on any of them runs between
+// the first crash and the last. It returns what they lost in all: bytes
+// written to files and not synced, and directory entry changes not synced.
+func CrashAll(disks ...*Disk) (lostBytes int64, lostEntries int) {
+	for _, d := range disks {
+		d.mu.Lock()
+	}
+	for _, d := range disks {
+		b, e := d.unsyncedLocked()
+		lostBytes, lostEntries = lostBytes+b, lostEntries+e
+		d.crashLocked(false)
+	}
+	for _, d := range disks {
+		d.mu.Unlock()
+	}
+	return lostBytes, lostEntries
+}
+
+// unsyncedLocked counts what a crash now would lose (a torn one, at
+// most): the bytes of live files past what survives, and the entry
+// changes not synced; d.mu is held.
+func (d *Disk) unsyncedLocked() (n int64, entries int) {
+	d.flushLocked(time.Now())
+	for _, ino := range d.live {
+		if extra := len(ino.data) - len(ino.synced); extra > 0 {
+			n += int64(extra)
+		}
+	}
+	entries = len(d.pending)
+	for _, l := range d.lagged {
+		entries += len(l.ops)
+	}
+	return n, entries
+}
+
+// LagSyncs makes every Sync and SyncDir from now on return at once and
+// take effect only lag later, in the order they were called: a disk whose
+// cache acknowledges a flush before the data is kept. A power loss in
+// between loses what they covered. It is the broken disk of a negative
+// control, on which code that waits for its fsyncs before it answers must
+// lose acknowledged data. LagSyncs(0) makes syncs honest again, and does
+// what lags at once.
+func (d *Disk) LagSyncs(lag time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lag = lag
+	if lag == 0 {
+		for _, l := range d.lagged {
+			l.do(d)
+		}
+		d.lagged = nil
+	}
+}
+
+// flushLocked does the lagged syncs due by now; d.mu is held.
+func (d *Disk) flushLocked(now time.Time) {
+	n := 0
+	for _, l := range d.lagged {
+		if l.due.After(now) {
+			break
+		}
+		l.do(d)
+		n++
+	}
+	d.lagged = d.lagged[n:]
+}
+
+func (l laggedSync) do(d *Disk) {
+	if l.ino != nil {
+		l.ino.synced = l.data
+	}
+	for _, op := range l.ops {
+		op.apply(d.durable)
+	}
+}
+
+// CrashAfter makes the n-th file-system operation from now crash the disk
 // (and fail) instead of running; torn picks crashTorn.
-func (d *faultDisk) crashAfter(n int64, torn bool) {
+func (d *Disk) CrashAfter(n int64, torn bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.crashAt = d.ops + n
 	d.tornCrash = torn
 }
 
-// failSyncFrom makes the n-th sync from now (File.Sync or SyncDir) and every
+// FailSyncFrom makes the n-th sync from now (File.Sync or SyncDir) and every
 // later one fail with EIO; once, only the n-th. n == 0 ends the failures.
-func (d *faultDisk) failSyncFrom(n int64, once bool) {
+func (d *Disk) FailSyncFrom(n int64, once bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.syncFailAt, d.syncFailOnce = 0, once
@@ -154,9 +257,25 @@ func (d *faultDisk) failSyncFrom(n int64, once bool) {
 	}
 }
 
-// failWriteFrom makes the n-th File.Write from now and every later one fail
+// SetWriteBack makes the bytes of a write cut short by a full disk durable
+// at once (on), as the kernel's writeback may before anyone truncates
+// them, or not (off, the default).
+func (d *Disk) SetWriteBack(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writeBack = on
+}
+
+// CancelCrash withdraws a crash CrashAfter set that has not happened.
+func (d *Disk) CancelCrash() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.crashAt = 0
+}
+
+// FailWriteFrom makes the n-th File.Write from now and every later one fail
 // with EIO. n == 0 ends the failures.
-func (d *faultDisk) failWriteFrom(n int64) {
+func (d *Disk) FailWriteFrom(n int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.writeFailAt = 0
@@ -166,7 +285,7 @@ func (d *faultDisk) failWriteFrom(n int64) {
 }
 
 // syncFails counts one sync and tells whether it must fail; d.mu is held.
-func (d *faultDisk) syncFails() bool {
+func (d *Disk) syncFails() bool {
 	d.syncs++
 	if d.syncFailAt == 0 || d.syncs < d.syncFailAt {
 		return false
@@ -177,25 +296,25 @@ func (d *faultDisk) syncFails() bool {
 	return true
 }
 
-// onWrite sets a function that runs before every File.Write, outside the
+// OnWrite sets a function that runs before every File.Write, outside the
 // disk's lock, so a test can hold the store's writer inside a write.
-func (d *faultDisk) onWrite(hook func(name string)) {
+func (d *Disk) OnWrite(hook func(name string)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.beforeWrite = hook
 }
 
-// onSync sets a function that runs before every File.Sync, outside the
+// OnSync sets a function that runs before every File.Sync, outside the
 // disk's lock, so a test can hold the store's writer inside a sync.
-func (d *faultDisk) onSync(hook func(name string)) {
+func (d *Disk) OnSync(hook func(name string)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.beforeSync = hook
 }
 
-// setFree limits the disk to what it holds now plus n bytes; n < 0 lifts the
+// SetFree limits the disk to what it holds now plus n bytes; n < 0 lifts the
 // limit.
-func (d *faultDisk) setFree(n int64) {
+func (d *Disk) SetFree(n int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if n < 0 {
@@ -205,7 +324,7 @@ func (d *faultDisk) setFree(n int64) {
 	d.capacity = d.usedLocked() + n
 }
 
-func (d *faultDisk) usedLocked() int64 {
+func (d *Disk) usedLocked() int64 {
 	seen := map[*inode]bool{}
 	var n int64
 	add := func(ino *inode) {
@@ -223,14 +342,16 @@ func (d *faultDisk) usedLocked() int64 {
 	return n
 }
 
-func (d *faultDisk) counts() (syncs, writes int64) {
+// Counts returns how many syncs (File.Sync and SyncDir) and writes were
+// called so far.
+func (d *Disk) Counts() (syncs, writes int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.syncs, d.writes
 }
 
-// contents returns what the running system reads in name, or nil.
-func (d *faultDisk) contents(name string) []byte {
+// Contents returns what the running system reads in name, or nil.
+func (d *Disk) Contents(name string) []byte {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if ino, ok := d.live[name]; ok {
@@ -239,8 +360,20 @@ func (d *faultDisk) contents(name string) []byte {
 	return nil
 }
 
-// names returns the live names in dir, sorted.
-func (d *faultDisk) names(dir string) []string {
+// Unsynced returns how many bytes of name a crash now would lose: those
+// written since its last Sync (0 for a name that does not exist).
+func (d *Disk) Unsynced(name string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ino, ok := d.live[name]
+	if !ok {
+		return 0
+	}
+	return max(0, int64(len(ino.data)-len(ino.synced)))
+}
+
+// Names returns the live names in dir, sorted.
+func (d *Disk) Names(dir string) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []string
@@ -254,9 +387,9 @@ func (d *faultDisk) names(dir string) []string {
 }
 
 // enter starts one operation of generation gen: it counts it, crashes the
-// disk when the operation is the one crashAfter named, and fails it if its
+// disk when the operation is the one CrashAfter named, and fails it if its
 // generation is over. It returns with d.mu held when err is nil.
-func (d *faultDisk) enter(op, name string, gen int) error {
+func (d *Disk) enter(op, name string, gen int) error {
 	d.mu.Lock()
 	d.ops++
 	if d.crashAt != 0 && d.ops >= d.crashAt {
@@ -266,20 +399,24 @@ func (d *faultDisk) enter(op, name string, gen int) error {
 		d.mu.Unlock()
 		return &fs.PathError{Op: op, Path: name, Err: syscall.EIO}
 	}
+	if len(d.lagged) > 0 {
+		d.flushLocked(time.Now())
+	}
 	return nil
 }
 
-// faultFS is one generation's view of a faultDisk.
-type faultFS struct {
-	d   *faultDisk
+// FS is one generation's view of a Disk.
+type FS struct {
+	d   *Disk
 	gen int
 }
 
-var _ FS = (*faultFS)(nil)
+var _ fsys.FS = (*FS)(nil)
 
 func perr(op, name string, err error) error { return &fs.PathError{Op: op, Path: name, Err: err} }
 
-func (m *faultFS) Create(name string) (File, error) {
+// Create implements fsys.FS.
+func (m *FS) Create(name string) (fsys.File, error) {
 	d := m.d
 	if err := d.enter("create", name, m.gen); err != nil {
 		return nil, err
@@ -294,12 +431,13 @@ func (m *faultFS) Create(name string) (File, error) {
 	ino := &inode{}
 	d.live[name] = ino
 	d.pending = append(d.pending, dirOp{kind: 'c', name: name, ino: ino})
-	f := &faultFile{d: d, gen: m.gen, name: name, ino: ino}
+	f := &file{d: d, gen: m.gen, name: name, ino: ino}
 	d.open[f] = true
 	return f, nil
 }
 
-func (m *faultFS) OpenAppend(name string) (File, error) {
+// OpenAppend implements fsys.FS.
+func (m *FS) OpenAppend(name string) (fsys.File, error) {
 	d := m.d
 	if err := d.enter("open", name, m.gen); err != nil {
 		return nil, err
@@ -309,12 +447,13 @@ func (m *faultFS) OpenAppend(name string) (File, error) {
 	if !ok {
 		return nil, perr("open", name, syscall.ENOENT)
 	}
-	f := &faultFile{d: d, gen: m.gen, name: name, ino: ino}
+	f := &file{d: d, gen: m.gen, name: name, ino: ino}
 	d.open[f] = true
 	return f, nil
 }
 
-func (m *faultFS) ReadFile(name string) ([]byte, error) {
+// ReadFile implements fsys.FS.
+func (m *FS) ReadFile(name string) ([]byte, error) {
 	d := m.d
 	if err := d.enter("read", name, m.gen); err != nil {
 		return nil, err
@@ -327,7 +466,8 @@ func (m *faultFS) ReadFile(name string) ([]byte, error) {
 	return bytes.Clone(ino.data), nil
 }
 
-func (m *faultFS) Truncate(name string, size int64) error {
+// Truncate implements fsys.FS.
+func (m *FS) Truncate(name string, size int64) error {
 	d := m.d
 	if err := d.enter("truncate", name, m.gen); err != nil {
 		return err
@@ -346,7 +486,8 @@ func (m *faultFS) Truncate(name string, size int64) error {
 	return nil
 }
 
-func (m *faultFS) Rename(oldname, newname string) error {
+// Rename implements fsys.FS.
+func (m *FS) Rename(oldname, newname string) error {
 	d := m.d
 	if err := d.enter("rename", oldname, m.gen); err != nil {
 		return err
@@ -362,7 +503,8 @@ func (m *faultFS) Rename(oldname, newname string) error {
 	return nil
 }
 
-func (m *faultFS) Remove(name string) error {
+// Remove implements fsys.FS.
+func (m *FS) Remove(name string) error {
 	d := m.d
 	if err := d.enter("remove", name, m.gen); err != nil {
 		return err
@@ -376,7 +518,8 @@ func (m *faultFS) Remove(name string) error {
 	return nil
 }
 
-func (m *faultFS) List(dir string) ([]string, error) {
+// List implements fsys.FS.
+func (m *FS) List(dir string) ([]string, error) {
 	d := m.d
 	dir = filepath.Clean(dir)
 	if err := d.enter("list", dir, m.gen); err != nil {
@@ -397,7 +540,7 @@ func (m *faultFS) List(dir string) ([]string, error) {
 
 // MkdirAll creates directories durably at once: the store's data directory
 // is made before any file in it, and the tests crash only inside it.
-func (m *faultFS) MkdirAll(dir string) error {
+func (m *FS) MkdirAll(dir string) error {
 	d := m.d
 	dir = filepath.Clean(dir)
 	if err := d.enter("mkdir", dir, m.gen); err != nil {
@@ -410,10 +553,11 @@ func (m *faultFS) MkdirAll(dir string) error {
 	return nil
 }
 
-// Lock implements FS: one process (the test) uses the disk.
-func (m *faultFS) Lock(string) (func(), error) { return func() {}, nil }
+// Lock implements fsys.FS: one process (the test) uses the disk.
+func (m *FS) Lock(string) (func(), error) { return func() {}, nil }
 
-func (m *faultFS) SyncDir(dir string) error {
+// SyncDir implements fsys.FS.
+func (m *FS) SyncDir(dir string) error {
 	d := m.d
 	dir = filepath.Clean(dir)
 	if err := d.enter("syncdir", dir, m.gen); err != nil {
@@ -423,28 +567,36 @@ func (m *faultFS) SyncDir(dir string) error {
 	if d.syncFails() {
 		return perr("syncdir", dir, syscall.EIO)
 	}
+	var covered []dirOp
 	rest := d.pending[:0]
 	for _, op := range d.pending {
 		if filepath.Dir(op.name) == dir {
-			op.apply(d.durable)
+			covered = append(covered, op)
 		} else {
 			rest = append(rest, op)
 		}
 	}
 	d.pending = rest
+	l := laggedSync{ops: covered}
+	if d.lag > 0 {
+		l.due = time.Now().Add(d.lag)
+		d.lagged = append(d.lagged, l)
+		return nil
+	}
+	l.do(d)
 	return nil
 }
 
-// faultFile is an open file of one generation. Every write appends.
-type faultFile struct {
-	d      *faultDisk
+// file is an open file of one generation. Every write appends.
+type file struct {
+	d      *Disk
 	gen    int
 	name   string
 	ino    *inode
 	closed bool
 }
 
-func (f *faultFile) enter(op string) error {
+func (f *file) enter(op string) error {
 	if err := f.d.enter(op, f.name, f.gen); err != nil {
 		return err
 	}
@@ -455,7 +607,8 @@ func (f *faultFile) enter(op string) error {
 	return nil
 }
 
-func (f *faultFile) Write(p []byte) (int, error) {
+// Write implements fsys.File.
+func (f *file) Write(p []byte) (int, error) {
 	f.d.mu.Lock()
 	hook := f.d.beforeWrite
 	f.d.mu.Unlock()
@@ -485,7 +638,8 @@ func (f *faultFile) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-func (f *faultFile) Sync() error {
+// Sync implements fsys.File.
+func (f *file) Sync() error {
 	f.d.mu.Lock()
 	hook := f.d.beforeSync
 	f.d.mu.Unlock()
@@ -502,11 +656,18 @@ func (f *faultFile) Sync() error {
 		// unsynced, so a crash loses them.
 		return perr("sync", f.name, syscall.EIO)
 	}
-	f.ino.synced = bytes.Clone(f.ino.data)
+	l := laggedSync{ino: f.ino, data: bytes.Clone(f.ino.data)}
+	if d.lag > 0 {
+		l.due = time.Now().Add(d.lag)
+		d.lagged = append(d.lagged, l)
+		return nil
+	}
+	l.do(d)
 	return nil
 }
 
-func (f *faultFile) Truncate(size int64) error {
+// Truncate implements fsys.File.
+func (f *file) Truncate(size int64) error {
 	if err := f.enter("truncate"); err != nil {
 		return err
 	}
@@ -518,7 +679,8 @@ func (f *faultFile) Truncate(size int64) error {
 	return nil
 }
 
-func (f *faultFile) Close() error {
+// Close implements fsys.File.
+func (f *file) Close() error {
 	if err := f.enter("close"); err != nil {
 		return err
 	}
@@ -528,8 +690,8 @@ func (f *faultFile) Close() error {
 	return nil
 }
 
-// files returns the contents of every live file in dir, by name.
-func (d *faultDisk) files(dir string) map[string][]byte {
+// Files returns the contents of every live file in dir, by name.
+func (d *Disk) Files(dir string) map[string][]byte {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[string][]byte{}
@@ -541,9 +703,9 @@ func (d *faultDisk) files(dir string) map[string][]byte {
 	return out
 }
 
-// newFaultDiskWith returns a disk holding files in dir, all durable.
-func newFaultDiskWith(dir string, files map[string][]byte) *faultDisk {
-	d := newFaultDisk(1)
+// NewWith returns a disk holding files in dir, all durable.
+func NewWith(dir string, files map[string][]byte) *Disk {
+	d := New(1)
 	for p := dir; !d.dirs[p]; p = filepath.Dir(p) {
 		d.dirs[p] = true
 	}
