@@ -37,8 +37,9 @@
 //
 // An entry's data is a proposal id (the proposing member, a random
 // incarnation chosen at New, a sequence number) followed by its records,
-// each length-prefixed (entry.go). Apply is called with the records split
-// out, in log order, on every member. The waiters of a proposal are found
+// each length-prefixed (entry.go). The state machine (fsm.go's
+// StateMachine, the contract between this package and what it replicates)
+// is handed the records split out, in log order, on every member. The waiters of a proposal are found
 // by its id when its entry is applied, never by the index it was proposed
 // at: an entry that a later leader commits still completes exactly its own
 // callers, and an entry that replaced ours at that index (another leader's)

@@ -4,12 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/batonrun/baton/services/queue/internal/format"
 )
 
 // An entry's data (an EntryNormal's, but the empty ones a new leader
 // appends):
 //
-//	version      1 byte, entryVersion
+//	version      1 byte, format.RaftEntry's
 //	member       8 bytes, big-endian: the proposing member's Raft id
 //	incarnation  8 bytes: random, chosen when the proposing Node was made
 //	seq          8 bytes: the proposal's number in that incarnation
@@ -18,10 +20,7 @@ import (
 // The incarnation keeps a restarted member, whose sequence starts again at
 // 1, from completing today's callers with an entry of its previous life
 // that is committed only now.
-const (
-	entryVersion = 1
-	entryHeader  = 1 + 8 + 8 + 8
-)
+const entryHeader = 1 + 8 + 8 + 8
 
 // errBadEntry is an entry this package cannot read: a log written by a
 // newer version, or damage that the log's checksums did not catch. Every
@@ -33,9 +32,10 @@ type proposalID struct {
 	member, incarnation, seq uint64
 }
 
-// appendEntryHeader starts an entry's data.
-func appendEntryHeader(b []byte, id proposalID) []byte {
-	b = append(b, entryVersion)
+// appendEntryHeader starts an entry's data, of version v (the queue's
+// level's: format.RaftEntry.Writes).
+func appendEntryHeader(b []byte, v format.Version, id proposalID) []byte {
+	b = append(b, byte(v))
 	b = binary.BigEndian.AppendUint64(b, id.member)
 	b = binary.BigEndian.AppendUint64(b, id.incarnation)
 	return binary.BigEndian.AppendUint64(b, id.seq)
@@ -58,8 +58,8 @@ func decodeEntry(data []byte) (proposalID, [][]byte, error) {
 	if len(data) < entryHeader {
 		return proposalID{}, nil, fmt.Errorf("%w: %d bytes, shorter than the header", errBadEntry, len(data))
 	}
-	if data[0] != entryVersion {
-		return proposalID{}, nil, fmt.Errorf("%w: version %d, this member reads %d", errBadEntry, data[0], entryVersion)
+	if err := format.RaftEntry.Check(format.Version(data[0])); err != nil {
+		return proposalID{}, nil, fmt.Errorf("%w: %w", errBadEntry, err)
 	}
 	id := proposalID{
 		member:      binary.BigEndian.Uint64(data[1:]),

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/batonrun/baton/services/queue/internal/format"
 )
 
 // TestEntryRoundTrip: records, empty ones and none among them, come back
@@ -11,7 +13,7 @@ import (
 func TestEntryRoundTrip(t *testing.T) {
 	id := proposalID{member: 3, incarnation: 0xfeedface, seq: 42}
 	for _, recs := range [][][]byte{nil, {{}}, {[]byte("a"), {}, make([]byte, 300)}} {
-		data := appendEntryHeader(nil, id)
+		data := appendEntryHeader(nil, format.RaftEntry.Current, id)
 		size := entryHeader
 		for _, r := range recs {
 			data = appendRecord(data, r)
@@ -30,15 +32,19 @@ func TestEntryRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	good := appendRecord(appendEntryHeader(nil, id), []byte("record"))
+	good := appendRecord(appendEntryHeader(nil, format.RaftEntry.Current, id), []byte("record"))
 	for name, data := range map[string][]byte{
 		"short header":   good[:entryHeader-1],
 		"cut record":     good[:len(good)-1],
-		"other version":  append([]byte{entryVersion + 1}, good[1:]...),
-		"length overrun": append(appendEntryHeader(nil, id), 0xff, 0xff, 0xff, 0xff, 0x0f),
+		"newer version":  append([]byte{byte(format.RaftEntry.Current + 1)}, good[1:]...),
+		"length overrun": append(appendEntryHeader(nil, format.RaftEntry.Current, id), 0xff, 0xff, 0xff, 0xff, 0x0f),
 	} {
 		if _, _, err := decodeEntry(data); !errors.Is(err, errBadEntry) {
 			t.Errorf("%s: %v, want errBadEntry", name, err)
 		}
+	}
+	// A newer version is named as one, with the versions this build reads.
+	if _, _, err := decodeEntry(append([]byte{byte(format.RaftEntry.Current + 1)}, good[1:]...)); !errors.Is(err, format.ErrNewer) {
+		t.Errorf("an entry of the next version: %v, want format.ErrNewer", err)
 	}
 }

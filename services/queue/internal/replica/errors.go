@@ -25,6 +25,14 @@ var (
 	// ErrDropped: raft refused the proposal (a leadership transfer in
 	// progress): nothing of it is in the log; the caller may try again.
 	ErrDropped = errors.New("replica: proposal dropped by raft, not in the log")
+	// ErrCannotFollow: raft refused, by panicking, a message a peer sent
+	// (a log that disagrees with the leader's about what is committed: a
+	// member restored from an old copy of its disk, or one of another
+	// queue under the same ids). The node stops, wrapping it in
+	// ErrStopped, but nothing is wrong with this member's disk: its
+	// process stays up, not ready, saying why, rather than restart into
+	// the same message.
+	ErrCannotFollow = errors.New("replica: cannot follow the leader")
 	// ErrCompactRefused: Compact's index is not one a snapshot may be
 	// taken at now (not applied yet, not past the last snapshot, or before
 	// the last configuration change); the log is unchanged.

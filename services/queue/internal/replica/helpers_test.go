@@ -113,6 +113,48 @@ func (a *applied) hooks() []string {
 
 func newApplied() *applied { return &applied{index: map[string]uint64{}} }
 
+// funcSM is a StateMachine of functions, for tests that need some of its
+// methods: those left nil do nothing.
+type funcSM struct {
+	apply          func(records [][]byte, index uint64)
+	restore        func(state []byte, index uint64) error
+	lead           func(term uint64)
+	follow         func(replay func(apply func(records [][]byte, index uint64)) error) error
+	snapshotNeeded func()
+}
+
+func (f funcSM) Apply(records [][]byte, index uint64) {
+	if f.apply != nil {
+		f.apply(records, index)
+	}
+}
+
+func (f funcSM) Restore(state []byte, index uint64) error {
+	if f.restore != nil {
+		return f.restore(state, index)
+	}
+	return nil
+}
+
+func (f funcSM) Lead(term uint64) {
+	if f.lead != nil {
+		f.lead(term)
+	}
+}
+
+func (f funcSM) Follow(replay func(apply func(records [][]byte, index uint64)) error) error {
+	if f.follow != nil {
+		return f.follow(replay)
+	}
+	return nil
+}
+
+func (f funcSM) SnapshotNeeded() {
+	if f.snapshotNeeded != nil {
+		f.snapshotNeeded()
+	}
+}
+
 func (a *applied) apply(recs [][]byte, index uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -260,10 +302,9 @@ func (m *member) start(lis net.Listener) {
 	m.sm = newApplied()
 	m.reg = prometheus.NewRegistry()
 	m.node, err = New(Config{
-		ID: m.id, ClusterID: testCluster, Peers: m.peers, Names: m.names, ClientAddr: m.client, Join: m.join, Log: m.rlog, Apply: m.sm.apply,
-		Lead: m.sm.lead, Follow: m.sm.follow, Restore: m.sm.restore, RequestSnapshot: m.requestSnapshot,
+		ID: m.id, ClusterID: testCluster, Peers: m.peers, Names: m.names, ClientAddr: m.client, Join: m.join, Log: m.rlog,
 		TickInterval: testTick, Logger: logger, Registerer: m.reg,
-	})
+	}, funcSM{apply: m.sm.apply, lead: m.sm.lead, follow: m.sm.follow, restore: m.sm.restore, snapshotNeeded: m.requestSnapshot})
 	if err != nil {
 		t.Fatalf("member %d: %v", m.id, err)
 	}

@@ -39,13 +39,17 @@ func (n *Node) loop(tick <-chan time.Time) error {
 			n.rn.Tick()
 			n.captureProgress()
 		case m := <-n.recvc:
-			n.step(m)
+			if err := n.step(m); err != nil {
+				return fmt.Errorf("%w: %w", ErrStopped, err)
+			}
 			// Everything else that has arrived, before one Ready (and one
 			// fdatasync) for all of it.
 			for more := true; more; {
 				select {
 				case m := <-n.recvc:
-					n.step(m)
+					if err := n.step(m); err != nil {
+						return fmt.Errorf("%w: %w", ErrStopped, err)
+					}
 				default:
 					more = false
 				}
@@ -56,6 +60,8 @@ func (n *Node) loop(tick <-chan time.Time) error {
 			n.rn.ReportSnapshot(r.id, r.status)
 		case c := <-n.confc:
 			n.proposeConf(c)
+		case c := <-n.transferc:
+			n.transfer(c)
 		case c := <-n.compactc:
 			err := n.compact(c.index, c.data)
 			c.done <- err
@@ -66,6 +72,11 @@ func (n *Node) loop(tick <-chan time.Time) error {
 		}
 		for {
 			n.proposePending()
+			if n.dropped {
+				if err := n.resync(); err != nil {
+					return fmt.Errorf("%w: %w", ErrStopped, err)
+				}
+			}
 			n.readPending()
 			if !n.rn.HasReady() {
 				break
@@ -82,10 +93,21 @@ func (n *Node) loop(tick <-chan time.Time) error {
 // step hands a peer's message to raft. Its errors are messages raft has no
 // use for (a response from a member no longer in the configuration, a
 // local message type from the network): dropped, as the network may.
-func (n *Node) step(m raftpb.Message) {
+// Raft panics on a message that contradicts this member's log (a commit
+// index past its last entry, from a leader whose log is not the one this
+// member's came from): that ends the loop with ErrCannotFollow, and the
+// member stays stopped rather than apply anything more. Raft's state
+// after a panic is not to be trusted, so it is not stepped again.
+func (n *Node) step(m raftpb.Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: raft refused a %s from member %x at term %d: %v", ErrCannotFollow, m.Type, m.From, m.Term, r)
+		}
+	}()
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raft message not stepped", "from", m.From, "type", m.Type.String(), "error", err)
 	}
+	return nil
 }
 
 // ready handles one Ready in order: save, send, apply, Advance; a leader
@@ -119,6 +141,10 @@ func (n *Node) ready() error {
 				return err
 			}
 		}
+	} else if n.resyncing {
+		if bs := n.rn.BasicStatus(); bs.RaftState != raft.StateLeader || bs.Term != n.leadTerm {
+			n.resyncing = false // Follow ran at the drop; it follows now
+		}
 	}
 	if !sendFirst {
 		n.tr.Send(rd.Messages)
@@ -134,7 +160,49 @@ func (n *Node) ready() error {
 	n.readDone(rd.ReadStates)
 	n.rn.Advance(rd)
 	n.observe(rd.SoftState)
+	n.maybeRelead()
 	return nil
+}
+
+// resync rebuilds the state machine after raft dropped proposals while
+// this member led (a leadership transfer under way): their callers were
+// told (ErrDropped), but the state machine made their changes when it
+// enqueued them, and a later caller could build on a change the log will
+// never hold. So the state machine follows for a moment: Follow rebuilds
+// it from the entries applied so far, the entries this member proposed
+// before the drop are applied to it as they commit, as on any follower,
+// and once all of them are (maybeRelead), Lead is called again, in the
+// same term.
+func (n *Node) resync() error {
+	n.dropped = false
+	if !n.leading {
+		return nil
+	}
+	n.log.Warn("raft dropped proposals while this member leads (a leadership transfer under way): the state machine is rebuilt from the log")
+	if err := n.follow(); err != nil {
+		return err
+	}
+	n.resyncing = true
+	n.maybeRelead()
+	return nil
+}
+
+// maybeRelead calls Lead again after a resync, once every proposal of this
+// leadership is resolved (applied, or failed) and everything committed is
+// applied, while this member still leads the same term and hands it to no
+// one.
+func (n *Node) maybeRelead() {
+	if !n.resyncing || len(n.inflight) > 0 || n.conf != nil {
+		return
+	}
+	bs := n.rn.BasicStatus()
+	switch {
+	case bs.RaftState != raft.StateLeader || bs.Term != n.leadTerm:
+		n.resyncing = false
+	case bs.LeadTransferee == raft.None && bs.Commit <= n.applied:
+		n.resyncing = false
+		n.lead(bs.Term)
+	}
 }
 
 // save makes the Ready durable, retrying while the disk is full (doc.go:
@@ -182,7 +250,7 @@ func (n *Node) apply(e *raftpb.Entry) error {
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.Index, err)
 			}
-			n.cfg.Apply(recs, e.Index)
+			n.sm.Apply(recs, e.Index)
 			n.complete(id, e.Index)
 		} else if bs := n.rn.BasicStatus(); !n.leading && bs.RaftState == raft.StateLeader && e.Term == bs.Term {
 			// The empty entry of this leader's term: everything before it
@@ -324,11 +392,12 @@ func (n *Node) observe(soft *raft.SoftState) {
 	}
 	n.m.commitLag.Set(float64(lag))
 	n.statusMu.Lock()
-	last, match := n.status.LastIndex, n.status.Match
+	last, match, active := n.status.LastIndex, n.status.Match, n.status.Active
 	if !isLeader {
-		last, match = 0, nil
+		last, match, active = 0, nil, nil
 	}
-	n.status = Status{ID: n.cfg.ID, Term: bs.Term, Leader: bs.Lead, IsLeader: isLeader, Commit: bs.Commit, Applied: n.applied, LastIndex: last, Match: match}
+	n.status = Status{ID: n.cfg.ID, Term: bs.Term, Leader: bs.Lead, IsLeader: isLeader, Transferring: isLeader && bs.LeadTransferee != raft.None,
+		Commit: bs.Commit, Applied: n.applied, LastIndex: last, Match: match, Active: active}
 	n.statusMu.Unlock()
 	// After Status: a caller told its leadership was lost finds this
 	// member no longer leading.
@@ -343,7 +412,10 @@ func (n *Node) observe(soft *raft.SoftState) {
 // stopped: the in-flight ones (outcome unknown) and the pending ones
 // (never proposed, but a stopped node is what they meet).
 func (n *Node) exit(err error) {
-	if !errors.Is(err, errClosedByCaller) {
+	switch {
+	case errors.Is(err, ErrCannotFollow):
+		n.log.Error("raft node stopped: this member cannot follow the queue's leader; it stays up, not ready. If its data directory was restored from an old copy or belongs to another queue, stop it, empty --data-dir and start it again: it rejoins and catches up", "error", err)
+	case !errors.Is(err, errClosedByCaller):
 		n.log.Error("raft node stopped: restart to recover from the log", "error", err)
 	}
 	n.mu.Lock()
@@ -382,9 +454,7 @@ func (n *Node) lead(term uint64) {
 	n.mu.Lock()
 	n.last = nil
 	n.mu.Unlock()
-	if n.cfg.Lead != nil {
-		n.cfg.Lead(term)
-	}
+	n.sm.Lead(term)
 	// A leader proposes its own client address only from now on.
 	n.kickPublisher()
 }
@@ -396,10 +466,7 @@ func (n *Node) follow() error {
 	n.mu.Lock()
 	n.last = nil
 	n.mu.Unlock()
-	if n.cfg.Follow == nil {
-		return nil
-	}
-	if err := n.cfg.Follow(n.replay); err != nil {
+	if err := n.sm.Follow(n.replay); err != nil {
 		return fmt.Errorf("rebuild after leadership ended: %w", err)
 	}
 	return nil
@@ -416,14 +483,11 @@ func (n *Node) replay(apply func(records [][]byte, index uint64)) error {
 		return err
 	}
 	if !raft.IsEmptySnap(snap) {
-		if n.cfg.Restore == nil {
-			return fmt.Errorf("the log holds a snapshot at %d, and the state machine has no Restore", snap.Metadata.Index)
-		}
 		_, state, err := parseSnapshotData(snap.Data)
 		if err != nil {
 			return err
 		}
-		if err := n.cfg.Restore(state, snap.Metadata.Index); err != nil {
+		if err := n.sm.Restore(state, snap.Metadata.Index); err != nil {
 			return fmt.Errorf("restore the snapshot at %d: %w", snap.Metadata.Index, err)
 		}
 	}
@@ -456,9 +520,6 @@ func (n *Node) replay(apply func(records [][]byte, index uint64)) error {
 // the state machine's Restore replaces everything it held, and entries
 // are applied from the snapshot's index on.
 func (n *Node) restore(snap *raftpb.Snapshot) error {
-	if n.cfg.Restore == nil {
-		return fmt.Errorf("replica: a snapshot at %d arrived, and the state machine has no Restore", snap.Metadata.Index)
-	}
 	n.leading = false
 	n.mu.Lock()
 	n.last = nil
@@ -469,7 +530,7 @@ func (n *Node) restore(snap *raftpb.Snapshot) error {
 		return fmt.Errorf("the snapshot at %d: %w", snap.Metadata.Index, err)
 	}
 	n.setMembers(ms)
-	if err := n.cfg.Restore(state, snap.Metadata.Index); err != nil {
+	if err := n.sm.Restore(state, snap.Metadata.Index); err != nil {
 		return fmt.Errorf("restore the snapshot at %d: %w", snap.Metadata.Index, err)
 	}
 	n.applied = snap.Metadata.Index
@@ -510,17 +571,38 @@ func (n *Node) compact(index uint64, data []byte) error {
 // captureProgress records, on the leader, how far each member's log
 // matches its own, for Status: once a tick, since raft's Status copies
 // the progress of every member.
+//
+// Whether a member is heard from is not raft's RecentActive as it stands:
+// with CheckQuorum the leader clears every RecentActive once an election
+// timeout, inside the very Tick that precedes this call, so read alone it
+// would call every live follower unreachable for one tick in ten. A
+// member counts as heard from if RecentActive was set at any tick of the
+// last election timeout.
 func (n *Node) captureProgress() {
 	if n.rn.BasicStatus().RaftState != raft.StateLeader {
+		clear(n.heardAt)
 		return
 	}
+	n.ticks++
 	st := n.rn.Status()
 	match := make(map[uint64]uint64, len(st.Progress))
+	active := make(map[uint64]bool, len(st.Progress))
 	for id, pr := range st.Progress {
-		match[id] = pr.Match
+		if pr.RecentActive || id == n.cfg.ID {
+			n.heardAt[id] = n.ticks
+		}
+		at, heard := n.heardAt[id]
+		match[id], active[id] = pr.Match, heard && n.ticks-at <= uint64(n.cfg.ElectionTick)
+	}
+	for id := range n.heardAt {
+		if _, ok := st.Progress[id]; !ok {
+			delete(n.heardAt, id) // removed from the queue
+		}
 	}
 	last, _ := n.cfg.Log.MemoryStorage().LastIndex()
 	n.statusMu.Lock()
-	n.status.LastIndex, n.status.Match = last, match
+	n.status.LastIndex, n.status.Match, n.status.Active = last, match, active
 	n.statusMu.Unlock()
+	n.writeLevel.Store(uint32(n.ClusterLevel()))
+	n.promoteCaughtUp(st)
 }

@@ -9,6 +9,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/format"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -182,8 +185,12 @@ func (n *Node) confLost(bs raft.BasicStatus) {
 
 // Replace takes back a member that lost its disk (see above): on the
 // leader, it removes the id name has from the configuration, if it has
-// one, adds a fresh id for name at addr, and returns it and the members
-// once both changes are applied here. name and addr must be a member's
+// one, adds a fresh id for name at addr as a learner, and returns it and
+// the members once both changes are applied here. The learner becomes a
+// voter once its log has caught up (promoteCaughtUp): added as a voter at
+// once, an empty member would weigh on the majority before it could ack
+// anything, and in a queue of one (after --force-new-cluster) the leader
+// could then commit nothing, not even the snapshot the newcomer needs. name and addr must be a member's
 // (ErrNotMember); this member's own name is refused, and so is a name
 // MemberRemove took out (ErrRemoved).
 func (n *Node) Replace(ctx context.Context, name, addr string) (uint64, []Member, error) {
@@ -210,12 +217,78 @@ func (n *Node) Replace(ctx context.Context, name, addr string) (uint64, []Member
 	}
 	// The client address the old id had, until the member publishes its
 	// own.
-	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: id}}, Context: addContext(name, addr, old.ClientAddr)}
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id}}, Context: addContext(name, addr, old.ClientAddr)}
 	if err := n.changeConf(ctx, cc); err != nil {
 		return 0, nil, fmt.Errorf("add %s under id %d: %w", name, id, err)
 	}
-	n.log.Warn("a member rejoined under a new id", "name", name, "id", id, "addr", addr)
+	n.log.Warn("a member rejoined under a new id, as a learner until it has caught up", "name", name, "id", id, "addr", addr)
 	return id, n.Members(), nil
+}
+
+// promoteTimeout bounds one promotion: a configuration change commits
+// within a few round trips of a healthy majority.
+const promoteTimeout = 10 * time.Second
+
+// promoteLag is how far behind the commit index a learner's log may be
+// and still count as caught up: under steady writes a follower's match
+// trails the commit by what is in flight at any tick, and a learner
+// required to match it exactly might never be promoted. The rest streams
+// to it as to any voter (etcd promotes a learner at 90% of the leader's
+// log; a fixed lag keeps a voter from needing a snapshot again).
+const promoteLag = 128
+
+// promoteCaughtUp makes a learner a voter, on the leader's loop once a
+// tick, when its log has caught up with the commit index (within
+// promoteLag) and it has been
+// heard from within an election timeout: a member Replace took back. A
+// learner MemberAdd added and not started yet never catches up, so it
+// stays a learner until it starts and Replace takes it in. One promotion
+// at a time, outside the loop (a configuration change waits for its
+// apply), after any change under way.
+func (n *Node) promoteCaughtUp(st raft.Status) {
+	if n.conf != nil || n.promoting.Load() != 0 {
+		return
+	}
+	for id, pr := range st.Progress {
+		if !pr.IsLearner || pr.Match == 0 || pr.Match+promoteLag < st.Commit {
+			continue
+		}
+		if at, heard := n.heardAt[id]; !heard || n.ticks-at > uint64(n.cfg.ElectionTick) {
+			continue
+		}
+		n.membersMu.Lock()
+		m, ok := n.members[id]
+		n.membersMu.Unlock()
+		if !ok {
+			continue
+		}
+		n.promoting.Store(id)
+		go n.promote(m)
+		return
+	}
+}
+
+// promote proposes the change that makes learner m a voter and waits for
+// it; a failure is logged and the next tick tries again.
+func (n *Node) promote(m Member) {
+	defer n.promoting.Store(0)
+	n.replaceMu.Lock()
+	defer n.replaceMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), promoteTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: m.ID}}, Context: addContext(m.Name, m.Addr, m.ClientAddr)}
+	if err := n.changeConf(ctx, cc); err != nil {
+		n.log.Warn("could not make a member that caught up a voter; trying again", "name", m.Name, "id", m.ID, "error", err)
+		return
+	}
+	n.log.Info("a member caught up and votes now", "name", m.Name, "id", m.ID)
 }
 
 // replaced finds the member Replace takes back: the configuration's
@@ -237,10 +310,8 @@ func (n *Node) replaced(name, addr string) (Member, error) {
 	if n.tombstoned(name) {
 		return Member{}, fmt.Errorf("%w: %s at %s", ErrRemoved, name, addr)
 	}
-	for id, nm := range n.cfg.Names {
-		if nm == name && n.cfg.Peers[id] == addr {
-			return Member{Name: name, Addr: addr}, nil
-		}
+	if n.initialMember(name, addr) {
+		return Member{Name: name, Addr: addr}, nil
 	}
 	return Member{}, fmt.Errorf("%w: no member is %s at %s", ErrNotMember, name, addr)
 }
@@ -368,7 +439,7 @@ func (n *Node) memberOf(id uint64, ctx []byte) (Member, bool) {
 
 // Snapshot data is the members, then the state machine's:
 //
-//	version  1 byte, snapshotVersion
+//	version  1 byte, format.RaftSnapshot's
 //	count    uvarint
 //	members  each: uvarint id, uvarint-length name, uvarint-length addr,
 //	         uvarint-length client address
@@ -377,10 +448,6 @@ func (n *Node) memberOf(id uint64, ctx []byte) (Member, bool) {
 //
 // Version 1, which earlier versions wrote and existing logs still hold, has
 // no client addresses and no tombstones; it is read as having none.
-const (
-	snapshotVersion   = 2
-	snapshotVersionV1 = 1
-)
 
 // memberState is what a snapshot holds of the membership.
 type memberState struct {
@@ -390,7 +457,7 @@ type memberState struct {
 
 func snapshotData(ms memberState, state []byte) []byte {
 	b := make([]byte, 0, 1+16+len(ms.members)*64+len(ms.removed)*16+len(state))
-	b = append(b, snapshotVersion)
+	b = append(b, byte(format.RaftSnapshot.Current))
 	b = binary.AppendUvarint(b, uint64(len(ms.members)))
 	ids := make([]uint64, 0, len(ms.members))
 	for id := range ms.members {
@@ -461,10 +528,13 @@ func (r *snapshotReader) count() uint64 {
 // aliases data.
 func parseSnapshotData(data []byte) (ms memberState, state []byte, err error) {
 	bad := func(what string) error { return fmt.Errorf("%w: snapshot: %s", errBadEntry, what) }
-	if len(data) < 1 || (data[0] != snapshotVersion && data[0] != snapshotVersionV1) {
-		return memberState{}, nil, bad("unknown version")
+	if len(data) < 1 {
+		return memberState{}, nil, bad("empty")
 	}
-	v1 := data[0] == snapshotVersionV1
+	if err := format.RaftSnapshot.Check(format.Version(data[0])); err != nil {
+		return memberState{}, nil, fmt.Errorf("%w: %w", errBadEntry, err)
+	}
+	v1 := data[0] == 1
 	r := &snapshotReader{data: data, off: 1, ok: true}
 	count := r.count()
 	if !r.ok {

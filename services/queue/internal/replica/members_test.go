@@ -206,7 +206,7 @@ func TestSnapshotDataVersions(t *testing.T) {
 		t.Fatalf("round trip: %+v %q %v, want %+v", got, state, err, ms)
 	}
 
-	v1 := []byte{snapshotVersionV1}
+	v1 := []byte{1} // format.RaftSnapshot's version 1
 	v1 = binary.AppendUvarint(v1, 2)
 	for _, m := range []Member{{ID: 1, Name: "a", Addr: "127.0.0.1:1"}, {ID: 2, Name: "b", Addr: "127.0.0.1:2"}} {
 		v1 = binary.AppendUvarint(v1, m.ID)
@@ -239,8 +239,8 @@ func TestSnapshotDataVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var restored string
-	n, err := New(Config{ID: 1, ClusterID: testCluster, Peers: map[uint64]string{1: "127.0.0.1:1"}, Log: rlog, Apply: func([][]byte, uint64) {},
-		Restore: func(data []byte, _ uint64) error { restored = string(data); return nil }})
+	n, err := New(Config{ID: 1, ClusterID: testCluster, Peers: map[uint64]string{1: "127.0.0.1:1"}, Log: rlog},
+		funcSM{restore: func(data []byte, _ uint64) error { restored = string(data); return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,11 @@ func TestInterruptedReplaceLetsTheMemberBack(t *testing.T) {
 	}
 	c.startJoined(lost, d)
 	c.agree(10)
-	// It counts: with the other follower down, the leader and it commit.
+	// Once caught up it is made a voter, and then it counts: with the
+	// other follower down, the leader and it commit.
+	eventually(t, lost.name+" a voter", func() bool {
+		return slices.ContainsFunc(lead.node.Members(), func(m Member) bool { return m.ID == d.ID && !m.Learner })
+	})
 	c.others(lead)[1].stop()
 	proposeRange(t, ctx, lead, 10, 20)
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
+
 	"github.com/batonrun/baton/client/tlsfiles"
 	"github.com/batonrun/baton/services/queue/internal/replica/transport"
 	"github.com/batonrun/baton/services/queue/internal/store"
@@ -68,47 +70,6 @@ type Config struct {
 	// Log is the member's durable Raft log, opened by the caller, who
 	// closes it after Close. The node is its only writer.
 	Log *store.RaftLog
-	// Apply is the state machine: called on the Ready loop's goroutine,
-	// in log order, once per committed entry that holds records, on every
-	// member, with the entry's records and its index. On a restart it is
-	// called again for every committed entry in the log, from the first:
-	// the state machine is rebuilt from the log as recovery replays the
-	// single member's store. It must not modify the records (it may keep
-	// them) and must not wait for a Propose, which needs this goroutine.
-	Apply func(records [][]byte, index uint64)
-	// Lead, if set, is called on the Ready loop once this member leads
-	// and has applied every entry of the terms before: when the empty
-	// entry raft appends at the start of a term is applied on its leader.
-	// From then until Follow, every entry committed is one this member
-	// proposed in that term, so a state machine that applied its own
-	// changes as it proposed them has them already. Like Apply it must not
-	// wait for a Propose.
-	Lead func(term uint64)
-	// Follow, if set, is called on the Ready loop when a member Lead was
-	// called on stops leading, before any further entry is applied. A
-	// state machine that applied its own changes as it proposed them then
-	// holds some that may never be committed: it discards its state and
-	// rebuilds it from the entries applied so far, which replay hands to
-	// apply in log order, as a restart would. An error stops the node.
-	Follow func(replay func(apply func(records [][]byte, index uint64)) error) error
-	// Restore, if set, loads a snapshot: the state machine discards all
-	// it holds and takes data (what some member's Compact was given) as
-	// its state as of index. It is called in New for a log that holds a
-	// snapshot, on the Ready loop when a leader sends one (this member
-	// had fallen behind the leader's compacted log, or lost its disk), and
-	// first in Follow's replay when the log has been compacted. Apply is
-	// then called for the entries after index. Like Apply it must not
-	// wait for a Propose. Without it, a snapshot stops the node: entries
-	// applied on top of a state never restored would diverge. An error
-	// stops the node.
-	Restore func(data []byte, index uint64) error
-	// RequestSnapshot, if set, is called on the Ready loop when a member
-	// needs a snapshot the log does not have: the last one predates a
-	// configuration change, so a member it added is not in it (raft would
-	// send it, and the member ignore it, forever). The state machine
-	// should Compact soon; it must not wait for it here.
-	RequestSnapshot func()
-
 	// TickInterval is one Raft tick; 0 means DefaultTickInterval.
 	TickInterval time.Duration
 	// ElectionTick and HeartbeatTick are raft.Config's, in ticks; 0 means
@@ -155,17 +116,25 @@ type Status struct {
 	// Commit is the highest index this member knows is committed;
 	// Applied the highest it has applied (Apply returned for it).
 	Commit, Applied uint64
+	// Transferring: this member leads and is handing leadership to
+	// another (raft drops proposals meanwhile).
+	Transferring bool
 	// On the leader alone: its last index, and how far each member's log
 	// is known to match it (raft's Progress.Match, itself included), as
 	// of the last tick. Match is not changed once Status returns it.
 	LastIndex uint64
 	Match     map[uint64]uint64
+	// Active is, on the leader alone, whether it has heard from each
+	// member within an election timeout (raft's Progress.RecentActive),
+	// as of the last tick. Not changed once Status returns it.
+	Active map[uint64]bool
 }
 
 // Node is one member of the replicated queue. Its methods are safe for
 // concurrent use.
 type Node struct {
 	cfg         Config
+	sm          StateMachine
 	log         *slog.Logger
 	rn          *raft.RawNode // the Ready loop's alone
 	tr          *transport.Transport
@@ -206,8 +175,25 @@ type Node struct {
 	lastLead uint64
 	leading  bool   // Lead was called, Follow not since
 	leadTerm uint64 // the term Lead was called for
-	readSeq  uint64
-	read     *readBatch // the ReadIndex in flight, if any
+	// resyncing: raft dropped proposals while this member led leadTerm
+	// (a leadership transfer under way), so the state machine, which
+	// had applied their changes as it proposed them, was rebuilt from
+	// the log (Follow); Lead is called again once everything proposed
+	// before the drop is applied (maybeRelead).
+	resyncing bool
+	dropped   bool // a proposal was dropped since the last turn
+	readSeq   uint64
+	read      *readBatch // the ReadIndex in flight, if any
+	// noSnapWarned is when the loop last said that a member needs a
+	// snapshot the log does not have (noSnapshotToSend).
+	noSnapWarned time.Time
+	// ticks counts the ticks while leading, and heardAt is the tick at
+	// which each member was last heard from (captureProgress).
+	ticks   uint64
+	heardAt map[uint64]uint64
+	// promoting is the learner a promotion is under way for, 0 if none
+	// (promoteCaughtUp).
+	promoting atomic.Uint64
 	// The configuration as of applied, and the index of the entry (or
 	// snapshot) that last changed it: a snapshot at an index carries the
 	// configuration of that index, so Compact refuses one from before
@@ -215,6 +201,15 @@ type Node struct {
 	confState raftpb.ConfState
 	confIndex uint64
 	conf      *confCall // the configuration change in flight, if any
+	transferc chan *transferCall
+
+	// levels are the format levels the other members last said
+	// (levels.go).
+	levelsMu sync.Mutex
+	levels   map[uint64]format.Level
+	// writeLevel is the level the leader writes at: ClusterLevel as of
+	// the last tick (captureProgress), 1 until then.
+	writeLevel atomic.Uint32
 
 	membersMu  sync.Mutex
 	members    map[uint64]Member // members.go
@@ -268,11 +263,15 @@ type snapReport struct {
 	status raft.SnapshotStatus
 }
 
-// New makes the node and its transport and starts the Ready loop. Register
-// must then add the transport's RaftService to the member's gRPC server.
-func New(cfg Config) (*Node, error) {
+// New makes the node of sm (fsm.go) and its transport and starts the
+// Ready loop. Register must then add the transport's RaftService to the
+// member's gRPC server.
+func New(cfg Config, sm StateMachine) (*Node, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
+	}
+	if sm == nil {
+		return nil, errors.New("replica: no state machine")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -283,9 +282,6 @@ func New(cfg Config) (*Node, error) {
 	snap, err := storage.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("replica: read the log's snapshot: %w", err)
-	}
-	if !raft.IsEmptySnap(snap) && cfg.Restore == nil {
-		return nil, fmt.Errorf("replica: the log holds a snapshot at %d, and the state machine has no Restore", snap.Metadata.Index)
 	}
 	hs, cs, err := storage.InitialState()
 	if err != nil {
@@ -303,6 +299,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg:         cfg,
+		sm:          sm,
 		log:         log,
 		incarnation: binary.BigEndian.Uint64(nonce[:]),
 		maxData:     int(cfg.MaxSizePerMsg) - entryOverhead,
@@ -311,7 +308,9 @@ func New(cfg Config) (*Node, error) {
 		snapc:       make(chan snapReport, 16),
 		compactc:    make(chan *compaction),
 		confc:       make(chan *confCall),
+		transferc:   make(chan *transferCall),
 		members:     map[uint64]Member{},
+		levels:      map[uint64]format.Level{},
 		removed:     map[string]bool{},
 		clientAddr:  cfg.ClientAddr,
 		publishc:    make(chan struct{}, 1),
@@ -320,9 +319,11 @@ func New(cfg Config) (*Node, error) {
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		inflight:    map[uint64]*batch{},
+		heardAt:     map[uint64]uint64{},
 		confState:   cs,
 	}
 	n.noteLearners(cs)
+	n.writeLevel.Store(1)
 	for id, addr := range cfg.Peers {
 		n.members[id] = Member{ID: id, Name: cfg.Names[id], Addr: addr}
 	}
@@ -335,7 +336,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("replica: the log's snapshot at %d: %w", snap.Metadata.Index, err)
 		}
 		n.setMembers(ms)
-		if err := cfg.Restore(state, snap.Metadata.Index); err != nil {
+		if err := sm.Restore(state, snap.Metadata.Index); err != nil {
 			return nil, fmt.Errorf("replica: restore the log's snapshot at %d: %w", snap.Metadata.Index, err)
 		}
 		n.applied, n.confIndex = snap.Metadata.Index, snap.Metadata.Index
@@ -381,6 +382,7 @@ func New(cfg Config) (*Node, error) {
 		ClusterID:         cfg.ClusterID,
 		ID:                cfg.ID,
 		Peers:             others,
+		Addr:              cfg.Peers[cfg.ID],
 		TLS:               cfg.TLS,
 		MaxMessageBytes:   cfg.MaxMessageBytes,
 		QueueLength:       cfg.SendQueueLength,
@@ -388,6 +390,7 @@ func New(cfg Config) (*Node, error) {
 		ReportSnapshot:    n.reportSnapshot,
 		Join:              n.join,
 		Publish:           n.answerPublish,
+		Heard:             n.heard,
 		Logger:            log,
 		Registerer:        cfg.Registerer,
 	}, n.recv)
@@ -413,8 +416,6 @@ func (cfg *Config) defaults() error {
 		return errors.New("replica: no cluster id")
 	case cfg.Log == nil:
 		return errors.New("replica: no raft log")
-	case cfg.Apply == nil:
-		return errors.New("replica: no Apply")
 	case cfg.Peers[cfg.ID] == "":
 		return fmt.Errorf("replica: Peers has no address for this member (%d)", cfg.ID)
 	case cfg.TickInterval < 0 || cfg.ElectionTick < 0 || cfg.HeartbeatTick < 0 || cfg.MaxInflightMsgs < 0 || cfg.MaxMessageBytes < 0:
@@ -544,17 +545,34 @@ type nodeStorage struct {
 
 func (s nodeStorage) Snapshot() (raftpb.Snapshot, error) {
 	snap, err := s.MemoryStorage.Snapshot()
-	if err != nil || raft.IsEmptySnap(snap) {
+	if err != nil {
 		return snap, err
+	}
+	if raft.IsEmptySnap(snap) {
+		// Raft asks for one when a member's log does not meet the
+		// leader's where it should: a log never compacted has no
+		// snapshot to send, and raft panics on an empty one. Only a
+		// member whose log is not this queue's can need one then (a data
+		// directory of another queue, or restored from an old copy);
+		// raft asks again at every heartbeat, so say it now and then.
+		s.n.noSnapshotToSend()
+		return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
 	}
 	have := append(slices.Clone(snap.Metadata.ConfState.Voters), snap.Metadata.ConfState.Learners...)
 	for _, id := range append(slices.Clone(s.n.confState.Voters), s.n.confState.Learners...) {
 		if !slices.Contains(have, id) {
-			if s.n.cfg.RequestSnapshot != nil {
-				s.n.cfg.RequestSnapshot()
-			}
+			s.n.sm.SnapshotNeeded()
 			return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
 		}
 	}
 	return snap, nil
+}
+
+// noSnapshotToSend logs, at most once a minute, that a member needs a
+// snapshot this member's log does not have. On the Ready loop.
+func (n *Node) noSnapshotToSend() {
+	if now := time.Now(); now.Sub(n.noSnapWarned) >= time.Minute {
+		n.noSnapWarned = now
+		n.log.Warn("a member needs a snapshot, and this log has never been compacted: its log does not match this queue's (a data directory restored from an old copy, or another queue's?); nothing is sent to it until it rejoins with an empty data directory")
+	}
 }

@@ -435,7 +435,7 @@ func single(t *testing.T) (*Node, *applied, *faultFS) {
 	}
 	sm := newApplied()
 	n, err := New(Config{ID: 1, ClusterID: testCluster, Peers: map[uint64]string{1: l.Addr().String()},
-		Log: rlog, Apply: sm.apply, TickInterval: 5 * time.Millisecond})
+		Log: rlog, TickInterval: 5 * time.Millisecond}, funcSM{apply: sm.apply})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,9 +515,10 @@ func TestSaveFailureStopsTheNode(t *testing.T) {
 	}
 }
 
-// TestNewRefusesASnapshot: a log that holds a snapshot is refused when
-// the state machine cannot restore one.
-func TestNewRefusesASnapshot(t *testing.T) {
+// TestNewRefusesASnapshotNotRestored: a log that holds a snapshot the
+// state machine fails to restore is refused: entries applied over a state
+// not restored would diverge from the others'.
+func TestNewRefusesASnapshotNotRestored(t *testing.T) {
 	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -526,12 +527,14 @@ func TestNewRefusesASnapshot(t *testing.T) {
 	if err := rlog.Save(raftpb.HardState{Term: 1, Commit: 1}, []raftpb.Entry{{Term: 1, Index: 1}}, raftpb.Snapshot{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := rlog.CreateSnapshot(1, &raftpb.ConfState{Voters: []uint64{1}}, []byte("state")); err != nil {
+	if err := rlog.CreateSnapshot(1, &raftpb.ConfState{Voters: []uint64{1}}, snapshotData(memberState{members: map[uint64]Member{1: {ID: 1, Name: "m1", Addr: "127.0.0.1:1"}}}, []byte("state"))); err != nil {
 		t.Fatal(err)
 	}
-	_, err = New(Config{ID: 1, ClusterID: testCluster, Peers: map[uint64]string{1: "127.0.0.1:1"}, Log: rlog, Apply: func([][]byte, uint64) {}})
-	if err == nil || !strings.Contains(err.Error(), "no Restore") {
-		t.Fatalf("New on a log with a snapshot: %v", err)
+	refuse := errors.New("not this state")
+	_, err = New(Config{ID: 1, ClusterID: testCluster, Peers: map[uint64]string{1: "127.0.0.1:1"}, Log: rlog},
+		funcSM{restore: func([]byte, uint64) error { return refuse }})
+	if !errors.Is(err, refuse) {
+		t.Fatalf("New on a log with a snapshot its state machine refuses: %v", err)
 	}
 }
 
@@ -707,7 +710,15 @@ func TestRejoinAfterLostDisk(t *testing.T) {
 	if h := lost.sm.hooks(); !slices.ContainsFunc(h, func(s string) bool { return strings.HasPrefix(s, "restore ") }) {
 		t.Errorf("the rejoined member caught up without the snapshot: hooks %v", h)
 	}
-	// It counts: with the other follower down, the leader and it commit.
+	// It rejoined as a learner, which weighs on no majority, and is made
+	// a voter once caught up; then it counts: with the other follower
+	// down, the leader and it commit.
+	if m := lead.node.Members(); !slices.ContainsFunc(m, func(m Member) bool { return m.ID == d.ID }) {
+		t.Fatalf("the leader's members %+v lack the rejoined id %d", m, d.ID)
+	}
+	eventually(t, "the rejoined member a voter", func() bool {
+		return slices.ContainsFunc(lead.node.Members(), func(m Member) bool { return m.ID == d.ID && !m.Learner })
+	})
 	other.stop()
 	propose(40, 50)
 	if got := lost.sm.len(); got < 40 {
@@ -722,8 +733,11 @@ func TestRejoinAfterLostDisk(t *testing.T) {
 }
 
 // TestRejoinNewQueue: members with empty logs, answering by the empty
-// responder, decide that the queue is new once a majority is empty, and
-// not before.
+// responder, decide that the queue is new once every member answers that
+// it is empty, and not before: two empty members of three, the third
+// silent, are what a reboot that wiped two disks leaves while the one
+// holding the queue is down, and they must wait for it. With Existing
+// they never form a queue, even when every member is empty.
 func TestRejoinNewQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -742,18 +756,27 @@ func TestRejoinNewQueue(t *testing.T) {
 		l.Close()
 	}
 	cfg := JoinConfig{ClusterID: testCluster, Name: "m1", Addr: addrs[0], Peers: map[string]string{"m2": addrs[1], "m3": addrs[2]}, Retry: 20 * time.Millisecond}
-	// Nobody answers: no decision.
-	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancelShort()
-	if d, err := Rejoin(short, cfg); err == nil {
-		t.Fatalf("with no member answering, Rejoin decided %+v", d)
+	undecided := func(what string, cfg JoinConfig) {
+		t.Helper()
+		short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancelShort()
+		if d, err := Rejoin(short, cfg); err == nil {
+			t.Fatalf("%s: Rejoin decided %+v", what, d)
+		}
 	}
-	// One other empty member makes a majority of three.
-	stop := serveEmpty(t, addrs[1])
-	defer stop()
+	undecided("with no member answering", cfg)
+	// Two of three empty, the third silent: it may hold the queue.
+	stop2 := serveEmpty(t, addrs[1])
+	defer stop2()
+	undecided("with m2 empty and m3 silent", cfg)
+	stop3 := serveEmpty(t, addrs[2])
+	defer stop3()
+	existing := cfg
+	existing.Existing = true
+	undecided("with every member empty and Existing", existing)
 	d, err := Rejoin(ctx, cfg)
 	if err != nil || !d.Bootstrap {
-		t.Fatalf("with two of three empty: %+v, %v; want Bootstrap", d, err)
+		t.Fatalf("with every member empty: %+v, %v; want Bootstrap", d, err)
 	}
 }
 
@@ -765,13 +788,12 @@ func TestConfigRefused(t *testing.T) {
 	}
 	defer rlog.Close()
 	ok := func() Config {
-		return Config{ID: 1, ClusterID: 7, Peers: map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2"}, Log: rlog, Apply: func([][]byte, uint64) {}}
+		return Config{ID: 1, ClusterID: 7, Peers: map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2"}, Log: rlog}
 	}
 	for name, change := range map[string]func(*Config){
 		"no id":                 func(c *Config) { c.ID = 0 },
 		"no cluster":            func(c *Config) { c.ClusterID = 0 },
 		"no log":                func(c *Config) { c.Log = nil },
-		"no apply":              func(c *Config) { c.Apply = nil },
 		"self not in peers":     func(c *Config) { c.ID = 3 },
 		"bad address":           func(c *Config) { c.Peers[2] = "nowhere" },
 		"election <= heartbeat": func(c *Config) { c.ElectionTick, c.HeartbeatTick = 2, 2 },
@@ -779,10 +801,14 @@ func TestConfigRefused(t *testing.T) {
 	} {
 		cfg := ok()
 		change(&cfg)
-		if n, err := New(cfg); err == nil {
+		if n, err := New(cfg, funcSM{}); err == nil {
 			n.Close()
 			t.Errorf("%s: New accepted it", name)
 		}
+	}
+	if n, err := New(ok(), nil); err == nil {
+		n.Close()
+		t.Error("no state machine: New accepted it")
 	}
 }
 
@@ -828,4 +854,42 @@ func TestConfirm(t *testing.T) {
 	}
 	lead.serve(l)
 	lead.up = true
+}
+
+// TestLeaderSeesLiveFollowersActive: across several election timeouts,
+// every Status the leader gives says it hears from both followers, even
+// on the tick where raft clears its record of who it heard from; and once
+// a follower is cut off, within a few election timeouts it says not.
+func TestLeaderSeesLiveFollowersActive(t *testing.T) {
+	c := newCluster(t)
+	lead := c.leader(0)
+	eventually(t, "both followers heard from", func() bool {
+		st := lead.node.Status()
+		return len(st.Active) == 3 && st.Active[1] && st.Active[2] && st.Active[3]
+	})
+	deadline := time.Now().Add(4 * DefaultElectionTick * testTick)
+	for time.Now().Before(deadline) {
+		st := lead.node.Status()
+		if !st.IsLeader {
+			t.Fatalf("member %d lost its leadership", lead.id)
+		}
+		for id, active := range st.Active {
+			if !active {
+				t.Fatalf("the leader says member %d is not heard from; all are up", id)
+			}
+		}
+		time.Sleep(testTick / 5)
+	}
+	var cut *member
+	for _, m := range c.members {
+		if m != lead {
+			cut = m
+			break
+		}
+	}
+	cut.unserve()
+	cut.up = false
+	eventually(t, "the cut-off follower not heard from", func() bool {
+		return !lead.node.Status().Active[cut.id]
+	})
 }

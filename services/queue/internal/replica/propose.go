@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
+
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"go.etcd.io/raft/v3"
 )
@@ -66,10 +68,12 @@ func (n *Node) EnqueueAll(datas [][]byte) (*Proposal, error) {
 			return nil, fmt.Errorf("%w: %d bytes in an entry of at most %d", ErrTooLarge, size, n.maxData)
 		}
 	}
-	if st := n.Status(); !st.IsLeader {
+	if st := n.Status(); !st.IsLeader || st.Transferring {
 		if err := n.stoppedErr(); err != nil {
 			return nil, err
 		}
+		// While it hands leadership on, raft drops every proposal: refused
+		// here, before anything is in line, the caller undoes its change.
 		return nil, &NotLeaderError{Leader: st.Leader}
 	}
 	if n.noSpace.Load() {
@@ -148,9 +152,10 @@ func (n *Node) proposePending() {
 		fail(calls, &NotLeaderError{Leader: bs.Lead})
 		return
 	}
+	version := format.RaftEntry.Writes(format.Level(n.writeLevel.Load()))
 	for len(calls) > 0 {
 		n.seq++
-		data := appendEntryHeader(make([]byte, 0, n.entrySize(calls)), proposalID{n.cfg.ID, n.incarnation, n.seq})
+		data := appendEntryHeader(make([]byte, 0, n.entrySize(calls)), version, proposalID{n.cfg.ID, n.incarnation, n.seq})
 		k := 0
 		for ; k < len(calls); k++ {
 			if k > 0 && len(data)+recordSize(calls[k].data) > n.maxData {
@@ -162,6 +167,9 @@ func (n *Node) proposePending() {
 		calls = calls[k:]
 		if err := n.rn.Propose(data); err != nil {
 			fail(taken, fmt.Errorf("%w: %w", ErrDropped, err))
+			// Their callers changed the state machine when they enqueued,
+			// and the log will never hold it: resync.
+			n.dropped = true
 			continue
 		}
 		n.inflight[n.seq] = &batch{calls: taken, term: bs.Term}

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
-
-	limits "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/queue/limits"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"time"
 )
 
 // Publishing client addresses. A member knows its own client address (its

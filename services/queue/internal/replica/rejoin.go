@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/batonrun/baton/client/tlsfiles"
@@ -19,11 +20,13 @@ import (
 
 // join is the transport's Join (the node's side of RaftService.Join). A
 // request of another cluster id is refused unless its name and address
-// are a member's: a member MemberAdd added was started with an
-// --initial-cluster that names it, so its id is not the queue's, which
-// the answer tells it.
+// are a member's, or an initial member's that Replace would take back: a
+// member MemberAdd added was started with an --initial-cluster that names
+// it, so its id is not the queue's, and after ForceNewCluster the queue's
+// id is new while the members it left out still ask under the old one.
+// The answer tells them the queue's id.
 func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.JoinResponse, error) {
-	if req.GetClusterId() != n.cfg.ClusterID && !n.isMember(req.GetName(), req.GetPeerAddr()) {
+	if req.GetClusterId() != n.cfg.ClusterID && !n.isMember(req.GetName(), req.GetPeerAddr()) && !n.initialMember(req.GetName(), req.GetPeerAddr()) {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"replica: a join of cluster %d reached member %d of cluster %d, where no member is %s at %s (add it with MemberAdd first)",
 			req.GetClusterId(), n.cfg.ID, n.cfg.ClusterID, req.GetName(), req.GetPeerAddr())
@@ -52,6 +55,21 @@ func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.Joi
 	return resp, nil
 }
 
+// initialMember reports whether name at addr is one of the members this
+// one started with (Config.Peers and Names) and MemberRemove has not
+// taken it out.
+func (n *Node) initialMember(name, addr string) bool {
+	if n.tombstoned(name) {
+		return false
+	}
+	for id, nm := range n.cfg.Names {
+		if nm == name && n.cfg.Peers[id] == addr {
+			return true
+		}
+	}
+	return false
+}
+
 // isMember reports whether name at addr is in the configuration.
 func (n *Node) isMember(name, addr string) bool {
 	for _, m := range n.Members() {
@@ -73,6 +91,10 @@ type JoinConfig struct {
 	// TLS dials them with mutual TLS, as the transport does; nil is
 	// plaintext.
 	TLS *tlsfiles.Source
+	// Existing forbids bootstrapping (etcd's --initial-cluster-state
+	// existing): the member only ever joins a queue in use, through its
+	// leader, even if every other member answers that its log is empty.
+	Existing bool
 	// Retry is the pause between rounds; 0 means 100 ms. Members started
 	// together must each see the others empty before the first election
 	// ends (an election timeout at least), or the later ones find the
@@ -98,13 +120,17 @@ type Decision struct {
 //   - If any of them has been in use (its log holds a leader's entry),
 //     this member lost its disk: it asks the leader to take it back under
 //     a new id (Replace), and starts with Config.Join under it.
-//   - If a majority of the members, this one counted, are empty, the queue
-//     is new: it bootstraps. A majority, because with fewer answers a
-//     member that lost its disk while the others are down could not tell
-//     that it has; and a majority can only be empty if the queue never
-//     committed anything (every commit is on a majority's disks), or if
-//     more disks were lost than a majority survives.
-//   - Otherwise it waits for more members to answer.
+//   - If every other member answers, and every one of them is empty, the
+//     queue is new: it bootstraps (unless Existing forbids it). Every
+//     one, not a majority: members that lost their disks while the one
+//     that holds the queue is down (a reboot that wiped two disks of
+//     three) would otherwise form a new, empty queue under the same
+//     names and ids, and lose everything acknowledged. Only a member that
+//     answers counts; a silent one may be the one holding the queue.
+//   - Otherwise it waits, saying whom it waits for. A queue that lost
+//     more disks than a majority survives is recovered by an operator,
+//     never by Rejoin: the survivor restarts as a queue of one
+//     (ForceNewCluster), and the others then find it in use.
 //
 // A leader that refuses to take it back (a member MemberRemove took out
 // is refused until MemberAdd adds it again) is asked again every round
@@ -123,42 +149,10 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 	if retry <= 0 {
 		retry = 100 * time.Millisecond
 	}
-	var creds credentials.TransportCredentials = insecure.NewCredentials()
-	if cfg.TLS != nil {
-		creds = cfg.TLS.ClientCredentials("")
-	}
-	conns := map[string]*grpc.ClientConn{}
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	client := func(addr string) (queuev1.RaftServiceClient, error) {
-		c := conns[addr]
-		if c == nil {
-			var err error
-			if c, err = grpc.NewClient(addr, grpc.WithTransportCredentials(creds)); err != nil {
-				return nil, err
-			}
-			conns[addr] = c
-		}
-		return queuev1.NewRaftServiceClient(c), nil
-	}
+	a := newAsker(cfg)
+	defer a.close()
 	ask := func(addr string, replace bool) (*queuev1.JoinResponse, error) {
-		c, err := client(addr)
-		if err != nil {
-			return nil, err
-		}
-		// Short for a probe: a member that does not answer within a
-		// second counts as not answering this round. A rejoin waits for
-		// two configuration changes.
-		d := time.Second
-		if replace {
-			d = 10 * time.Second
-		}
-		actx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		return c.Join(actx, &queuev1.JoinRequest{ClusterId: cfg.ClusterID, Name: cfg.Name, PeerAddr: cfg.Addr, Replace: replace})
+		return a.ask(ctx, addr, replace)
 	}
 	members := len(cfg.Peers) + 1
 	// The errors of the last round ctx did not cut short: a leader's
@@ -171,13 +165,14 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 	var refused error
 	for round := 0; ; round++ {
 		empty := 1 // this member
-		var leaders []string
+		var leaders, silent []string
 		inUse := false
 		var errs []error
 		for name, addr := range cfg.Peers {
 			resp, err := ask(addr, false)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				silent = append(silent, name)
 				continue
 			}
 			if !resp.GetInitialized() {
@@ -214,8 +209,8 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 				log.Warn("this member's log is empty and the queue has been in use: it lost its disk, and rejoined under a new Raft id", "id", d.ID, "members", len(d.Members))
 				return d, nil
 			}
-		case 2*empty > members:
-			log.Info("this member's log is empty, and so are a majority's: the queue is new", "empty", empty, "members", members)
+		case empty == members && !cfg.Existing:
+			log.Info("this member's log is empty, and so is every other member's: the queue is new", "members", members)
 			return Decision{Bootstrap: true, ClusterID: cfg.ClusterID}, nil
 		}
 		if round%50 == 0 {
@@ -223,7 +218,17 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 			if round > 0 {
 				level = slog.LevelWarn // 5 s and counting
 			}
-			log.Log(ctx, level, "a member with an empty log waits to tell whether the queue is new or it lost its disk", "empty", empty, "in_use", inUse, "members", members, "errors", errors.Join(errs...))
+			slices.Sort(silent)
+			msg := "a member with an empty log waits to tell whether the queue is new or it lost its disk"
+			switch {
+			case inUse && len(leaders) == 0:
+				msg = "a member with an empty log waits for the queue's leader to take it back: the queue is in use and no member knows a leader (if a majority lost their disks, restart the member that holds the queue with --force-new-cluster)"
+			case cfg.Existing && empty == members:
+				msg = "a member with an empty log and --initial-cluster-state existing waits for a member of the queue in use: every member answers empty"
+			case len(silent) > 0:
+				msg = "a member with an empty log waits for every member to answer before it may form a new queue: one that does not answer may hold the queue"
+			}
+			log.Log(ctx, level, msg, "waiting_for", strings.Join(silent, ","), "empty", empty, "in_use", inUse, "members", members, "errors", errors.Join(errs...))
 		}
 		if ctx.Err() == nil {
 			lastErrs = errs
@@ -270,4 +275,111 @@ func (emptyResponder) Send(queuev1.RaftService_SendServer) error {
 
 func (emptyResponder) SendSnapshot(queuev1.RaftService_SendSnapshotServer) error {
 	return status.Error(codes.Unavailable, "replica: this member is starting with an empty log")
+}
+
+// asker asks members the question of Rejoin (RaftService.Join), over one
+// connection per address.
+type asker struct {
+	cfg   JoinConfig
+	creds credentials.TransportCredentials
+	conns map[string]*grpc.ClientConn
+}
+
+func newAsker(cfg JoinConfig) *asker {
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = cfg.TLS.ClientCredentials("")
+	}
+	return &asker{cfg: cfg, creds: creds, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (a *asker) close() {
+	for _, c := range a.conns {
+		c.Close()
+	}
+}
+
+// ask asks the member at addr whether its log is in use, and with replace
+// to take this member back under a new id (which only a leader does).
+func (a *asker) ask(ctx context.Context, addr string, replace bool) (*queuev1.JoinResponse, error) {
+	c, err := a.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	// Short for a probe: a member that does not answer within a second
+	// counts as not answering this round. A rejoin waits for two
+	// configuration changes.
+	d := time.Second
+	if replace {
+		d = 10 * time.Second
+	}
+	actx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return c.Join(actx, &queuev1.JoinRequest{ClusterId: a.cfg.ClusterID, Name: a.cfg.Name, PeerAddr: a.cfg.Addr, Replace: replace})
+}
+
+// client is the RaftService at addr; its connection is made once.
+func (a *asker) client(addr string) (queuev1.RaftServiceClient, error) {
+	c := a.conns[addr]
+	if c == nil {
+		var err error
+		if c, err = grpc.NewClient(addr, grpc.WithTransportCredentials(a.creds)); err != nil {
+			return nil, err
+		}
+		a.conns[addr] = c
+	}
+	return queuev1.NewRaftServiceClient(c), nil
+}
+
+// Survey is what the other members answered to one round of Rejoin's
+// question, by name.
+type Survey struct {
+	// InUse answered that their logs hold a leader's entry.
+	InUse []string
+	// Empty answered that their logs are empty.
+	Empty []string
+	// Silent did not answer, or refused, with why.
+	Silent map[string]error
+}
+
+// SurveyMembers asks every member of cfg.Peers once, together, whether its
+// log is in use: for a member that holds a log and must tell whether the
+// others hold the queue too (a --force-new-cluster given again).
+func SurveyMembers(ctx context.Context, cfg JoinConfig) Survey {
+	a := newAsker(cfg)
+	defer a.close()
+	type answer struct {
+		name string
+		resp *queuev1.JoinResponse
+		err  error
+	}
+	answers := make(chan answer, len(cfg.Peers))
+	for name, addr := range cfg.Peers {
+		c, err := a.client(addr)
+		go func() {
+			if err != nil {
+				answers <- answer{name: name, err: err}
+				return
+			}
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			resp, err := c.Join(actx, &queuev1.JoinRequest{ClusterId: cfg.ClusterID, Name: cfg.Name, PeerAddr: cfg.Addr})
+			answers <- answer{name: name, resp: resp, err: err}
+		}()
+	}
+	sv := Survey{Silent: map[string]error{}}
+	for range cfg.Peers {
+		an := <-answers
+		switch {
+		case an.err != nil:
+			sv.Silent[an.name] = an.err
+		case an.resp.GetInitialized():
+			sv.InUse = append(sv.InUse, an.name)
+		default:
+			sv.Empty = append(sv.Empty, an.name)
+		}
+	}
+	slices.Sort(sv.InUse)
+	slices.Sort(sv.Empty)
+	return sv
 }

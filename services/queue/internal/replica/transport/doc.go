@@ -20,9 +20,14 @@
 //     as group commit does for the log.
 //   - Receiving: Register adds RaftService to the member's gRPC server. A
 //     stream's batches are checked (this queue's cluster id, a sender this
-//     member's configuration holds, addressed to this member) and each
-//     message handed to the caller's recv in order. Who may open a stream at
-//     all is the server's authorization (services/runtime/authz: the role
+//     member's configuration holds, or a leader it does not know yet that
+//     says where it listens, addressed to this member) and each
+//     message handed to the caller's recv in order: one that is not a
+//     raft message, whose type raft does not have or sends only to
+//     itself, or whose To or From disagrees with its batch is dropped.
+//     Every drop is counted, and logged at WARN at most once a minute for
+//     each peer and reason (droplog.go). Who may open a stream at all is
+//     the server's authorization (services/runtime/authz: the role
 //     queue-peer only), not this package's.
 //
 // The caller owns the Raft node: the transport reports through the hooks of

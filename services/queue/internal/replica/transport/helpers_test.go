@@ -60,6 +60,18 @@ func (b *inbox) from(id uint64) int {
 	return n
 }
 
+func (m *member) inboxOf(id uint64) []raftpb.Message {
+	m.inbox.mu.Lock()
+	defer m.inbox.mu.Unlock()
+	var out []raftpb.Message
+	for _, msg := range m.inbox.msgs {
+		if msg.From == id {
+			out = append(out, msg)
+		}
+	}
+	return out
+}
+
 func (b *inbox) len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -175,6 +187,7 @@ func startMember(t *testing.T, id uint64, lis net.Listener, peers map[uint64]str
 		ClusterID:         o.clusterID,
 		ID:                id,
 		Peers:             peers,
+		Addr:              m.addr,
 		TLS:               o.tls,
 		MaxMessageBytes:   o.maxRecv,
 		QueueLength:       o.queueLen,

@@ -22,11 +22,13 @@ const (
 	reasonStream      = "stream_error" // in a write that failed
 	// Receiving.
 	reasonOtherCluster  = "other_cluster"  // the batch's cluster id is not this queue's
-	reasonUnknownSender = "unknown_sender" // its sender is not in this member's configuration
+	reasonUnknownSender = "unknown_sender" // its sender is not in this member's configuration, nor a leader it may learn
 	reasonWrongMember   = "wrong_member"   // the batch was for another member
 	reasonWrongTo       = "wrong_to"       // a message's To is not this member
 	reasonWrongFrom     = "wrong_from"     // a message's From is not the batch's sender
 	reasonMalformed     = "malformed"      // not a raftpb.Message
+	reasonLocalType     = "local_type"     // a type raft keeps to itself (raft.IsLocalMsg: MsgHup, MsgBeat …)
+	reasonUnknownType   = "unknown_type"   // a type raftpb does not have
 )
 
 // Metric names.

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
+
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -42,6 +44,9 @@ type peer struct {
 	label string
 	conn  *grpc.ClientConn
 	queue chan raftpb.Message
+	// learnt: the configuration does not hold the peer; it was learnt
+	// from its batches (Transport.learn). Guarded by the transport's mu.
+	learnt bool
 
 	ctx    context.Context // ends when the peer is removed or the transport closed
 	cancel context.CancelFunc
@@ -252,7 +257,7 @@ func (p *peer) stream() (connected bool, err error) {
 	}()
 	var carry *raftpb.Message // taken from the queue, did not fit the last batch
 	for {
-		req := &queuev1.SendRequest{ClusterId: p.t.cfg.ClusterID, From: p.t.cfg.ID, To: p.id}
+		req := &queuev1.SendRequest{ClusterId: p.t.cfg.ClusterID, From: p.t.cfg.ID, To: p.id, FormatLevel: uint32(format.BuildLevel), FromAddr: p.t.cfg.Addr}
 		var snaps int
 		size := 0
 		add := func(m *raftpb.Message) error {

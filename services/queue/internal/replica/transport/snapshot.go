@@ -87,7 +87,7 @@ func (p *peer) sendSnapshot(m *raftpb.Message) error {
 		req := &queuev1.SendSnapshotRequest{Data: data[off : off+n]}
 		if first {
 			req.ClusterId, req.From, req.To = p.t.cfg.ClusterID, p.t.cfg.ID, p.id
-			req.Message, req.DataBytes = head, uint64(len(data))
+			req.Message, req.DataBytes, req.FromAddr = head, uint64(len(data)), p.t.cfg.Addr
 		}
 		if err := st.Send(req); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -121,31 +121,42 @@ func (r *receiver) receiveSnapshot(ctx context.Context, st queuev1.RaftService_S
 		}
 		return err
 	}
-	if label, reason, err := r.check(&queuev1.SendRequest{ClusterId: req.GetClusterId(), From: req.GetFrom(), To: req.GetTo()}); err != nil {
-		t.m.dropped(label, inbound, reason, 1)
-		t.log.Warn("raft snapshot refused", "from", req.GetFrom(), "err", err)
+	learning, label, reason, err := r.check(&queuev1.SendRequest{ClusterId: req.GetClusterId(), From: req.GetFrom(), To: req.GetTo(), FromAddr: req.GetFromAddr()})
+	if err != nil {
+		t.dropIn(ctx, label, reason, 1, err, "from", req.GetFrom(), "snapshot", true)
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
-	label := peerLabel(req.GetFrom())
+	label = peerLabel(req.GetFrom())
 	var m raftpb.Message
 	if err := m.Unmarshal(req.GetMessage()); err != nil || m.Type != raftpb.MsgSnap || m.Snapshot == nil {
-		t.m.dropped(label, inbound, reasonMalformed, 1)
-		return status.Error(codes.InvalidArgument, "transport: a snapshot call whose envelope is not a snapshot message")
+		err := status.Error(codes.InvalidArgument, "transport: a snapshot call whose envelope is not a snapshot message")
+		t.dropIn(ctx, label, reasonMalformed, 1, err, "snapshot", true)
+		return err
 	}
 	if m.To != t.cfg.ID || m.From != req.GetFrom() {
-		t.m.dropped(label, inbound, reasonWrongTo, 1)
-		return status.Errorf(codes.FailedPrecondition, "transport: a snapshot message from %d to %d in a call from %d", m.From, m.To, req.GetFrom())
+		err := status.Errorf(codes.FailedPrecondition, "transport: a snapshot message from %d to %d in a call from %d", m.From, m.To, req.GetFrom())
+		t.dropIn(ctx, label, reasonWrongTo, 1, err, "snapshot", true)
+		return err
+	}
+	if learning {
+		// Only a leader sends a snapshot.
+		if label, reason, err := r.learn(req.GetFrom(), req.GetFromAddr()); err != nil {
+			t.dropIn(ctx, label, reason, 1, err, "from", req.GetFrom(), "snapshot", true)
+			return status.Error(codes.FailedPrecondition, err.Error())
+		}
 	}
 	size := req.GetDataBytes()
 	if size > uint64(t.cfg.MaxSnapshotBytes) {
-		t.m.dropped(label, inbound, reasonOversize, 1)
-		return status.Errorf(codes.ResourceExhausted, "transport: a snapshot of %d bytes, this member accepts at most %d", size, t.cfg.MaxSnapshotBytes)
+		err := status.Errorf(codes.ResourceExhausted, "transport: a snapshot of %d bytes, this member accepts at most %d", size, t.cfg.MaxSnapshotBytes)
+		t.dropIn(ctx, label, reasonOversize, 1, err, "snapshot", true)
+		return err
 	}
 	data := make([]byte, 0, min(size, 64<<20)) // grown as chunks come, not at a claimed size
 	for {
 		if uint64(len(data))+uint64(len(req.GetData())) > size {
-			t.m.dropped(label, inbound, reasonMalformed, 1)
-			return status.Errorf(codes.InvalidArgument, "transport: the snapshot's chunks exceed its %d bytes", size)
+			err := status.Errorf(codes.InvalidArgument, "transport: the snapshot's chunks exceed its %d bytes", size)
+			t.dropIn(ctx, label, reasonMalformed, 1, err, "snapshot", true)
+			return err
 		}
 		data = append(data, req.GetData()...)
 		if req, err = st.Recv(); errors.Is(err, io.EOF) {
@@ -155,8 +166,9 @@ func (r *receiver) receiveSnapshot(ctx context.Context, st queuev1.RaftService_S
 		}
 	}
 	if uint64(len(data)) != size {
-		t.m.dropped(label, inbound, reasonMalformed, 1)
-		return status.Errorf(codes.InvalidArgument, "transport: the snapshot's chunks hold %d of its %d bytes", len(data), size)
+		err := status.Errorf(codes.InvalidArgument, "transport: the snapshot's chunks hold %d of its %d bytes", len(data), size)
+		t.dropIn(ctx, label, reasonMalformed, 1, err, "snapshot", true)
+		return err
 	}
 	m.Snapshot.Data = data
 	t.recv(ctx, m)

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
+
 	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/runtime/serve"
@@ -41,6 +43,11 @@ type Config struct {
 	// Peers are the other members: Raft id → the host:port their gRPC
 	// server with RaftService listens on. An entry for ID is refused.
 	Peers map[uint64]string
+	// Addr is this member's own peer address (its --advertise-peer-addr),
+	// sent with every batch so that a member whose configuration does not
+	// hold this one yet can answer it (receiver.go, "Senders a member
+	// does not know"). Empty sends none.
+	Addr string
 	// TLS, if set, dials every peer with mutual TLS: it presents the
 	// Source's certificate (the member's, role queue-peer) and verifies
 	// the peer's against its CA bundle and the host of the peer's address.
@@ -83,6 +90,12 @@ type Config struct {
 	// leader its client address. The node checks the request. Nil answers
 	// UNIMPLEMENTED.
 	Publish func(ctx context.Context, req *queuev1.PublishRequest) (*queuev1.PublishResponse, error)
+	// Heard, if set, is told the format level (package format) of every
+	// batch a member sends, before its messages are handed on: the leader
+	// writes no format a voter's level does not read. 0 is a member of a
+	// release that did not send it. Called on the receiving goroutine; it
+	// must not block.
+	Heard func(from uint64, level format.Level)
 	// Logger receives stream failures and refusals; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the transport's metrics (metrics.go); nil
@@ -108,10 +121,16 @@ type Transport struct {
 	mu     sync.RWMutex
 	peers  map[uint64]*peer
 	closed bool
+	// removed are the ids RemovePeer removed: a member removed from the
+	// configuration is never taken back as a sender this member does not
+	// know (ids are not reused).
+	removed map[uint64]bool
 
 	// lastOversizeLog rate-limits the WARN of refused messages: Raft
 	// sends a refused append again at every heartbeat.
 	lastOversizeLog atomic.Int64
+	// drops rate-limits the WARN of messages received and dropped.
+	drops dropLog
 }
 
 // New starts a transport: one sender per peer (each dials when it first
@@ -163,6 +182,8 @@ func New(cfg Config, recv func(context.Context, raftpb.Message)) (*Transport, er
 		m:        m,
 		maxBatch: cfg.MaxMessageBytes - batchHeaderBytes,
 		peers:    make(map[uint64]*peer, len(cfg.Peers)),
+		removed:  map[uint64]bool{},
+		drops:    dropLog{now: time.Now},
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for id, addr := range cfg.Peers {
@@ -280,6 +301,7 @@ func (t *Transport) AddPeer(id uint64, addr string) error {
 	}
 	old := t.peers[id]
 	if old != nil && old.addr == addr {
+		old.learnt = false
 		return nil
 	}
 	p, err := t.newPeer(id, addr)
@@ -300,17 +322,62 @@ func (t *Transport) AddPeer(id uint64, addr string) error {
 func (t *Transport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.removed[id] = true
 	if p := t.peers[id]; p != nil {
 		p.stop()
 		delete(t.peers, id)
 	}
 }
 
-// knows reports whether id is a peer of the current configuration.
-func (t *Transport) knows(id uint64) bool {
+// standing reports whether id is a peer of the current configuration, or
+// one learnt from its own batches (receiver.go), and whether it was
+// removed from the configuration.
+func (t *Transport) standing(id uint64) (configured, learnt, removed bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return t.peers[id] != nil
+	p := t.peers[id]
+	return p != nil && !p.learnt, p != nil && p.learnt, t.removed[id]
+}
+
+// learn makes id, at addr, a peer learnt from its own batches: one that
+// sends a leader's messages, and that this member's configuration does
+// not hold yet. AddPeer makes it a peer of the configuration.
+func (t *Transport) learn(id uint64, addr string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.closed:
+		return errors.New("transport: closed")
+	case t.removed[id]:
+		return fmt.Errorf("transport: member %d was removed from the configuration", id)
+	}
+	old := t.peers[id]
+	if old != nil && (!old.learnt || old.addr == addr) {
+		return nil
+	}
+	if old == nil {
+		n := 0
+		for _, p := range t.peers {
+			if p.learnt {
+				n++
+			}
+		}
+		if n >= maxLearnt {
+			return fmt.Errorf("transport: already %d senders outside the configuration", n)
+		}
+	}
+	p, err := t.newPeer(id, addr)
+	if err != nil {
+		return fmt.Errorf("transport: %w", err)
+	}
+	p.learnt = true
+	if old != nil {
+		old.stop()
+	}
+	t.peers[id] = p
+	t.log.Warn("a member this one's configuration does not hold sends a leader's messages: taking them and answering at the address it gives, until this member's log reaches the change that added it",
+		"peer", id, "addr", addr)
+	return nil
 }
 
 // Close stops every sender and ends every stream being received, waits for

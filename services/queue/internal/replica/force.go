@@ -1,0 +1,178 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/batonrun/baton/services/queue/internal/store"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// ErrNothingToForce is ForceNewCluster's for a log that holds no queue.
+var ErrNothingToForce = errors.New("replica: the raft log is empty: there is no queue to force into a new cluster")
+
+// ForceNewCluster rewrites the log of a stopped member, self, so that the
+// node started on it next is a queue of one, holding everything the log
+// holds (etcd's --force-new-cluster). It is the operator's way back after
+// more disks were lost than a majority survives: the survivor alone can
+// elect no leader, and the members that lost their disks must not form a
+// queue of their own (Rejoin never lets them). The caller gives the queue
+// a new cluster id, so that members still holding the old queue's log
+// are refused by the transport.
+//
+// It appends to the log one configuration change for each other member of
+// the configuration (as of the log's last entry), removing it, and saves a
+// hard state that commits everything up to them. The removals do not
+// tombstone the names: the members left out rejoin on empty data
+// directories under their names (Replace), as after a lost disk.
+//
+// Every entry is committed, those the log held past its commit index too,
+// where etcd discards those: an acknowledged change was on a majority's
+// disks, this one's perhaps among them, but this member may not have
+// heard of its commit before the others were lost. The rest are changes
+// whose callers were never answered OK: keeping one is one of the two
+// outcomes such a caller was told to expect.
+//
+// It returns the ids removed. self must be a voter.
+func ForceNewCluster(l *store.RaftLog, self uint64, names map[uint64]string) ([]uint64, error) {
+	ms := l.MemoryStorage()
+	hs, cs, err := ms.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("replica: read the log's state: %w", err)
+	}
+	first, err := ms.FirstIndex()
+	if err != nil {
+		return nil, fmt.Errorf("replica: read the log's state: %w", err)
+	}
+	last, err := ms.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("replica: read the log's state: %w", err)
+	}
+	if last == 0 {
+		return nil, ErrNothingToForce
+	}
+	voters, learners, err := configurationAt(ms, cs, first, last)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(voters, self) {
+		return nil, fmt.Errorf("replica: this member (%x) is not a voter of the queue its log holds (voters %x, learners %x): it cannot be the queue's survivor", self, voters, learners)
+	}
+	lastTerm, err := ms.Term(last)
+	if err != nil {
+		return nil, fmt.Errorf("replica: read the term of entry %d: %w", last, err)
+	}
+	term := max(hs.Term, lastTerm)
+	var (
+		ents    []raftpb.Entry
+		removed []uint64
+	)
+	for _, id := range append(slices.Clone(voters), learners...) {
+		if id == self {
+			continue
+		}
+		cc := raftpb.ConfChangeV2{
+			Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: id}},
+			Context: removeContext(names[id], false),
+		}
+		data, err := cc.Marshal()
+		if err != nil {
+			return nil, fmt.Errorf("replica: encode the removal of %x: %w", id, err)
+		}
+		ents = append(ents, raftpb.Entry{Term: term, Index: last + uint64(len(ents)) + 1, Type: raftpb.EntryConfChangeV2, Data: data})
+		removed = append(removed, id)
+	}
+	commit := last + uint64(len(ents))
+	// The vote is this term's, and stays: the member votes for no one
+	// else in it, as before. The term rises when it campaigns alone.
+	hs = raftpb.HardState{Term: term, Vote: hs.Vote, Commit: commit}
+	if err := l.Save(hs, ents, raftpb.Snapshot{}); err != nil {
+		return nil, fmt.Errorf("replica: save the new configuration: %w", err)
+	}
+	return removed, nil
+}
+
+// configurationAt returns the voters and learners as of entry last: the
+// snapshot's configuration cs, changed by every configuration change in
+// the entries from first on, in order. Changes this package does not make
+// (joint configurations) are refused.
+func configurationAt(ms interface {
+	Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error)
+}, cs raftpb.ConfState, first, last uint64) (voters, learners []uint64, err error) {
+	if len(cs.VotersOutgoing) > 0 || cs.AutoLeave {
+		return nil, nil, fmt.Errorf("replica: the log's snapshot holds a joint configuration, which this queue never makes")
+	}
+	voters, learners = slices.Clone(cs.Voters), slices.Clone(cs.Learners)
+	const step = 1024
+	for lo := first; lo <= last; lo += step {
+		ents, err := ms.Entries(lo, min(lo+step, last+1), ^uint64(0))
+		if err != nil {
+			return nil, nil, fmt.Errorf("replica: read entries %d to %d: %w", lo, min(lo+step, last+1)-1, err)
+		}
+		for _, e := range ents {
+			var cc raftpb.ConfChangeV2
+			switch e.Type {
+			case raftpb.EntryConfChange:
+				var v1 raftpb.ConfChange
+				if err := v1.Unmarshal(e.Data); err != nil {
+					return nil, nil, fmt.Errorf("replica: entry %d: configuration change: %w", e.Index, err)
+				}
+				cc = v1.AsV2()
+			case raftpb.EntryConfChangeV2:
+				if err := cc.Unmarshal(e.Data); err != nil {
+					return nil, nil, fmt.Errorf("replica: entry %d: configuration change: %w", e.Index, err)
+				}
+			default:
+				continue
+			}
+			if len(cc.Changes) > 1 {
+				return nil, nil, fmt.Errorf("replica: entry %d changes %d members at once, which this queue never does", e.Index, len(cc.Changes))
+			}
+			for _, c := range cc.Changes {
+				if c.Type == raftpb.ConfChangeUpdateNode {
+					continue // a member's client address: no vote changes
+				}
+				voters = slices.DeleteFunc(voters, func(id uint64) bool { return id == c.NodeID })
+				learners = slices.DeleteFunc(learners, func(id uint64) bool { return id == c.NodeID })
+				switch c.Type {
+				case raftpb.ConfChangeAddNode:
+					voters = append(voters, c.NodeID)
+				case raftpb.ConfChangeAddLearnerNode:
+					learners = append(learners, c.NodeID)
+				}
+			}
+		}
+	}
+	slices.Sort(voters)
+	slices.Sort(learners)
+	return voters, learners, nil
+}
+
+// SeedLog writes into the empty log l a queue of one member, self, named
+// name at the peer address addr, whose state is state (a StateMachine's, as
+// Compact is given it): a snapshot at index 1 of term 1 holding the state
+// and a configuration of self alone, committed. A node started on it
+// restores the state and leads alone; the other members of a new
+// replicated queue join it on empty data directories, as after
+// ForceNewCluster (their names are the node's initial members). It is how
+// a backup seeds a new queue.
+func SeedLog(l *store.RaftLog, self uint64, name, addr string, state []byte) error {
+	ms := l.MemoryStorage()
+	last, err := ms.LastIndex()
+	if err != nil {
+		return fmt.Errorf("replica: read the log's state: %w", err)
+	}
+	if snap, _ := ms.Snapshot(); last != 0 || snap.Metadata.Index != 0 {
+		return fmt.Errorf("replica: the raft log holds entries up to %d: a log is seeded only when empty", last)
+	}
+	members := memberState{members: map[uint64]Member{self: {ID: self, Name: name, Addr: addr}}, removed: map[string]bool{}}
+	snap := raftpb.Snapshot{
+		Data:     snapshotData(members, state),
+		Metadata: raftpb.SnapshotMetadata{Index: 1, Term: 1, ConfState: raftpb.ConfState{Voters: []uint64{self}}},
+	}
+	if err := l.Save(raftpb.HardState{Term: 1, Commit: 1}, nil, snap); err != nil {
+		return fmt.Errorf("replica: seed the raft log: %w", err)
+	}
+	return nil
+}
