@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/batonrun/baton/services/queue/internal/workqueue"
 )
 
 // BenchmarkAddBatch measures durable Adds of distinct keys in batches of
@@ -27,7 +25,7 @@ func BenchmarkAddBatch(b *testing.B) {
 			for i := range keys {
 				keys[i] = fmt.Sprintf("ns/%d-%d", base, i)
 			}
-			if _, _, err := br.Add(b.Context(), "q", keys, 0, workqueue.Normal); err != nil {
+			if _, _, err := br.Add(b.Context(), "q", keys, AddOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -52,10 +50,10 @@ func BenchmarkCycle(b *testing.B) {
 			for i := range keys {
 				keys[i] = fmt.Sprintf("ns/%d-%d", base, i)
 			}
-			if _, _, err := br.Add(b.Context(), "q", keys, 0, workqueue.Normal); err != nil {
+			if _, _, err := br.Add(b.Context(), "q", keys, AddOptions{}); err != nil {
 				b.Fatal(err)
 			}
-			g, err := br.Lease(b.Context(), "q", "w", &holder, 1000, time.Minute, 0)
+			g, err := br.Lease(b.Context(), "q", LeaseOptions{Worker: "w", Holder: &holder, Max: 1000, Duration: time.Minute})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -81,7 +79,7 @@ func BenchmarkRestart1M(b *testing.B) {
 		for i := range keys {
 			keys[i] = fmt.Sprintf("ns/%02d-%05d", round, i)
 		}
-		if _, _, err := br.Add(b.Context(), "q", keys, 0, workqueue.Normal); err != nil {
+		if _, _, err := br.Add(b.Context(), "q", keys, AddOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -90,7 +88,7 @@ func BenchmarkRestart1M(b *testing.B) {
 	}
 	for b.Loop() {
 		br := open(b, dir, 1<<40)
-		if st, _ := br.Stats("q"); st[0].Pending != 1_000_000 {
+		if st, _ := br.Stats(b.Context(), "q", ReadOptions{}); st[0].Pending != 1_000_000 {
 			b.Fatalf("recovered %d keys", st[0].Pending)
 		}
 		br.Close()
@@ -108,7 +106,7 @@ func BenchmarkAddOne(b *testing.B) {
 	for i := range b.N {
 		keys[0] = fmt.Sprintf("ns/%d", i)
 		t := time.Now()
-		if _, _, err := br.Add(b.Context(), "q", keys, 0, workqueue.Normal); err != nil {
+		if _, _, err := br.Add(b.Context(), "q", keys, AddOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(t))
@@ -143,7 +141,7 @@ func benchWaiters(b *testing.B, n int) {
 					return
 				default:
 				}
-				g, err := br.Lease(b.Context(), "q", name, nil, 1, time.Minute, 100*time.Millisecond)
+				g, err := br.Lease(b.Context(), "q", LeaseOptions{Worker: name, Max: 1, Duration: time.Minute, Wait: 100 * time.Millisecond})
 				if err != nil {
 					return
 				}
@@ -162,7 +160,7 @@ func benchWaiters(b *testing.B, n int) {
 			keys := []string{""}
 			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
 				keys[0] = fmt.Sprintf("ns/%d", i)
-				if _, _, err := br.Add(b.Context(), "q", keys, 0, workqueue.Normal); err != nil {
+				if _, _, err := br.Add(b.Context(), "q", keys, AddOptions{}); err != nil {
 					b.Error(err)
 					return
 				}

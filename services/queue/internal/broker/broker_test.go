@@ -30,14 +30,14 @@ func TestRoundTripAndRecovery(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("ns/k%03d", i)
 	}
-	q, c, err := b.Add(ctx, "pods", keys, 0, workqueue.Normal)
+	q, c, err := b.Add(ctx, "pods", keys, AddOptions{})
 	if err != nil || q != 500 || c != 0 {
 		t.Fatalf("add: %d %d %v", q, c, err)
 	}
-	if q, c, _ := b.Add(ctx, "pods", keys[:10], 0, workqueue.Normal); q != 0 || c != 10 {
+	if q, c, _ := b.Add(ctx, "pods", keys[:10], AddOptions{}); q != 0 || c != 10 {
 		t.Fatalf("re-add: queued %d collapsed %d, want 0 10", q, c)
 	}
-	grants, err := b.Lease(ctx, "pods", "w", nil, 100, time.Minute, 0)
+	grants, err := b.Lease(ctx, "pods", LeaseOptions{Worker: "w", Max: 100, Duration: time.Minute})
 	if err != nil || len(grants) != 100 {
 		t.Fatalf("lease: %d %v", len(grants), err)
 	}
@@ -58,13 +58,13 @@ func TestRoundTripAndRecovery(t *testing.T) {
 		}
 	}
 	// Lease some more and crash (no Close): leases come back pending.
-	if _, err := b.Lease(ctx, "pods", "w", nil, 10, time.Minute, 0); err != nil {
+	if _, err := b.Lease(ctx, "pods", LeaseOptions{Worker: "w", Max: 10, Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	b.j.Close() // stop the writer; nothing unflushed remains since every call waited
 	b2 := open(t, dir, 0)
 	defer b2.Close()
-	st, err := b2.Stats("pods")
+	st, err := b2.Stats(t.Context(), "pods", ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestLongPollWakes(t *testing.T) {
 	defer b.Close()
 	done := make(chan []workqueue.Grant)
 	go func() {
-		g, _ := b.Lease(context.Background(), "jobs", "w", nil, 1, time.Minute, 20*time.Second)
+		g, _ := b.Lease(context.Background(), "jobs", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute, Wait: 20 * time.Second})
 		done <- g
 	}()
 	// Keep adding until the waiter answers: no sleep decides the outcome.
@@ -103,7 +103,7 @@ func TestLongPollWakes(t *testing.T) {
 		case <-deadline:
 			t.Fatal("long-poll Lease did not wake within 10s of an Add")
 		case <-time.After(50 * time.Millisecond):
-			if _, _, err := b.Add(t.Context(), "jobs", []string{fmt.Sprint("k", i)}, 0, workqueue.Normal); err != nil {
+			if _, _, err := b.Add(t.Context(), "jobs", []string{fmt.Sprint("k", i)}, AddOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -113,10 +113,10 @@ func TestLongPollWakes(t *testing.T) {
 func TestDelayedKeyBecomesReadyByTimer(t *testing.T) {
 	b := open(t, t.TempDir(), 0)
 	defer b.Close()
-	if _, _, err := b.Add(t.Context(), "q", []string{"k"}, 50*time.Millisecond, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(t.Context(), "q", []string{"k"}, AddOptions{Delay: 50 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	g, err := b.Lease(t.Context(), "q", "w", nil, 1, time.Minute, 10*time.Second)
+	g, err := b.Lease(t.Context(), "q", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute, Wait: 10 * time.Second})
 	if err != nil || len(g) != 1 {
 		t.Fatalf("lease of a delayed key: %v %v", g, err)
 	}
@@ -131,10 +131,10 @@ func TestCompactionKeepsState(t *testing.T) {
 		for i := range keys {
 			keys[i] = fmt.Sprintf("r%02d/k%02d", round, i)
 		}
-		if _, _, err := b.Add(ctx, "q", keys, 0, workqueue.Normal); err != nil {
+		if _, _, err := b.Add(ctx, "q", keys, AddOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		g, _ := b.Lease(ctx, "q", "w", nil, 25, time.Minute, 0)
+		g, _ := b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 25, Duration: time.Minute})
 		acks := make([]AckItem, len(g))
 		for i := range g {
 			acks[i] = AckItem{Key: g[i].Key, Token: g[i].Token}
@@ -155,7 +155,7 @@ func TestCompactionKeepsState(t *testing.T) {
 	}
 	b2 := open(t, dir, 0)
 	defer b2.Close()
-	st, _ := b2.Stats("q")
+	st, _ := b2.Stats(t.Context(), "q", ReadOptions{})
 	if n := st[0].Pending; n != 50*25 {
 		t.Fatalf("%d pending after compaction and restart, want %d", n, 50*25)
 	}
@@ -193,11 +193,11 @@ func TestSnapshotDuringWrites(t *testing.T) {
 					want[k] = true
 				}
 				mu.Unlock()
-				if _, _, err := b.Add(ctx, "q", keys, 0, workqueue.Normal); err != nil {
+				if _, _, err := b.Add(ctx, "q", keys, AddOptions{}); err != nil {
 					errs <- err
 					return
 				}
-				g, err := b.Lease(ctx, "q", "w", nil, 100, time.Minute, 0)
+				g, err := b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 100, Duration: time.Minute})
 				if err != nil {
 					errs <- err
 					return
@@ -219,7 +219,7 @@ func TestSnapshotDuringWrites(t *testing.T) {
 		})
 	}
 	for range 5 {
-		if err := b.j.Snapshot(b.walk); err != nil {
+		if err := b.c.Compact(b.walk); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,7 +233,7 @@ func TestSnapshotDuringWrites(t *testing.T) {
 	b.j.Close() // a crash: recovery reads the last snapshot, taken during writes, and the log after it
 	b2 := open(t, dir, 0)
 	defer b2.Close()
-	st, _ := b2.Stats("q")
+	st, _ := b2.Stats(t.Context(), "q", ReadOptions{})
 	if st[0].Pending != len(want) {
 		t.Fatalf("recovered %d keys, want %d", st[0].Pending, len(want))
 	}
@@ -247,7 +247,7 @@ func TestSnapshotDuringWrites(t *testing.T) {
 // inspect is Inspect on a broker that leads, as every single member does:
 // an error is a test's bug.
 func (b *Broker) inspect(queue, key string) workqueue.View {
-	v, err := b.Inspect(queue, key)
+	v, err := b.Inspect(context.Background(), queue, key, ReadOptions{})
 	if err != nil {
 		panic(err)
 	}

@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/batonrun/baton/services/queue/internal/record"
 	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/store"
 )
+
+// Where the broker's records go, as three small interfaces: the journal
+// (records in, waits out, and whether this member may answer from
+// memory), the compactor (when and how the log is cut), and epochs (fresh
+// token epochs). A single member's store implements all three; a
+// replicated member's Raft log the journal, a compactor of the broker's
+// (replicated.go), and no epochs (a term's tokens are its own).
 
 // A journal is where the broker's records go, and how it learns they are
 // kept: a single member's own store, or a replicated queue's Raft log
@@ -24,9 +30,19 @@ type journal interface {
 	// them (a work stream's acks of success): they may be kept a little
 	// later, with the next Append's (store.AppendLazy).
 	AppendLazy(recs []byte) (waiter, error)
-	// NextEpoch moves to a fresh token epoch, for a run that has used up
-	// the token space of its own.
-	NextEpoch() (uint64, error)
+	// Confirm returns nil once this member may answer from its memory:
+	// at once on a single member, which always leads; on a replicated
+	// member once a majority has confirmed, after the call, that it still
+	// leads (replica.Confirm).
+	Confirm(ctx context.Context) error
+	// SettlesLeases reports whether a lease's answer must wait, as a
+	// read's does, for what it saw to be kept and its leadership to be
+	// confirmed (reads.go's settled). A replicated member's must: another
+	// leader may have offered the key again, or the next leader may never
+	// hold the Add that made it ready. A single member's need not: its
+	// leases die with it, and the crash that would lose an Add it saw
+	// loses every lease too.
+	SettlesLeases() bool
 	// Durable counts the operations kept so far (the member's applied
 	// index for ClusterService).
 	Durable() uint64
@@ -34,11 +50,25 @@ type journal interface {
 	NoSpace() bool
 	// ProbeSpace tries the disk while it is full.
 	ProbeSpace()
-	// WALBytes is the log's size and its last snapshot's, for compaction.
-	WALBytes() (wal, snap int64)
-	Snapshot(walk func(emit func([]byte) error) error) error
 	Repairs() int
 	Close() error
+}
+
+// A compactor cuts the log: Sizes says when (the log's bytes since its
+// last snapshot, and that snapshot's), Compact snapshots the state that
+// walk emits (while it keeps changing: a record says what a key is, so
+// replaying later records over it ends in the same state) and drops what
+// the snapshot covers.
+type compactor interface {
+	Sizes() (log, snap int64)
+	Compact(walk func(emit func([]byte) error) error) error
+}
+
+// epochs hands out a fresh token epoch, for a run that has used up the
+// token space of its own; nil where epochs do not move (a replicated
+// leader's epoch is its term).
+type epochs interface {
+	NextEpoch() (uint64, error)
 }
 
 // waiter is an Append's outcome: nil once its records are kept.
@@ -65,12 +95,20 @@ func (j storeJournal) AppendLazy(recs []byte) (waiter, error) {
 	return b, nil
 }
 
+func (storeJournal) Confirm(context.Context) error { return nil }
+func (storeJournal) SettlesLeases() bool           { return false }
+
+// Sizes and Compact make the store its own compactor.
+func (j storeJournal) Sizes() (int64, int64) { return j.Store.WALBytes() }
+func (j storeJournal) Compact(walk func(emit func([]byte) error) error) error {
+	return j.Store.Snapshot(walk)
+}
+
 // raftJournal is a replicated queue's log, through this member's node,
 // which the broker owns (with the node's RaftLog) and closes.
 type raftJournal struct {
-	n         *replica.Node
-	log       *store.RaftLog
-	snapBytes *atomic.Int64 // the broker's
+	n   *replica.Node
+	log *store.RaftLog
 }
 
 // ErrNotLeader is returned by every call on a member of a replicated queue
@@ -78,45 +116,41 @@ type raftJournal struct {
 // earlier term's entries): the leader answers.
 var ErrNotLeader = errors.New("broker: this member does not lead the queue")
 
-// ErrTermTokensUsed is NextEpoch's on a replicated queue: a term's tokens
-// are its own (epoch = term), 2^44 of them.
-var ErrTermTokensUsed = errors.New("broker: this leadership has handed out every token of its term")
-
 func (j raftJournal) Append(recs []byte) (waiter, error) {
 	if len(recs) == 0 {
 		return proposal{j.n.Last()}, nil
 	}
 	p, err := j.n.EnqueueAll(split(recs, j.n.MaxRecordBytes()))
-	if errors.Is(err, replica.ErrNotLeader) {
-		return nil, fmt.Errorf("%w: %w", ErrNotLeader, err)
-	}
 	if err != nil {
-		return nil, err
+		return nil, notProposed(err)
 	}
 	return proposal{p}, nil
+}
+
+// notProposed is the broker's error for a proposal the node says never
+// reached the log: ErrNotLeader, whether the member knew it did not lead
+// when the records were enqueued, or learnt it before the loop proposed
+// them, or raft dropped them (a leadership transfer under way). Each
+// changed nothing in the log, and Follow throws the memory that holds
+// them away, so the caller may retry on any member.
+func notProposed(err error) error {
+	if errors.Is(err, replica.ErrNotLeader) || errors.Is(err, replica.ErrDropped) {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return err
 }
 
 // AppendLazy is Append: the node batches every proposal waiting at once
 // into one entry anyway, and commits it as soon as a majority has it.
 func (j raftJournal) AppendLazy(recs []byte) (waiter, error) { return j.Append(recs) }
 
-func (j raftJournal) NextEpoch() (uint64, error) { return 0, ErrTermTokensUsed }
-func (j raftJournal) Durable() uint64            { return j.n.Status().Applied }
-func (j raftJournal) Err() error                 { return j.n.Err() }
-func (j raftJournal) NoSpace() bool              { return j.log.NoSpace() }
-func (j raftJournal) ProbeSpace()                {} // the node retries its save itself
-func (j raftJournal) Repairs() int               { return j.log.Repairs() }
-
-// WALBytes is the Raft log's payload since its last snapshot began it, and
-// that snapshot's size (the broker's: it knows what it gave the node).
-func (j raftJournal) WALBytes() (int64, int64) { return j.log.Bytes(), j.snapBytes.Load() }
-
-// Snapshot is not called: the broker compacts a replicated log itself
-// (compactReplicated), since only it knows whether its memory is the
-// log's.
-func (j raftJournal) Snapshot(func(emit func([]byte) error) error) error {
-	return errors.New("broker: a replicated queue's log is compacted by compactReplicated")
-}
+func (j raftJournal) Confirm(ctx context.Context) error { return j.n.Confirm(ctx) }
+func (raftJournal) SettlesLeases() bool                 { return true }
+func (j raftJournal) Durable() uint64                   { return j.n.Status().Applied }
+func (j raftJournal) Err() error                        { return j.n.Err() }
+func (j raftJournal) NoSpace() bool                     { return j.log.NoSpace() }
+func (raftJournal) ProbeSpace()                         {} // the node retries its save itself
+func (j raftJournal) Repairs() int                      { return j.log.Repairs() }
 
 func (j raftJournal) Close() error {
 	err := j.n.Close()
@@ -128,7 +162,7 @@ type proposal struct{ p *replica.Proposal }
 
 func (p proposal) Wait(ctx context.Context) error {
 	_, err := p.p.Wait(ctx)
-	return err
+	return notProposed(err)
 }
 
 // split cuts an operation's records into pieces of at most max bytes at

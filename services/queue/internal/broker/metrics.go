@@ -90,7 +90,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		noSpace = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descNoSpace, prometheus.GaugeValue, noSpace)
-	stats, _ := c.broker.Stats("")
+	// The leader's memory as it is: a scrape waits for no majority, and
+	// a follower exports no queue (the members' series would add up).
+	var stats []QueueStats
+	if c.broker.Leading() {
+		stats, _ = c.broker.stats("")
+	}
 	for _, s := range stats {
 		q := s.Name
 		gauge := func(d *prometheus.Desc, v float64, l ...string) {

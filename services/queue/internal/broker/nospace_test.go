@@ -73,19 +73,19 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 			b.Close()
 		}
 	}()
-	if _, _, err := b.Add(ctx, "q", []string{"k1", "k2", "k3", "k4"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(ctx, "q", []string{"k1", "k2", "k3", "k4"}, AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	g, err := b.Lease(ctx, "q", "w", nil, 1, time.Minute, 0)
+	g, err := b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute})
 	if err != nil || len(g) != 1 || g[0].Key != "k1" {
 		t.Fatalf("lease k1: %v %v", g, err)
 	}
-	short, err := b.Lease(ctx, "q", "w", nil, 1, 50*time.Millisecond, 0)
+	short, err := b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 1, Duration: 50 * time.Millisecond})
 	if err != nil || len(short) != 1 || short[0].Key != "k2" {
 		t.Fatalf("lease k2: %v %v", short, err)
 	}
 	stats := func() workqueue.Stats {
-		st, err := b.Stats("q")
+		st, err := b.Stats(t.Context(), "q", ReadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 	before, beforeStats := snapshot(), stats()
 
 	fs.setFree(10) // the next frame gets 10 bytes in, then ENOSPC
-	if _, _, err := b.Add(ctx, "q", []string{"new1", "new2", "k3"}, 0, workqueue.High); err != store.ErrNoSpace {
+	if _, _, err := b.Add(ctx, "q", []string{"new1", "new2", "k3"}, AddOptions{Priority: workqueue.High}); err != store.ErrNoSpace {
 		t.Fatalf("Add on a full disk = %v, want ErrNoSpace", err)
 	}
 	if _, err := b.Ack(ctx, "q", nil, []AckItem{{Key: "k1", Token: g[0].Token}}); err != store.ErrNoSpace {
@@ -120,10 +120,10 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 	if _, err := b.Forget(ctx, "q", []string{"k4"}); err != store.ErrNoSpace {
 		t.Fatalf("Forget on a full disk = %v, want ErrNoSpace", err)
 	}
-	if _, _, err := b.Add(ctx, "fresh", []string{"x"}, 0, workqueue.Normal); err != store.ErrNoSpace {
+	if _, _, err := b.Add(ctx, "fresh", []string{"x"}, AddOptions{}); err != store.ErrNoSpace {
 		t.Fatalf("Add to a new queue on a full disk = %v, want ErrNoSpace", err)
 	}
-	if _, err := b.Stats("fresh"); err == nil {
+	if _, err := b.Stats(t.Context(), "fresh", ReadOptions{}); err == nil {
 		t.Error("a queue whose first Add was refused exists")
 	}
 	if err := b.Ready(); err != store.ErrNoSpace {
@@ -138,7 +138,7 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 	if got := stats(); !reflect.DeepEqual(got, beforeStats) {
 		t.Fatalf("refused calls changed the counters:\n before %+v\n after  %+v", beforeStats, got)
 	}
-	if g, _ := b.Lease(ctx, "q", "w2", nil, 10, time.Minute, 0); len(g) != 2 || g[0].Key != "k3" || g[1].Key != "k4" {
+	if g, _ := b.Lease(ctx, "q", LeaseOptions{Worker: "w2", Max: 10, Duration: time.Minute}); len(g) != 2 || g[0].Key != "k3" || g[1].Key != "k4" {
 		t.Fatalf("lease on a full disk handed out %v, want k3 and k4 (new1 and new2 were refused)", g)
 	} else if _, err := b.Ack(ctx, "q", nil, []AckItem{{Key: "k3", Token: g[0].Token, Outcome: workqueue.Outcome{RequeueAfter: time.Hour}}}); err != store.ErrNoSpace {
 		t.Fatalf("requeue Ack on a full disk = %v, want ErrNoSpace", err)
@@ -172,7 +172,7 @@ func TestFullDiskRefusalsLeaveNoTrace(t *testing.T) {
 			t.Errorf("%s after a restart: %s, want %s", k, got, want[k])
 		}
 	}
-	if _, err := b.Stats("fresh"); err == nil {
+	if _, err := b.Stats(t.Context(), "fresh", ReadOptions{}); err == nil {
 		t.Error("a queue whose first Add was refused exists after a restart")
 	}
 }

@@ -30,10 +30,10 @@ func openCfg(t testing.TB, dir string, cfg Config) *Broker {
 // and checks each answers as for an empty queue.
 func callUnknown(t testing.TB, b *Broker, queue string) {
 	ctx := context.Background()
-	if g, err := b.Lease(ctx, queue, "w", nil, 10, time.Minute, 0); err != nil || len(g) != 0 {
+	if g, err := b.Lease(ctx, queue, LeaseOptions{Worker: "w", Max: 10, Duration: time.Minute}); err != nil || len(g) != 0 {
 		t.Fatalf("Lease on %s: %v %v", queue, g, err)
 	}
-	if g, err := b.Lease(ctx, queue, "w", nil, 10, time.Minute, time.Millisecond); err != nil || len(g) != 0 {
+	if g, err := b.Lease(ctx, queue, LeaseOptions{Worker: "w", Max: 10, Duration: time.Minute, Wait: time.Millisecond}); err != nil || len(g) != 0 {
 		t.Fatalf("waiting Lease on %s: %v %v", queue, g, err)
 	}
 	if ok, err := b.Ack(ctx, queue, nil, []AckItem{{Key: "k", Token: 7}}); err != nil || ok[0] {
@@ -48,10 +48,10 @@ func callUnknown(t testing.TB, b *Broker, queue string) {
 	if v := b.inspect(queue, "k"); v.State != workqueue.Absent {
 		t.Fatalf("Inspect on %s: %+v", queue, v)
 	}
-	if v, more, err := b.List(queue, 0, "", 10); err != nil || len(v) != 0 || more {
+	if v, more, err := b.List(t.Context(), queue, 0, "", 10, ReadOptions{}); err != nil || len(v) != 0 || more {
 		t.Fatalf("List on %s: %v", queue, v)
 	}
-	if _, err := b.Stats(queue); !errors.Is(err, ErrQueueNotFound) {
+	if _, err := b.Stats(t.Context(), queue, ReadOptions{}); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("Stats on %s: %v, want ErrQueueNotFound", queue, err)
 	}
 }
@@ -65,7 +65,7 @@ func TestUnknownQueuesLeaveNothing(t *testing.T) {
 	if err := b.metrics.Register(reg, b); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.Add(t.Context(), "real", []string{"k"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(t.Context(), "real", []string{"k"}, AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	series := func() int {
@@ -83,7 +83,7 @@ func TestUnknownQueuesLeaveNothing(t *testing.T) {
 	n := len(b.queues)
 	b.mu.RUnlock()
 	if n != 1 || b.existing.Load() != 1 {
-		t.Errorf("after calls on 2,000 unknown queues the registry holds %d shards (%d existing), want only the real one", n, b.existing.Load())
+		t.Errorf("after calls on 2,000 unknown queues the registry holds %d queues (%d existing), want only the real one", n, b.existing.Load())
 	}
 	if after := series(); after != before {
 		t.Errorf("metric series grew from %d to %d", before, after)
@@ -96,19 +96,19 @@ func TestWaitOnUnknownQueue(t *testing.T) {
 	b := openCfg(t, t.TempDir(), Config{})
 	got := make(chan []workqueue.Grant, 1)
 	go func() {
-		g, _ := b.Lease(context.Background(), "later", "w", nil, 1, time.Minute, 20*time.Second)
+		g, _ := b.Lease(context.Background(), "later", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute, Wait: 20 * time.Second})
 		got <- g
 	}()
 	waitFor(t, "the Lease to wait", func() bool {
 		b.mu.RLock()
 		defer b.mu.RUnlock()
-		sh := b.queues["later"]
-		return sh != nil && sh.waiters.Load() == 1
+		qs := b.queues["later"]
+		return qs != nil && qs.waiters.Load() == 1
 	})
-	if _, err := b.Stats("later"); !errors.Is(err, ErrQueueNotFound) {
+	if _, err := b.Stats(t.Context(), "later", ReadOptions{}); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("Stats of a queue only waited on: %v, want ErrQueueNotFound", err)
 	}
-	if _, _, err := b.Add(t.Context(), "later", []string{"k"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(t.Context(), "later", []string{"k"}, AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -119,13 +119,13 @@ func TestWaitOnUnknownQueue(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting Lease was not woken by the queue's first Add")
 	}
-	if g, err := b.Lease(t.Context(), "gone", "w", nil, 1, time.Minute, 20*time.Millisecond); err != nil || len(g) != 0 {
+	if g, err := b.Lease(t.Context(), "gone", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute, Wait: 20 * time.Millisecond}); err != nil || len(g) != 0 {
 		t.Fatalf("wait on an unknown queue: %v %v", g, err)
 	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.queues["gone"] != nil {
-		t.Error("a Lease that waited on an unknown queue left its shard")
+		t.Error("a Lease that waited on an unknown queue left its queue")
 	}
 }
 
@@ -137,43 +137,43 @@ func TestMaxQueues(t *testing.T) {
 	b := openCfg(t, dir, Config{MaxQueues: 3, EmptyRetention: time.Hour})
 	ctx := t.Context()
 	for i := range 3 {
-		if _, _, err := b.Add(ctx, fmt.Sprint("q", i), []string{"k"}, 0, workqueue.Normal); err != nil {
+		if _, _, err := b.Add(ctx, fmt.Sprint("q", i), []string{"k"}, AddOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := b.Add(ctx, "q3", []string{"k"}, 0, workqueue.Normal); !errors.Is(err, ErrTooManyQueues) {
+	if _, _, err := b.Add(ctx, "q3", []string{"k"}, AddOptions{}); !errors.Is(err, ErrTooManyQueues) {
 		t.Fatalf("a fourth queue with MaxQueues 3: %v, want ErrTooManyQueues", err)
 	}
-	if _, err := b.Stats("q3"); !errors.Is(err, ErrQueueNotFound) {
+	if _, err := b.Stats(t.Context(), "q3", ReadOptions{}); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("the refused queue: Stats = %v", err)
 	}
-	if _, _, err := b.Add(ctx, "q0", []string{"more"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(ctx, "q0", []string{"more"}, AddOptions{}); err != nil {
 		t.Fatalf("an Add to an existing queue at the limit: %v", err)
 	}
 	// Empty q2, let its retention pass: it is forgotten, and q3 fits.
-	g, _ := b.Lease(ctx, "q2", "w", nil, 1, time.Minute, 0)
+	g, _ := b.Lease(ctx, "q2", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute})
 	if ok, err := b.Ack(ctx, "q2", nil, []AckItem{{Key: "k", Token: g[0].Token}}); err != nil || !ok[0] {
 		t.Fatal(err)
 	}
 	b.dropEmpty(time.Now().UnixNano())
-	if _, err := b.Stats("q2"); err != nil {
+	if _, err := b.Stats(t.Context(), "q2", ReadOptions{}); err != nil {
 		t.Fatalf("an emptied queue within its retention: %v", err)
 	}
 	b.dropEmpty(time.Now().Add(time.Hour + time.Second).UnixNano())
-	if _, err := b.Stats("q2"); !errors.Is(err, ErrQueueNotFound) {
+	if _, err := b.Stats(t.Context(), "q2", ReadOptions{}); !errors.Is(err, ErrQueueNotFound) {
 		t.Fatalf("an emptied queue after its retention: Stats = %v, want ErrQueueNotFound", err)
 	}
-	if _, _, err := b.Add(ctx, "q3", []string{"k"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(ctx, "q3", []string{"k"}, AddOptions{}); err != nil {
 		t.Fatalf("a fourth queue once one was forgotten: %v", err)
 	}
 	// A restart brings back what holds keys; a snapshot leaves out what
 	// was forgotten.
-	if err := b.j.Snapshot(b.walk); err != nil {
+	if err := b.c.Compact(b.walk); err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
 	b2 := openCfg(t, dir, Config{MaxQueues: 3})
-	st, err := b2.Stats("")
+	st, err := b2.Stats(t.Context(), "", ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func BenchmarkUnknownQueueCalls(b *testing.B) {
 	br.mu.RLock()
 	defer br.mu.RUnlock()
 	if len(br.queues) != 0 {
-		b.Fatalf("%d shards left by calls on unknown queues", len(br.queues))
+		b.Fatalf("%d queues left by calls on unknown queues", len(br.queues))
 	}
 }
 
@@ -216,16 +216,16 @@ func BenchmarkUnknownQueueCalls(b *testing.B) {
 func TestStatsNamesWorkers(t *testing.T) {
 	b := openCfg(t, t.TempDir(), Config{})
 	ctx := t.Context()
-	if _, _, err := b.Add(ctx, "q", []string{"a", "b"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(ctx, "q", []string{"a", "b"}, AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if g, err := b.Lease(ctx, "q", "busy", nil, 2, time.Minute, 0); err != nil || len(g) != 2 {
+	if g, err := b.Lease(ctx, "q", LeaseOptions{Worker: "busy", Max: 2, Duration: time.Minute}); err != nil || len(g) != 2 {
 		t.Fatalf("lease: %v %v", g, err)
 	}
-	if _, err := b.Lease(ctx, "q", "idle", nil, 1, time.Minute, 0); err != nil {
+	if _, err := b.Lease(ctx, "q", LeaseOptions{Worker: "idle", Max: 1, Duration: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := b.Stats("q")
+	st, err := b.Stats(t.Context(), "q", ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,22 +235,22 @@ func TestStatsNamesWorkers(t *testing.T) {
 		t.Fatalf("workers %s, want busy holding 2 and idle holding none", got)
 	}
 	// Later: idle is forgotten, busy stays while it holds its leases.
-	sh := b.queues["q"]
-	sh.mu.Lock()
-	later := sh.workers(time.Now().Add(SeenFor+time.Second).UnixNano(), map[string]int{"busy": 2})
-	sh.mu.Unlock()
+	qs := b.queues["q"]
+	qs.mu.Lock()
+	later := qs.workers(time.Now().Add(SeenFor+time.Second).UnixNano(), map[string]int{"busy": 2})
+	qs.mu.Unlock()
 	if len(later) != 1 || later[0].Name != "busy" || later[0].LastLease != 0 {
 		t.Fatalf("workers after %v: %v, want only busy, with no recent Lease", SeenFor, later)
 	}
 	// At most MaxSeen names are kept.
 	for i := range MaxSeen + 10 {
-		if _, err := b.Lease(ctx, "q", fmt.Sprint("w", i), nil, 1, time.Minute, 0); err != nil {
+		if _, err := b.Lease(ctx, "q", LeaseOptions{Worker: fmt.Sprint("w", i), Max: 1, Duration: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sh.mu.Lock()
-	n := len(sh.seen)
-	sh.mu.Unlock()
+	qs.mu.Lock()
+	n := len(qs.seen)
+	qs.mu.Unlock()
 	if n != MaxSeen {
 		t.Fatalf("%d worker names kept, want %d", n, MaxSeen)
 	}

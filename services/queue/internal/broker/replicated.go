@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonrun/baton/services/queue/internal/record"
 	"github.com/batonrun/baton/services/queue/internal/replica"
+	"github.com/batonrun/baton/services/queue/internal/store"
 )
 
 // A member of a replicated queue runs the same broker on the Raft log
@@ -43,32 +44,48 @@ import (
 // one this member proposed, and its change is in memory already.
 
 // OpenReplicated starts a member of a replicated queue: the broker is the
-// state machine of a node made from rcfg (its Apply, Lead and Follow are
-// the broker's), and owns the node and rcfg.Log, which Close closes. If it
-// fails, the caller closes rcfg.Log.
+// state machine (fsm, replica.StateMachine) of a node made from rcfg, and
+// owns the node and rcfg.Log, which Close closes. If it fails, the caller
+// closes rcfg.Log.
 func OpenReplicated(cfg Config, rcfg replica.Config, metrics *Metrics, log *slog.Logger) (*Broker, error) {
+	return openReplicated(cfg, rcfg, metrics, log, ackJournal)
+}
+
+// openReplicated is OpenReplicated with the journal callers are answered
+// through made by wrap from the Raft log's: ackJournal in every build (the
+// log itself, or, built with baton_unsafe_ack, one that answers before the
+// commit), a test's own for the negative controls.
+func openReplicated(cfg Config, rcfg replica.Config, metrics *Metrics, log *slog.Logger, wrap func(journal, *slog.Logger) journal) (*Broker, error) {
 	b := newBroker(cfg, metrics, log)
 	b.names = record.Names{}
 	b.attached = make(chan struct{})
-	rcfg.Apply, rcfg.Lead, rcfg.Follow, rcfg.Restore = b.apply, b.lead, b.follow, b.restore
-	// Housekeeping compacts within a second; the node asks again until
-	// it has a snapshot with every member.
-	rcfg.RequestSnapshot = func() { b.wantSnapshot.Store(true) }
-	n, err := replica.New(rcfg)
+	n, err := replica.New(rcfg, fsm{b})
 	if err != nil {
 		return nil, fmt.Errorf("start the raft node: %w", err)
 	}
 	b.node = n
-	b.j = raftJournal{n: n, log: rcfg.Log, snapBytes: &b.snapBytes}
-	if wrapJournal != nil {
-		b.j = wrapJournal(b.j)
-	}
-	b.tokens.j = b.j
+	b.j = wrap(raftJournal{n: n, log: rcfg.Log}, b.log)
+	b.c = raftCompactor{b: b, n: n, log: rcfg.Log}
 	close(b.attached)
 	b.wg.Add(1)
 	go b.housekeeping()
 	return b, nil
 }
+
+// fsm is the broker as its node's replica.StateMachine. Its methods call
+// the broker's unexported ones, which no caller of the broker may.
+type fsm struct{ b *Broker }
+
+func (f fsm) Apply(records [][]byte, index uint64)     { f.b.apply(records, index) }
+func (f fsm) Restore(state []byte, index uint64) error { return f.b.restore(state, index) }
+func (f fsm) Lead(term uint64)                         { f.b.lead(term) }
+func (f fsm) Follow(replay func(apply func(records [][]byte, index uint64)) error) error {
+	return f.b.follow(replay)
+}
+
+// SnapshotNeeded: housekeeping compacts within a second; the node asks
+// again until it has a snapshot with every member.
+func (f fsm) SnapshotNeeded() { f.b.wantSnapshot.Store(true) }
 
 // apply is the node's Apply: a follower loads the committed records.
 func (b *Broker) apply(recs [][]byte, index uint64) {
@@ -92,13 +109,13 @@ func (b *Broker) apply(recs [][]byte, index uint64) {
 				break
 			}
 			off += n
-			// Under the shard's lock too: a snapshot walk and Stats hold
+			// Under the queue's lock too: a snapshot walk and Stats hold
 			// only that one.
-			sh := b.shardLocked(r.Queue)
-			sh.mu.Lock()
-			b.load(sh, &r)
-			sh.used = now
-			sh.mu.Unlock()
+			qs := b.queueLocked(r.Queue)
+			qs.mu.Lock()
+			b.load(qs, &r)
+			qs.used = now
+			qs.mu.Unlock()
 		}
 	}
 }
@@ -109,18 +126,24 @@ func (b *Broker) lead(term uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.gen.Add(1)
-	b.tokens.epoch.Store(term)
-	b.tokens.seq.Store(0)
+	// A new term starts its own tokens. Lead again in the same term (after
+	// raft dropped proposals, replica's resync) goes on counting: a token
+	// handed out before the resync must never be handed out again.
+	if b.tokens.epoch.Load() != term {
+		b.tokens.epoch.Store(term)
+		b.tokens.seq.Store(0)
+	}
 	now := time.Now().UnixNano()
 	keys := 0
-	for _, sh := range b.queues {
-		sh.mu.Lock()
-		sh.used = now
-		sh.q.Settle(now)
-		keys += sh.q.Len()
-		b.reschedule(sh)
-		sh.mu.Unlock()
+	for _, qs := range b.queues {
+		qs.mu.Lock()
+		qs.used = now
+		qs.q.Settle(now)
+		keys += qs.q.Len()
+		b.reschedule(qs)
+		qs.mu.Unlock()
 	}
+	b.since.Store(now)
 	b.leading.Store(true)
 	b.log.Info("leading the queue", "term", term, "queues", len(b.queues), "keys", keys)
 }
@@ -140,7 +163,7 @@ func (b *Broker) follow(replay func(apply func(records [][]byte, index uint64)) 
 }
 
 // restore is the node's Restore: the state becomes a snapshot's, which is
-// the records of a state walk (compactReplicated's), loaded as a
+// the records of a state walk (raftCompactor.Compact's), loaded as a
 // follower loads an entry's.
 func (b *Broker) restore(data []byte, index uint64) error {
 	b.discard()
@@ -158,18 +181,18 @@ func (b *Broker) discard() {
 	b.leading.Store(false)
 	b.gen.Add(1)
 	old := b.queues
-	b.queues = map[string]*shard{}
+	b.queues = map[string]*queueState{}
 	b.existing.Store(0)
-	for name, sh := range old {
-		sh.mu.Lock()
-		if sh.timer != nil {
-			sh.timer.Stop()
+	for name, qs := range old {
+		qs.mu.Lock()
+		if qs.timer != nil {
+			qs.timer.Stop()
 		}
-		sh.wake(len(sh.waitq)) // waiting Leases look again and find ErrNotLeader
-		if sh.obs != nil {
+		qs.wake(len(qs.waitq)) // waiting Leases look again and find ErrNotLeader
+		if qs.obs != nil {
 			b.metrics.forget(name)
 		}
-		sh.mu.Unlock()
+		qs.mu.Unlock()
 	}
 }
 
@@ -178,8 +201,20 @@ func (b *Broker) discard() {
 // replaced the state, while it ran.
 var errStateReplaced = errors.New("broker: the state was replaced during the walk; the next compaction tries again")
 
-// compactReplicated compacts a replicated member's Raft log (maybeCompact
-// calls it once the log has grown enough): the state is walked as a
+// raftCompactor compacts a replicated member's Raft log. Only the broker
+// knows whether its memory is the log's, so the compactor is the broker's.
+type raftCompactor struct {
+	b   *Broker
+	n   *replica.Node
+	log *store.RaftLog
+}
+
+// Sizes is the Raft log's payload since its last snapshot began it, and
+// that snapshot's size (the broker's: it knows what it gave the node).
+func (c raftCompactor) Sizes() (int64, int64) { return c.log.Bytes(), c.b.snapBytes.Load() }
+
+// Compact compacts a replicated member's Raft log (maybeCompact calls it
+// once the log has grown enough): the state is walked as a
 // single member's snapshot is, while it keeps changing, and handed to the
 // node as the snapshot at the index applied before the walk began. The
 // walk may see changes of later entries too; replaying those over it ends
@@ -190,10 +225,11 @@ var errStateReplaced = errors.New("broker: the state was replaced during the wal
 // every change the walk saw in the log, and the snapshot a state of the
 // log's. If leadership changed meanwhile, or a snapshot replaced the
 // state, the walk is thrown away.
-func (b *Broker) compactReplicated(walk func(emit func([]byte) error) error) error {
+func (c raftCompactor) Compact(walk func(emit func([]byte) error) error) error {
+	b := c.b
 	gen := b.gen.Load()
 	leading := b.leading.Load()
-	index := b.node.Status().Applied
+	index := c.n.Status().Applied
 	var data []byte
 	if err := walk(func(p []byte) error { data = append(data, p...); return nil }); err != nil {
 		return err
@@ -219,7 +255,7 @@ func (b *Broker) compactReplicated(walk func(emit func([]byte) error) error) err
 	if b.gen.Load() != gen {
 		return errStateReplaced
 	}
-	err := b.node.Compact(ctx, index, data)
+	err := c.n.Compact(ctx, index, data)
 	if errors.Is(err, replica.ErrCompactRefused) {
 		// A snapshot at or past index came meanwhile: nothing to do.
 		b.log.Debug("compaction skipped", "error", err)
@@ -238,25 +274,3 @@ func (b *Broker) Leading() bool { return b.leading.Load() }
 
 // Member is the replicated queue's node, or nil for a single member.
 func (b *Broker) Member() *replica.Node { return b.node }
-
-// wrapJournal, set by a test alone, wraps a replicated member's journal:
-// the negative control answers before the commit through it.
-var wrapJournal func(journal) journal
-
-// confirm is, on a replicated queue's leader, the majority's word that it
-// still leads, before it answers a Lease or an Extend from memory: such a
-// call writes nothing, so no commit would tell a leader cut off from the
-// others that a new leader has offered those keys again. A single member
-// needs none. Leases granted but not confirmed stay in memory until they
-// expire, or until Follow throws them away: leased to nobody, like a
-// worker's that crashed.
-func (b *Broker) confirm(ctx context.Context) error {
-	if b.node == nil {
-		return nil
-	}
-	err := b.node.Confirm(ctx)
-	if errors.Is(err, replica.ErrNotLeader) {
-		return fmt.Errorf("%w: %w", ErrNotLeader, err)
-	}
-	return err
-}

@@ -67,6 +67,9 @@ type rcluster struct {
 	// isolated is the member cut off both ways (0: none): every member's
 	// server refuses its raft streams, and its own server refuses all.
 	isolated atomic.Uint64
+	// wrap makes the journal the members answer through (ackJournal
+	// when nil): a negative control's broken one.
+	wrap func(journal, *slog.Logger) journal
 }
 
 // isolate cuts m off from the others, both ways; heal ends it.
@@ -101,7 +104,17 @@ func (s *cutServerStream) RecvMsg(m any) error {
 
 func newRCluster(t *testing.T, compactBytes ...int64) *rcluster {
 	t.Helper()
-	c := &rcluster{t: t, members: map[uint64]*rmember{}}
+	return newRClusterWrapped(t, nil, compactBytes...)
+}
+
+// newRClusterWrapped is newRCluster whose members answer through the
+// journal wrap makes.
+func newRClusterWrapped(t *testing.T, wrap func(journal, *slog.Logger) journal, compactBytes ...int64) *rcluster {
+	t.Helper()
+	c := &rcluster{t: t, members: map[uint64]*rmember{}, wrap: wrap}
+	if c.wrap == nil {
+		c.wrap = ackJournal
+	}
 	if len(compactBytes) > 0 {
 		c.compactBytes = compactBytes[0]
 	}
@@ -148,9 +161,9 @@ func (c *rcluster) start(m *rmember, lis net.Listener) {
 	if err != nil {
 		t.Fatalf("member %d: %v", m.id, err)
 	}
-	m.b, err = OpenReplicated(Config{Queue: workqueue.DefaultConfig(), CompactBytes: c.compactBytes}, replica.Config{
+	m.b, err = openReplicated(Config{Queue: workqueue.DefaultConfig(), CompactBytes: c.compactBytes}, replica.Config{
 		ID: m.id, ClusterID: 0xba70, Peers: m.peers, Log: rlog, TickInterval: 50 * time.Millisecond, Logger: logger,
-	}, nil, logger)
+	}, nil, logger, c.wrap)
 	if err != nil {
 		rlog.Close()
 		t.Fatalf("member %d: %v", m.id, err)
@@ -323,18 +336,18 @@ func TestReplicatedFailover(t *testing.T) {
 		if m == lead {
 			continue
 		}
-		if _, _, err := m.b.Add(ctx, "q", []string{"x"}, 0, workqueue.Normal); !errors.Is(err, ErrNotLeader) {
+		if _, _, err := m.b.Add(ctx, "q", []string{"x"}, AddOptions{}); !errors.Is(err, ErrNotLeader) {
 			t.Errorf("Add on follower %d: %v, want ErrNotLeader", m.id, err)
 		}
-		if _, err := m.b.Lease(ctx, "q", "w", nil, 1, time.Minute, 0); !errors.Is(err, ErrNotLeader) {
+		if _, err := m.b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute}); !errors.Is(err, ErrNotLeader) {
 			t.Errorf("Lease on follower %d: %v, want ErrNotLeader", m.id, err)
 		}
 	}
 	keys := keyNames("k", 20)
-	if q, _, err := lead.b.Add(ctx, "q", keys, 0, workqueue.Normal); err != nil || q != 20 {
+	if q, _, err := lead.b.Add(ctx, "q", keys, AddOptions{}); err != nil || q != 20 {
 		t.Fatalf("Add on the leader: %d queued, %v", q, err)
 	}
-	grants, err := lead.b.Lease(ctx, "q", "w", nil, 5, time.Minute, 0)
+	grants, err := lead.b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 5, Duration: time.Minute})
 	if err != nil || len(grants) != 5 {
 		t.Fatalf("Lease: %d, %v", len(grants), err)
 	}
@@ -359,7 +372,7 @@ func TestReplicatedFailover(t *testing.T) {
 		t.Fatalf("new leader's term %d, want more than %d", nt, term)
 	}
 	for _, k := range keys {
-		v, err := next.b.Inspect("q", k)
+		v, err := next.b.Inspect(t.Context(), "q", k, ReadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -375,7 +388,7 @@ func TestReplicatedFailover(t *testing.T) {
 	if exp, err := next.b.Extend(ctx, "q", nil, old, time.Minute); err != nil || exp[0] != 0 || exp[1] != 0 {
 		t.Errorf("Extend with the old leader's tokens: %v %v, want the leases lost", exp, err)
 	}
-	regrants, err := next.b.Lease(ctx, "q", "w2", nil, 18, time.Minute, 0)
+	regrants, err := next.b.Lease(ctx, "q", LeaseOptions{Worker: "w2", Max: 18, Duration: time.Minute})
 	if err != nil || len(regrants) != 18 {
 		t.Fatalf("Lease on the new leader: %d, %v", len(regrants), err)
 	}
@@ -420,7 +433,7 @@ func cutOffUnderAdds(t *testing.T, ctx context.Context, c *rcluster) (acked []st
 				default:
 				}
 				k := fmt.Sprintf("w%d-%05d", w, i)
-				_, _, err := lead.b.Add(ctx, "q", []string{k}, 0, workqueue.Normal)
+				_, _, err := lead.b.Add(ctx, "q", []string{k}, AddOptions{})
 				switch {
 				case err == nil:
 					mu.Lock()
@@ -446,7 +459,7 @@ func cutOffUnderAdds(t *testing.T, ctx context.Context, c *rcluster) (acked []st
 func lostOn(t *testing.T, m *rmember, acked []string) []string {
 	var lost []string
 	for _, k := range acked {
-		if v, err := m.b.Inspect("q", k); err != nil {
+		if v, err := m.b.Inspect(t.Context(), "q", k, ReadOptions{}); err != nil {
 			t.Fatal(err)
 		} else if v.State != workqueue.Pending {
 			lost = append(lost, k)
@@ -465,7 +478,7 @@ func TestReplicatedLeaderCutOff(t *testing.T) {
 	defer cancel()
 	c := newRCluster(t)
 	acked, lead, next := cutOffUnderAdds(t, ctx, c)
-	if _, _, err := lead.b.Add(ctx, "q", []string{"late"}, 0, workqueue.Normal); !errors.Is(err, ErrNotLeader) {
+	if _, _, err := lead.b.Add(ctx, "q", []string{"late"}, AddOptions{}); !errors.Is(err, ErrNotLeader) {
 		t.Errorf("Add on the deposed leader: %v, want ErrNotLeader", err)
 	}
 	if lost := lostOn(t, next, acked); len(lost) > 0 {
@@ -495,11 +508,9 @@ func (h hasty) Append(recs []byte) (waiter, error) {
 // catches a build that answers before the majority commit: the cut-off
 // leader then acknowledges Adds that no other member ever gets.
 func TestReplicatedNegativeControl(t *testing.T) {
-	wrapJournal = func(j journal) journal { return hasty{j} }
-	t.Cleanup(func() { wrapJournal = nil })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c := newRCluster(t)
+	c := newRClusterWrapped(t, func(j journal, _ *slog.Logger) journal { return hasty{j} })
 	acked, _, next := cutOffUnderAdds(t, ctx, c)
 	lost := lostOn(t, next, acked)
 	if len(lost) == 0 {
@@ -518,15 +529,15 @@ func TestReplicatedDeposedLeaderGrantsNothing(t *testing.T) {
 	defer cancel()
 	c := newRCluster(t)
 	lead := c.leader(0)
-	if _, _, err := lead.b.Add(ctx, "q", keyNames("k", 5), 0, workqueue.Normal); err != nil {
+	if _, _, err := lead.b.Add(ctx, "q", keyNames("k", 5), AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	held, err := lead.b.Lease(ctx, "q", "w", nil, 1, time.Minute, 0)
+	held, err := lead.b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute})
 	if err != nil || len(held) != 1 {
 		t.Fatalf("Lease on the leader: %v %v", held, err)
 	}
 	c.isolate(lead)
-	grants, err := lead.b.Lease(ctx, "q", "w", nil, 4, time.Minute, 0)
+	grants, err := lead.b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 4, Duration: time.Minute})
 	if err == nil || len(grants) > 0 {
 		t.Errorf("Lease on the cut-off leader: %d keys, %v; want none, and an error", len(grants), err)
 	}
@@ -535,7 +546,7 @@ func TestReplicatedDeposedLeaderGrantsNothing(t *testing.T) {
 		t.Errorf("Extend on the cut-off leader: %v, want an error", exp)
 	}
 	next := c.leader(lead.id)
-	regrants, err := next.b.Lease(ctx, "q", "w2", nil, 5, time.Minute, 0)
+	regrants, err := next.b.Lease(ctx, "q", LeaseOptions{Worker: "w2", Max: 5, Duration: time.Minute})
 	if err != nil || len(regrants) != 5 {
 		t.Fatalf("Lease on the new leader: %d, %v; want all 5", len(regrants), err)
 	}
@@ -564,7 +575,7 @@ func TestReplicatedRandomOperations(t *testing.T) {
 	check := func(step int, what string) {
 		t.Helper()
 		for _, k := range keys {
-			v, err := lead.b.Inspect("q", k)
+			v, err := lead.b.Inspect(t.Context(), "q", k, ReadOptions{})
 			if err != nil {
 				t.Fatalf("step %d (%s): Inspect: %v", step, what, err)
 			}
@@ -579,7 +590,7 @@ func TestReplicatedRandomOperations(t *testing.T) {
 		case op < 7:
 			k := keys[rng.IntN(len(keys))]
 			what = "add " + k
-			if _, _, err := lead.b.Add(ctx, "q", []string{k}, 0, workqueue.Normal); err != nil {
+			if _, _, err := lead.b.Add(ctx, "q", []string{k}, AddOptions{}); err != nil {
 				t.Fatalf("step %d: %s: %v", step, what, err)
 			}
 			present[k] = true
@@ -588,7 +599,7 @@ func TestReplicatedRandomOperations(t *testing.T) {
 			}
 		case op < 11:
 			what = "lease"
-			grants, err := lead.b.Lease(ctx, "q", "w", nil, 1+rng.IntN(3), time.Minute, 0)
+			grants, err := lead.b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 1 + rng.IntN(3), Duration: time.Minute})
 			if err != nil {
 				t.Fatalf("step %d: %s: %v", step, what, err)
 			}
@@ -645,7 +656,7 @@ func TestReplicatedRandomOperations(t *testing.T) {
 	// kills, until every member has a snapshot: every run covers
 	// compaction on each member, whatever its seed.
 	within(t, 30*time.Second, "every member compacts its log", func() bool {
-		if _, _, err := lead.b.Add(ctx, "q", []string{"extra"}, 0, workqueue.Normal); err != nil {
+		if _, _, err := lead.b.Add(ctx, "q", []string{"extra"}, AddOptions{}); err != nil {
 			t.Fatalf("add extra: %v", err)
 		}
 		if _, err := lead.b.Forget(ctx, "q", []string{"extra"}); err != nil {
@@ -672,7 +683,7 @@ func TestReplicatedCatchUpFromSnapshot(t *testing.T) {
 	defer cancel()
 	c := newRCluster(t) // compacted by hand below
 	lead := c.leader(0)
-	if _, _, err := lead.b.Add(ctx, "q", keyNames("early-", 10), 0, workqueue.Normal); err != nil {
+	if _, _, err := lead.b.Add(ctx, "q", keyNames("early-", 10), AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c.converge()
@@ -693,11 +704,11 @@ func TestReplicatedCatchUpFromSnapshot(t *testing.T) {
 		for j := range keys {
 			keys[j] = fmt.Sprintf("bulk-%s-%02d-%04d", long, i, j)
 		}
-		if _, _, err := lead.b.Add(ctx, "q", keys, 0, workqueue.Normal); err != nil {
+		if _, _, err := lead.b.Add(ctx, "q", keys, AddOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	grants, err := lead.b.Lease(ctx, "q", "w", nil, 500, time.Minute, 0)
+	grants, err := lead.b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 500, Duration: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -708,7 +719,7 @@ func TestReplicatedCatchUpFromSnapshot(t *testing.T) {
 	if _, err := lead.b.Ack(ctx, "q", nil, acks); err != nil {
 		t.Fatal(err)
 	}
-	if err := lead.b.compactReplicated(lead.b.walk); err != nil {
+	if err := lead.b.c.Compact(lead.b.walk); err != nil {
 		t.Fatalf("compacting the leader's log: %v", err)
 	}
 	first := snapshotIndex(t, lead)
@@ -731,7 +742,7 @@ func TestReplicatedCatchUpFromSnapshot(t *testing.T) {
 	// after it.
 	c.stop(lead)
 	c.start(lead, nil)
-	if _, _, err := c.leader(0).b.Add(ctx, "q", []string{"late"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := c.leader(0).b.Add(ctx, "q", []string{"late"}, AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.converge(); len(got) != len(want)+1 {
@@ -754,14 +765,14 @@ func TestReplicatedStreamLeaseAfterALongWait(t *testing.T) {
 	lead := c.leader(0)
 	got := make(chan error, 1)
 	go func() {
-		g, err := lead.b.LeaseStream(ctx, "q", "w", nil, 1, time.Minute)
+		g, err := lead.b.LeaseStream(ctx, "q", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute})
 		if err == nil && len(g) != 1 {
 			err = fmt.Errorf("granted %v", g)
 		}
 		got <- err
 	}()
 	time.Sleep(2 * confirmTimeout) // waiting for a key, longer than the bound
-	if _, _, err := lead.b.Add(ctx, "q", []string{"k"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := lead.b.Add(ctx, "q", []string{"k"}, AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {

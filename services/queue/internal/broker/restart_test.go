@@ -16,10 +16,10 @@ func TestSecondRestartKeepsReplayedKeys(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
 	b := open(t, dir, 0)
-	if _, _, err := b.Add(ctx, "jobs", []string{"ns/failed", "ns/plain"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(ctx, "jobs", []string{"ns/failed", "ns/plain"}, AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	grants, err := b.Lease(ctx, "jobs", "w", nil, 1, time.Minute, 0)
+	grants, err := b.Lease(ctx, "jobs", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute})
 	if err != nil || len(grants) != 1 || grants[0].Key != "ns/failed" {
 		t.Fatalf("lease: %v %v", grants, err)
 	}
@@ -31,7 +31,7 @@ func TestSecondRestartKeepsReplayedKeys(t *testing.T) {
 
 	for restart := 1; restart <= 2; restart++ {
 		b = open(t, dir, 0)
-		st, err := b.Stats("jobs") // an operation, that could write
+		st, err := b.Stats(t.Context(), "jobs", ReadOptions{}) // an operation, that could write
 		if err != nil {
 			t.Fatal(err)
 		}

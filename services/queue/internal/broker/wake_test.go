@@ -14,7 +14,7 @@ func waitingLease(t *testing.T, b *Broker, queue, worker string) <-chan []workqu
 	t.Helper()
 	out := make(chan []workqueue.Grant, 1)
 	go func() {
-		g, err := b.Lease(t.Context(), queue, worker, nil, 1, time.Minute, 30*time.Second)
+		g, err := b.Lease(t.Context(), queue, LeaseOptions{Worker: worker, Max: 1, Duration: time.Minute, Wait: 30 * time.Second})
 		if err != nil {
 			t.Error(err)
 		}
@@ -29,9 +29,9 @@ func waitWaiters(t *testing.T, b *Broker, queue string, n int32) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		b.mu.RLock()
-		sh := b.queues[queue]
+		qs := b.queues[queue]
 		b.mu.RUnlock()
-		if sh != nil && sh.waiters.Load() == n {
+		if qs != nil && qs.waiters.Load() == n {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -49,27 +49,27 @@ func TestDueKeyFoundByAnotherCallWakesAWaiter(t *testing.T) {
 	b := open(t, t.TempDir(), 0)
 	defer b.Close()
 	ctx := t.Context()
-	if _, _, err := b.Add(ctx, "q", []string{"x"}, 0, workqueue.Normal); err != nil { // the queue exists
+	if _, _, err := b.Add(ctx, "q", []string{"x"}, AddOptions{}); err != nil { // the queue exists
 		t.Fatal(err)
 	}
-	if g, err := b.Lease(ctx, "q", "w", nil, 1, time.Minute, 0); err != nil || len(g) != 1 {
+	if g, err := b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute}); err != nil || len(g) != 1 {
 		t.Fatal(g, err)
 	}
 	got := waitingLease(t, b, "q", "w")
 	waitWaiters(t, b, "q", 1)
-	if _, _, err := b.Add(ctx, "q", []string{"k"}, 50*time.Millisecond, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(ctx, "q", []string{"k"}, AddOptions{Delay: 50 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	// The race this test makes certain: the timer has not fired when
 	// another call applies the deadline.
 	b.mu.RLock()
-	sh := b.queues["q"]
+	qs := b.queues["q"]
 	b.mu.RUnlock()
-	sh.mu.Lock()
-	sh.timer.Stop()
-	sh.mu.Unlock()
+	qs.mu.Lock()
+	qs.timer.Stop()
+	qs.mu.Unlock()
 	time.Sleep(60 * time.Millisecond) // past the key's not_before
-	if v, _ := b.Inspect("q", "k"); v.State != workqueue.Pending {
+	if v, _ := b.Inspect(t.Context(), "q", "k", ReadOptions{}); v.State != workqueue.Pending {
 		t.Fatalf("k is %v after its delay", v.State)
 	}
 	select {
@@ -89,10 +89,10 @@ func TestOneKeyWakesOneWaiter(t *testing.T) {
 	b := open(t, t.TempDir(), 0)
 	defer b.Close()
 	ctx := t.Context()
-	if _, _, err := b.Add(ctx, "q", []string{"x"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(ctx, "q", []string{"x"}, AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if g, err := b.Lease(ctx, "q", "w", nil, 1, time.Minute, 0); err != nil || len(g) != 1 {
+	if g, err := b.Lease(ctx, "q", LeaseOptions{Worker: "w", Max: 1, Duration: time.Minute}); err != nil || len(g) != 1 {
 		t.Fatal(g, err)
 	}
 	first := waitingLease(t, b, "q", "first")
@@ -102,7 +102,7 @@ func TestOneKeyWakesOneWaiter(t *testing.T) {
 		rest = append(rest, waitingLease(t, b, "q", fmt.Sprint("w", i)))
 	}
 	waitWaiters(t, b, "q", 9)
-	if _, _, err := b.Add(ctx, "q", []string{"k"}, 0, workqueue.Normal); err != nil {
+	if _, _, err := b.Add(ctx, "q", []string{"k"}, AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if g := <-first; len(g) != 1 || g[0].Key != "k" {
@@ -110,11 +110,11 @@ func TestOneKeyWakesOneWaiter(t *testing.T) {
 	}
 	waitWaiters(t, b, "q", 8)
 	b.mu.RLock()
-	sh := b.queues["q"]
+	qs := b.queues["q"]
 	b.mu.RUnlock()
-	sh.mu.Lock()
-	queued := len(sh.waitq)
-	sh.mu.Unlock()
+	qs.mu.Lock()
+	queued := len(qs.waitq)
+	qs.mu.Unlock()
 	if queued != 8 {
 		t.Fatalf("%d waiters in line, want the 8 that were not woken", queued)
 	}
