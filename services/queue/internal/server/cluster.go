@@ -21,11 +21,16 @@ package server
 // peer listener as it hands on QueueService calls (forward.go).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
-	limits "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/services/queue/internal/format"
+
+	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/queue/limits"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/replica"
@@ -81,6 +86,7 @@ func (c *cluster) member() *queuev1.Member {
 		Leader:       true,
 		Term:         c.b.Epoch(),
 		AppliedIndex: applied,
+		FormatLevel:  uint32(format.BuildLevel),
 	}
 }
 
@@ -95,11 +101,14 @@ func (c *cluster) Status(context.Context, *queuev1.StatusRequest) (*queuev1.Stat
 	node := c.b.Member()
 	if node == nil {
 		m := c.member()
-		return &queuev1.StatusResponse{Member: m, LeaderName: m.GetName(), CommitIndex: m.GetAppliedIndex(), MemberCount: 1}, nil
+		return &queuev1.StatusResponse{Member: m, LeaderName: m.GetName(), CommitIndex: m.GetAppliedIndex(), MemberCount: 1, ClusterFormatLevel: m.GetFormatLevel()}, nil
 	}
 	st := node.Status()
 	members := c.replicated()
 	resp := &queuev1.StatusResponse{CommitIndex: st.Commit, MemberCount: uint32(len(members))}
+	if st.IsLeader {
+		resp.ClusterFormatLevel = uint32(node.ClusterLevel())
+	}
 	for _, m := range members {
 		if m.GetName() == c.self.Name {
 			resp.Member = m
@@ -165,6 +174,76 @@ func (c *cluster) MemberRemove(ctx context.Context, req *queuev1.MemberRemoveReq
 	return &queuev1.MemberRemoveResponse{Members: c.described(members)}, nil
 }
 
+func (c *cluster) MoveLeader(ctx context.Context, req *queuev1.MoveLeaderRequest) (*queuev1.MoveLeaderResponse, error) {
+	if to := req.GetTo(); to != "" {
+		if err := limits.CheckMemberName("to", to); err != nil {
+			return nil, invalid(err)
+		}
+	}
+	node := c.b.Member()
+	if node == nil {
+		return nil, queueclient.Refusal(codes.FailedPrecondition, queueclient.ReasonNotReplicated,
+			fmt.Sprintf("leadership was not moved: this queue is one member, %q, started without --initial-cluster; it has no other member to lead", c.self.Name))
+	}
+	if l, fctx := c.forward(ctx); l != nil {
+		return l.MoveLeader(fctx, req)
+	}
+	leader, err := node.MoveLeader(ctx, req.GetTo())
+	switch {
+	case errors.Is(err, replica.ErrNoTarget):
+		return nil, status.Errorf(codes.FailedPrecondition, "leadership was not moved: %v", err)
+	case errors.Is(err, replica.ErrTransferAborted):
+		return nil, status.Errorf(codes.Aborted, "leadership was not moved: %v; try again, or name another member", err)
+	case err != nil:
+		target := "to the member furthest along"
+		if req.GetTo() != "" {
+			target = "to " + req.GetTo()
+		}
+		return nil, membershipStatus(err, "leadership was not moved %s", target)
+	}
+	return &queuev1.MoveLeaderResponse{LeaderName: leader}, nil
+}
+
+// snapshotChunk is the most of a backup one SnapshotResponse carries.
+const snapshotChunk = 1 << 20
+
+func (c *cluster) Snapshot(_ *queuev1.SnapshotRequest, stream queuev1.ClusterService_SnapshotServer) error {
+	ctx := stream.Context()
+	if l, fctx := c.forward(ctx); l != nil {
+		up, err := l.Snapshot(fctx, &queuev1.SnapshotRequest{})
+		if err != nil {
+			return err
+		}
+		for {
+			m, err := up.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		}
+	}
+	// The whole file first: the backup's moment is the broker's, and its
+	// answer waits for the commit of what it copied; nothing is sent of a
+	// backup that is then refused.
+	var buf bytes.Buffer
+	if _, err := c.b.Backup(ctx, &buf); err != nil {
+		return ToStatus(err)
+	}
+	for b := buf.Bytes(); len(b) > 0; {
+		n := min(len(b), snapshotChunk)
+		if err := stream.Send(&queuev1.SnapshotResponse{Data: b[:n]}); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
 // forward returns the leader's ClusterService and the context to call it
 // with when this member should hand a change on, nil when it answers
 // itself: it leads, knows no leader (the node then refuses NOT_LEADER),
@@ -187,7 +266,11 @@ func (c *cluster) described(members []replica.Member) []*queuev1.Member {
 	st := c.b.Member().Status()
 	out := make([]*queuev1.Member, 0, len(members))
 	for _, p := range members {
-		m := &queuev1.Member{Name: p.Name, PeerAddr: p.Addr, ClientAddr: p.ClientAddr, Leader: p.ID == st.Leader, Learner: p.Learner}
+		m := &queuev1.Member{Name: p.Name, PeerAddr: p.Addr, ClientAddr: p.ClientAddr, Leader: p.ID == st.Leader, Learner: p.Learner,
+			FormatLevel: uint32(c.b.Member().MemberLevel(p.ID))}
+		if active, known := st.Active[p.ID]; st.IsLeader && known {
+			m.Unreachable = !active
+		}
 		if p.Name == c.self.Name {
 			m.ClientAddr, m.Term, m.AppliedIndex = c.self.ClientAddr(), st.Term, st.Applied
 		}
@@ -209,15 +292,15 @@ func membershipStatus(err error, what, name string) error {
 	case errors.Is(err, replica.ErrLastVoter), errors.Is(err, replica.ErrRemoveLeader):
 		return status.Errorf(codes.FailedPrecondition, "%s: %v; nothing changed (stop the leader: another member takes over within an election timeout and can remove it)", prefix, err)
 	case errors.As(err, &nl):
-		return limits.Refusal(codes.Unavailable, limits.ReasonNotLeader, fmt.Sprintf("%s: this member does not lead the queue now: nothing changed; retry on any member: %v", prefix, err))
+		return queueclient.Refusal(codes.Unavailable, queueclient.ReasonNotLeader, fmt.Sprintf("%s: this member does not lead the queue now: nothing changed; retry on any member: %v", prefix, err))
 	}
-	return toStatus(err)
+	return ToStatus(err)
 }
 
 // alone is the refusal of a membership change on a queue of one member:
 // what was not done, and why.
 func (c *cluster) alone(format, name string) error {
-	return limits.Refusal(codes.FailedPrecondition, limits.ReasonNotReplicated,
+	return queueclient.Refusal(codes.FailedPrecondition, queueclient.ReasonNotReplicated,
 		fmt.Sprintf(format+": this queue is one member, %q, started without --initial-cluster, and membership changes need a replicated queue; nothing changed",
 			name, c.self.Name))
 }

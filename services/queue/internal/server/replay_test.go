@@ -2,16 +2,15 @@ package server
 
 import (
 	"context"
-	"strings"
-	"testing"
-	"time"
-
-	limits "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/queue/limits"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"strings"
+	"testing"
+	"time"
 )
 
 func openBroker(t *testing.T, dir string) *broker.Broker {

@@ -28,7 +28,8 @@ import (
 	"fmt"
 	"time"
 
-	limits "github.com/batonrun/baton/client/queue"
+	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/queue/limits"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/replica"
@@ -44,7 +45,8 @@ import (
 
 type server struct {
 	queuev1.UnimplementedQueueServiceServer
-	b *broker.Broker
+	b       *broker.Broker
+	streams *Streams // nil: the work streams are not recorded
 }
 
 var _ queuev1.QueueServiceServer = (*server)(nil)
@@ -145,31 +147,33 @@ func priority(p queuev1.Priority) (workqueue.Priority, error) {
 	return 0, status.Errorf(codes.InvalidArgument, "unknown priority %d", p)
 }
 
-// toStatus translates the broker's and store's errors to gRPC codes.
-func toStatus(err error) error {
+// ToStatus translates the broker's and store's errors to gRPC codes, once
+// for both of the queue's boundaries: the gRPC API, and the dashboard's
+// JSON, which maps the code to HTTP.
+func ToStatus(err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, store.ErrNoSpace):
-		return limits.Refusal(codes.ResourceExhausted, limits.ReasonNoSpace, "the queue's disk is full: nothing was stored; retry when space is back")
+		return queueclient.Refusal(codes.ResourceExhausted, queueclient.ReasonNoSpace, "the queue's disk is full: nothing was stored; retry when space is back")
 	case errors.Is(err, store.ErrStopped):
-		return limits.Refusal(codes.Unavailable, limits.ReasonStopped,
+		return queueclient.Refusal(codes.Unavailable, queueclient.ReasonStopped,
 			fmt.Sprintf("the queue's store has stopped (a change in flight may or may not be stored; the queue restarts and recovers): %v", err))
 	case errors.Is(err, broker.ErrNotLeader):
-		return limits.Refusal(codes.Unavailable, limits.ReasonNotLeader,
+		return queueclient.Refusal(codes.Unavailable, queueclient.ReasonNotLeader,
 			fmt.Sprintf("this member does not lead the queue now: nothing changed; retry on any member: %v", err))
 	case errors.Is(err, replica.ErrLeadershipLost):
-		return limits.Refusal(codes.Unavailable, limits.ReasonLeadershipLost,
+		return queueclient.Refusal(codes.Unavailable, queueclient.ReasonLeadershipLost,
 			"leadership moved with the change in flight: it may or may not be stored; an Add may be retried, a lease is gone")
 	case errors.Is(err, replica.ErrStopped):
-		return limits.Refusal(codes.Unavailable, limits.ReasonStopped,
+		return queueclient.Refusal(codes.Unavailable, queueclient.ReasonStopped,
 			fmt.Sprintf("this member's raft log has stopped (a change in flight may or may not be stored; the member restarts and recovers): %v", err))
 	case errors.Is(err, store.ErrClosed):
 		return status.Errorf(codes.Unavailable, "the queue is shutting down: %v", err)
 	case errors.Is(err, broker.ErrQueueNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, broker.ErrTooManyQueues):
-		return limits.Refusal(codes.ResourceExhausted, limits.ReasonTooManyQueues,
+		return queueclient.Refusal(codes.ResourceExhausted, queueclient.ReasonTooManyQueues,
 			fmt.Sprintf("%v (--max-queues): nothing was stored; a queue is forgotten once it has been empty for --empty-queue-retention", err))
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded before the change was durable; it may or may not be stored")
@@ -200,9 +204,9 @@ func (s *server) Add(ctx context.Context, req *queuev1.AddRequest) (*queuev1.Add
 	if req.GetRevision() < 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "revision %d is negative", req.GetRevision())
 	}
-	queued, collapsed, err := s.b.AddAt(ctx, req.GetQueue(), req.GetKeys(), delay, p, req.GetRevision())
+	queued, collapsed, err := s.b.Add(ctx, req.GetQueue(), req.GetKeys(), broker.AddOptions{Delay: delay, Priority: p, Revision: req.GetRevision()})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	return &queuev1.AddResponse{Queued: uint32(queued), Collapsed: uint32(collapsed)}, nil
 }
@@ -217,7 +221,7 @@ func leaseParams(queue, worker, countField string, count uint32, leaseDuration *
 	if err := limits.CheckName("worker", worker); err != nil {
 		return 0, 0, invalid(err)
 	}
-	if err := limits.CheckCount(countField, int(min(count, limits.MaxBatch+1)), 0); err != nil {
+	if err := limits.CheckCount(countField, count, 0); err != nil {
 		return 0, 0, invalid(err)
 	}
 	if d, err = duration("lease_duration", leaseDuration, limits.MaxLease); err != nil {
@@ -235,9 +239,9 @@ func (s *server) Lease(ctx context.Context, req *queuev1.LeaseRequest) (*queuev1
 	if err != nil {
 		return nil, err
 	}
-	grants, err := s.b.Lease(ctx, req.GetQueue(), req.GetWorker(), holderOf(ctx), n, d, wait)
+	grants, err := s.b.Lease(ctx, req.GetQueue(), broker.LeaseOptions{Worker: req.GetWorker(), Holder: holderOf(ctx), Max: n, Duration: d, Wait: wait})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	// Read after the grants: at least the revision of every Add that made
 	// one of them ready.
@@ -274,7 +278,7 @@ func (s *server) Ack(ctx context.Context, req *queuev1.AckRequest) (*queuev1.Ack
 	}
 	ok, err := s.b.Ack(ctx, req.GetQueue(), holderOf(ctx), items)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	resp := &queuev1.AckResponse{Results: make([]*queuev1.AckResult, len(items))}
 	results := make([]queuev1.AckResult, len(items)) // one allocation, not one per key
@@ -341,11 +345,11 @@ func (s *server) Extend(ctx context.Context, req *queuev1.ExtendRequest) (*queue
 		refs[i] = broker.AckItem{Key: l.GetKey(), Token: l.GetToken()}
 	}
 	if err := s.b.Err(); err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	exp, err := s.b.Extend(ctx, req.GetQueue(), holderOf(ctx), refs, d)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	resp := &queuev1.ExtendResponse{Results: make([]*queuev1.ExtendResult, len(refs))}
 	for i, r := range refs {
@@ -367,7 +371,7 @@ func (s *server) Forget(ctx context.Context, req *queuev1.ForgetRequest) (*queue
 	}
 	n, err := s.b.Forget(ctx, req.GetQueue(), req.GetKeys())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	return &queuev1.ForgetResponse{Forgotten: uint32(n)}, nil
 }
@@ -379,18 +383,22 @@ func (s *server) Inspect(ctx context.Context, req *queuev1.InspectRequest) (*que
 	if err := limits.CheckKey("key", req.GetKey()); err != nil {
 		return nil, invalid(err)
 	}
-	v, err := s.b.Inspect(req.GetQueue(), req.GetKey())
+	v, err := s.b.Inspect(ctx, req.GetQueue(), req.GetKey(), broker.ReadOptions{Serializable: req.GetSerializable()})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	return &queuev1.InspectResponse{Item: toItem(v)}, nil
 }
+
+// PageToken is List's next_page_token after key: a member that reads a
+// leader's List continues from a key with it.
+func PageToken(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
 
 func (s *server) List(ctx context.Context, req *queuev1.ListRequest) (*queuev1.ListResponse, error) {
 	if err := limits.CheckQueueName(req.GetQueue()); err != nil {
 		return nil, invalid(err)
 	}
-	if err := limits.CheckCount("page_size", int(min(req.GetPageSize(), limits.MaxBatch+1)), 0); err != nil {
+	if err := limits.CheckCount("page_size", req.GetPageSize(), 0); err != nil {
 		return nil, invalid(err)
 	}
 	var state workqueue.State
@@ -421,9 +429,9 @@ func (s *server) List(ctx context.Context, req *queuev1.ListRequest) (*queuev1.L
 	if state == workqueue.Absent {
 		return resp, nil // the queue lists what it holds
 	}
-	views, more, err := s.b.List(req.GetQueue(), state, after, size)
+	views, more, err := s.b.List(ctx, req.GetQueue(), state, after, size, broker.ReadOptions{Serializable: req.GetSerializable()})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	// A page also ends before it would pass what a client can receive:
 	// items carry error texts of up to 4 KiB.
@@ -436,7 +444,7 @@ func (s *server) List(ctx context.Context, req *queuev1.ListRequest) (*queuev1.L
 		resp.Items = append(resp.Items, toItem(v))
 	}
 	if more {
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(views[len(views)-1].Key))
+		resp.NextPageToken = PageToken(views[len(views)-1].Key)
 	}
 	return resp, nil
 }
@@ -447,9 +455,9 @@ func (s *server) Stats(ctx context.Context, req *queuev1.StatsRequest) (*queuev1
 			return nil, invalid(err)
 		}
 	}
-	stats, err := s.b.Stats(req.GetQueue())
+	stats, err := s.b.Stats(ctx, req.GetQueue(), broker.ReadOptions{Serializable: req.GetSerializable()})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	resp := &queuev1.StatsResponse{}
 	for _, st := range stats {
@@ -461,6 +469,7 @@ func (s *server) Stats(ctx context.Context, req *queuev1.StatsRequest) (*queuev1
 			LongestLeaseAge:  durationpb.New(time.Duration(st.LongestLease)),
 			Workers:          workerStats(st.Workers),
 			ReleasesTotal:    st.Releases,
+			CountingSince:    ts(st.Since),
 		})
 	}
 	return resp, nil

@@ -10,7 +10,10 @@ package server
 //     SDK's ack loop batches unary Acks. An ack of success is answered as
 //     soon as it is applied; the others once their records are durable
 //     (docs/design.md allows the first alone: losing it only offers the
-//     key once more). Extends are applied in runs as one broker Extend;
+//     key once more). A lease's slot is freed once its ack is answered,
+//     not when it is applied, so the next lease never overtakes the
+//     answer that made room for it. Extends are applied in runs as one
+//     broker Extend;
 //   - the pusher leases as many keys as the stream has free slots
 //     (max_in_flight less the leases it was pushed and that are not yet
 //     answered) and sends them, waiting in the broker like a long-polled
@@ -32,11 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"sync"
-	"time"
-
-	limits "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/queue/limits"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
@@ -44,6 +43,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"io"
+	"sync"
+	"time"
 )
 
 // workInbox is how many messages the receiver reads ahead of the applier:
@@ -56,6 +58,12 @@ const releaseTimeout = 10 * time.Second
 // errShuttingDown ends the streams of a queue that is stopping, once
 // they hold nothing.
 var errShuttingDown = status.Error(codes.Unavailable, "work: the queue is shutting down: every lease of this stream is answered; open another stream")
+
+// heldLease is a lease a stream holds.
+type heldLease struct {
+	key   string
+	token uint64
+}
 
 // workStream is one open stream.
 type workStream struct {
@@ -74,13 +82,16 @@ type workStream struct {
 	pushCtx    context.Context
 	stopPushes context.CancelFunc
 
-	mu       sync.Mutex
-	held     map[string]uint64 // leases pushed and not yet answered: key → token
-	drain    bool              // no more pushes: the worker drained, or the queue stops
-	stopping bool              // the queue stops: the stream ends UNAVAILABLE once empty
-	recvErr  error             // why the receiver stopped (io.EOF: the worker closed its side)
-	freed    chan struct{}     // a slot freed: wakes the pusher
-	finished chan error        // the first goroutine to end the stream
+	mu sync.Mutex
+	// held are the leases pushed and not yet answered. A key may be in it
+	// twice: once its ack is applied, the key may be leased again (into a
+	// free slot) before that ack is answered.
+	held     map[heldLease]struct{}
+	drain    bool          // no more pushes: the worker drained, or the queue stops
+	stopping bool          // the queue stops: the stream ends UNAVAILABLE once empty
+	recvErr  error         // why the receiver stopped (io.EOF: the worker closed its side)
+	freed    chan struct{} // a slot freed: wakes the pusher
+	finished chan error    // the first goroutine to end the stream
 	finish   sync.Once
 }
 
@@ -101,6 +112,8 @@ func (s *server) Work(stream queuev1.QueueService_WorkServer) error {
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return err
 	}
+	s.streams.add(w)
+	defer s.streams.remove(w)
 	return w.run()
 }
 
@@ -116,14 +129,14 @@ func (s *server) openWork(stream queuev1.QueueService_WorkServer, first *queuev1
 		return nil, err
 	}
 	if err := s.b.Err(); err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	if !s.b.Leading() {
-		return nil, toStatus(broker.ErrNotLeader)
+		return nil, ToStatus(broker.ErrNotLeader)
 	}
 	return &workStream{
 		b: s.b, stream: stream, queue: open.GetQueue(), worker: open.GetWorker(), holder: holderOf(stream.Context()),
-		max: n, d: d, held: map[string]uint64{}, freed: make(chan struct{}, 1), finished: make(chan error, 1),
+		max: n, d: d, held: map[heldLease]struct{}{}, freed: make(chan struct{}, 1), finished: make(chan error, 1),
 	}, nil
 }
 
@@ -315,36 +328,47 @@ func (w *workStream) acks(ctx context.Context, run []*queuev1.WorkRequest) error
 	return bad
 }
 
-// applyAcks applies items, answers the successes at once and the others
-// once durable, and frees the slots of the leases the stream was pushed.
+// applyAcks applies items and answers them, the successes at once and
+// the others once durable, freeing the slot of each lease the stream was
+// pushed once its answer is sent: a lease is held until its ack is
+// answered (docs/design.md), so with max_in_flight 1 the answer comes
+// before the next lease. A failure once they are applied ends the stream
+// holding none of items: their leases are no longer live, so the
+// hand-back has nothing of theirs to give back.
 func (w *workStream) applyAcks(ctx context.Context, items []broker.AckItem) error {
 	ok, durable, err := w.b.AckNoWait(w.queue, w.holder, items)
 	if err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
-	w.answered(items)
-	defer w.endIfDrained() // after the answers: ending the stream drops what is unsent
-	var later []int
+	now := make([]broker.AckItem, 0, len(items))
+	var later []broker.AckItem
 	for i, it := range items {
 		if ok[i] && it.Outcome != (workqueue.Outcome{}) {
-			later = append(later, i)
+			later = append(later, it)
 			continue
 		}
 		if err := w.sendAck(it.Key, ok[i]); err != nil {
+			w.forget(items)
 			return err
 		}
+		now = append(now, it)
 	}
-	if len(later) == 0 {
-		return nil
-	}
-	if err := durable(ctx); err != nil {
-		return toStatus(err)
-	}
-	for _, i := range later {
-		if err := w.sendAck(items[i].Key, true); err != nil {
-			return err
+	// The pusher may fill these slots while the others wait for the disk.
+	w.answered(now)
+	if len(later) > 0 {
+		if err := durable(ctx); err != nil {
+			w.forget(later)
+			return ToStatus(err)
 		}
+		for _, it := range later {
+			if err := w.sendAck(it.Key, true); err != nil {
+				w.forget(later)
+				return err
+			}
+		}
+		w.answered(later)
 	}
+	w.endIfDrained() // after the answers: ending the stream drops what is unsent
 	return nil
 }
 
@@ -352,21 +376,26 @@ func (w *workStream) sendAck(key string, ok bool) error {
 	return w.send(&queuev1.WorkResponse{Response: &queuev1.WorkResponse_AckResult{AckResult: &queuev1.AckResult{Key: key, Status: ackStatus(ok)}}})
 }
 
-// answered frees the slots of the leases among items this stream holds:
-// an answered ack ends the worker's hold whatever its status.
+// answered frees the slots of the leases among items this stream holds,
+// once their answers are sent: an answered ack ends the worker's hold
+// whatever its status.
 func (w *workStream) answered(items []broker.AckItem) {
-	w.mu.Lock()
-	freed := false
-	for _, it := range items {
-		if t, ok := w.held[it.Key]; ok && t == it.Token {
-			delete(w.held, it.Key)
-			freed = true
-		}
-	}
-	w.mu.Unlock()
-	if freed {
+	if w.forget(items) {
 		w.wake()
 	}
+}
+
+// forget drops the leases among items from what the stream holds, and
+// reports whether it held any. Alone (without answered's wake) it is for
+// a stream that is ending: nothing more is to be pushed into it.
+func (w *workStream) forget(items []broker.AckItem) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.held)
+	for _, it := range items {
+		delete(w.held, heldLease{it.Key, it.Token})
+	}
+	return len(w.held) < n
 }
 
 // endIfDrained ends a stream that pushes no more once it holds nothing:
@@ -402,7 +431,7 @@ func (w *workStream) extends(ctx context.Context, run []*queuev1.WorkRequest) er
 	if len(refs) > 0 {
 		exp, err := w.b.Extend(ctx, w.queue, w.holder, refs, d)
 		if err != nil {
-			return toStatus(err)
+			return ToStatus(err)
 		}
 		var lost []broker.AckItem
 		for i, r := range refs {
@@ -430,16 +459,16 @@ func (w *workStream) push() {
 		if free == 0 {
 			return
 		}
-		grants, err := w.b.LeaseStream(w.pushCtx, w.queue, w.worker, w.holder, free, w.d)
+		grants, err := w.b.LeaseStream(w.pushCtx, w.queue, broker.LeaseOptions{Worker: w.worker, Holder: w.holder, Max: free, Duration: w.d})
 		if err != nil {
 			if w.pushCtx.Err() == nil {
-				w.end(toStatus(err))
+				w.end(ToStatus(err))
 			}
 			return
 		}
 		w.mu.Lock()
 		for _, g := range grants {
-			w.held[g.Key] = g.Token
+			w.held[heldLease{g.Key, g.Token}] = struct{}{}
 		}
 		w.mu.Unlock()
 		rev := w.b.Revision(w.queue) // as Lease's: after the grants
@@ -505,8 +534,8 @@ func (w *workStream) stopPushing(stopping bool) (empty bool) {
 func (w *workStream) release() {
 	w.mu.Lock()
 	items := make([]broker.AckItem, 0, len(w.held))
-	for k, t := range w.held {
-		items = append(items, broker.AckItem{Key: k, Token: t})
+	for l := range w.held {
+		items = append(items, broker.AckItem{Key: l.key, Token: l.token})
 	}
 	clear(w.held)
 	w.mu.Unlock()
