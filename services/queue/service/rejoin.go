@@ -2,24 +2,27 @@ package service
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
+	"time"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/queue/internal/idfile"
 	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/server"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/runtime/authz"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 )
 
 // Two files in the Raft log's directory hold what the log alone does not
@@ -32,68 +35,57 @@ import (
 // alone and a member added later, whose list names it, speaks the queue's
 // id. A log from before the files existed is memberID(name)'s, of
 // clusterID(--initial-cluster).
+//
+// forcedFile holds the cluster id --force-new-cluster gave the queue: a
+// member started again with the flag still set, under that same id, has
+// been forced already and starts as it is (the others may have rejoined
+// since; forcing again would take them out).
 const (
 	memberIDFile  = "member-id"
 	clusterIDFile = "cluster-id"
+	forcedFile    = "forced-cluster-id"
 )
 
-// emptyLog reports whether the Raft log holds nothing: a member that never
-// started, or one that lost its disk.
+// emptyLog reports whether the Raft log holds no entry and no snapshot:
+// a member that never started, one that lost its disk, or one that joined
+// and stopped before the leader's state reached its disk. The last kept
+// the term (and vote) it heard of and nothing of the queue, and a crash
+// that tears the write of that state leaves the same: it must ask as a
+// member that lost its disk does. Started under its saved id instead, it
+// would take its peers from --initial-cluster, since a log without a
+// configuration names none, and when the others have rejoined under new
+// ids since, it would drop every message of theirs as from a stranger and
+// wait for good.
 func emptyLog(l *store.RaftLog) bool {
 	ms := l.MemoryStorage()
-	hs, _, _ := ms.InitialState()
 	last, _ := ms.LastIndex()
 	snap, _ := ms.Snapshot()
-	return hs.Term == 0 && hs.Commit == 0 && last == 0 && snap.Metadata.Index == 0
+	return last == 0 && snap.Metadata.Index == 0
 }
 
-// readID reads an id file (memberIDFile, clusterIDFile); ok is false when
-// there is none.
+// heardOfALeader reports whether the Raft log holds a term: an empty log
+// (emptyLog) with one belonged to a member that joined a queue in use,
+// which cannot be new.
+func heardOfALeader(l *store.RaftLog) bool {
+	hs, _, _ := l.MemoryStorage().InitialState()
+	return hs.Term != 0
+}
+
+// readID reads an id file (memberIDFile, clusterIDFile, forcedFile); ok
+// is false when there is none. A damaged one stops the member: under an
+// id it misread, it would be refused by every peer and wait for good.
 func readID(dir, file string) (id uint64, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(dir, file))
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, false, nil
+	id, ok, err = idfile.Read(dir, file)
+	if errors.Is(err, idfile.ErrDamaged) {
+		return 0, false, fmt.Errorf("%w: this member cannot tell which queue it belongs to or under which id: empty --data-dir and start it again, and it rejoins as a member that lost its disk and catches up from the others", err)
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read %s: %w", file, err)
-	}
-	id, err = strconv.ParseUint(strings.TrimSpace(string(b)), 16, 64)
-	if err != nil || id == 0 {
-		return 0, false, fmt.Errorf("%s holds %q, not an id", filepath.Join(dir, file), b)
-	}
-	return id, true, nil
+	return id, ok, err
 }
 
 // writeID makes an id file durable before the node starts under it: a
 // crash before leaves an empty log, which asks again.
 func writeID(dir, file string, id uint64) error {
-	p := filepath.Join(dir, file)
-	tmp := p + ".new"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", file, err)
-	}
-	_, err = fmt.Fprintf(f, "%016x\n", id)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err == nil {
-		var d *os.File
-		if d, err = os.Open(dir); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", file, err)
-	}
-	return nil
+	return idfile.Write(dir, file, id)
 }
 
 // membership is decideMember's answer: this member's Raft id, the queue's
@@ -118,6 +110,9 @@ func decideMember(ctx context.Context, cfg Config, dir string, rlog *store.RaftL
 	for _, p := range peers {
 		d.members = append(d.members, replica.Member{ID: p.ID, Name: p.Name, Addr: p.PeerAddr})
 	}
+	if emptyLog(rlog) && cfg.ForceNewCluster {
+		return membership{}, fmt.Errorf("--force-new-cluster: %w (start it on the data directory of the member that holds the queue)", replica.ErrNothingToForce)
+	}
 	if !emptyLog(rlog) {
 		saved, ok, err := readID(dir, memberIDFile)
 		if err != nil {
@@ -138,6 +133,11 @@ func decideMember(ctx context.Context, cfg Config, dir string, rlog *store.RaftL
 				return membership{}, err
 			}
 		}
+		if cfg.ForceNewCluster {
+			if cluster, err = forceNewCluster(ctx, dir, rlog, saved, cluster, peers, joinConfig(cfg, peers, tlsSrc, log), log); err != nil {
+				return membership{}, err
+			}
+		}
 		d.id, d.cluster = saved, cluster
 		members := d.members
 		// This member under the id it has; the others as they started
@@ -154,18 +154,16 @@ func decideMember(ctx context.Context, cfg Config, dir string, rlog *store.RaftL
 	if err != nil {
 		return membership{}, err
 	}
-	jc := replica.JoinConfig{ClusterID: clusterID(peers), Name: cfg.Name, Peers: map[string]string{}, TLS: tlsSrc, Logger: log}
-	for _, p := range peers {
-		if p.Name == cfg.Name {
-			jc.Addr = p.PeerAddr
-		} else {
-			jc.Peers[p.Name] = p.PeerAddr
-		}
-	}
-	rj, err := replica.Rejoin(ctx, jc)
+	rj, err := replica.Rejoin(ctx, joinConfig(cfg, peers, tlsSrc, log))
 	stop()
 	if err != nil {
 		return membership{}, err
+	}
+	if rj.Bootstrap && heardOfALeader(rlog) {
+		// Every member answers empty, yet this one joined a queue before:
+		// the queue lost more than this member's log, and forming a new
+		// one would hide that.
+		return membership{}, fmt.Errorf("the raft log in %s holds a term but no entry, as a member that joined a queue in use leaves it, and every other member answers empty: the queue that member joined is lost; remove %s to start a new one", dir, dir)
 	}
 	d.id, d.cluster = memberID(cfg.Name), rj.ClusterID
 	if !rj.Bootstrap {
@@ -204,9 +202,132 @@ func serveEmpty(cfg Config, cluster uint64, tlsSrc *tlsfiles.Source, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("listen on --peer-addr %s while the log is empty: %w", cfg.PeerAddr, err)
 	}
+	// A member that still takes this one for the leader (it led before
+	// its restart) hands its clients' calls to this listener: they are
+	// refused as by any member that does not lead, which the clients
+	// retry elsewhere, not as a service this process lacks.
+	opts = append(opts, grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+		return queueclient.Refusal(codes.Unavailable, queueclient.ReasonNotLeader,
+			"this member is starting on an empty log and does not lead the queue: nothing changed; retry on any member")
+	}))
 	srv := grpc.NewServer(opts...)
 	queuev1.RegisterRaftServiceServer(srv, replica.NewEmptyResponder(cluster))
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	return func() { srv.Stop(); <-done }, nil
+}
+
+// joinConfig is how this member asks the others about their logs
+// (replica.Rejoin, replica.SurveyMembers): under --initial-cluster's id,
+// which an empty member answers to, and by name and peer address, which a
+// member of the queue answers to whatever its id has become.
+func joinConfig(cfg Config, peers []server.Peer, tlsSrc *tlsfiles.Source, log *slog.Logger) replica.JoinConfig {
+	jc := replica.JoinConfig{ClusterID: clusterID(peers), Name: cfg.Name, Peers: map[string]string{}, Existing: cfg.InitialClusterState == ClusterStateExisting, TLS: tlsSrc, Logger: log}
+	for _, p := range peers {
+		if p.Name == cfg.Name {
+			jc.Addr = p.PeerAddr
+		} else {
+			jc.Peers[p.Name] = p.PeerAddr
+		}
+	}
+	return jc
+}
+
+// forceNewCluster makes this member's log a queue of one
+// (replica.ForceNewCluster) under a new cluster id, which it returns,
+// unless the log was forced already under cluster, the id it has now, and
+// the others hold the queue (forcedAgain). The new id is durable before
+// the log changes: a crash in between leaves a log of the old
+// configuration under an id no other member speaks, and the flag, given
+// again, forces it then.
+func forceNewCluster(ctx context.Context, dir string, rlog *store.RaftLog, self, cluster uint64, peers []server.Peer, jc replica.JoinConfig, log *slog.Logger) (uint64, error) {
+	forced, ok, err := readID(dir, forcedFile)
+	if err != nil {
+		return 0, err
+	}
+	if ok && forced == cluster {
+		again, err := forcedAgain(ctx, jc, log)
+		if err != nil {
+			return 0, err
+		}
+		if !again {
+			log.Warn("--force-new-cluster is set, and this member was forced into a queue of one already, which another member now holds too: it starts as it is; remove the flag", "cluster_id", fmt.Sprintf("%016x", cluster))
+			return cluster, nil
+		}
+	}
+	next := cluster
+	for next == cluster || next == 0 {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("--force-new-cluster: a new cluster id: %w", err)
+		}
+		next = binary.BigEndian.Uint64(b[:])
+	}
+	if err := writeID(dir, clusterIDFile, next); err != nil {
+		return 0, err
+	}
+	names := make(map[uint64]string, len(peers))
+	for _, p := range peers {
+		names[p.ID] = p.Name
+	}
+	removed, err := replica.ForceNewCluster(rlog, self, names)
+	if err != nil {
+		return 0, fmt.Errorf("--force-new-cluster: %w", err)
+	}
+	if err := writeID(dir, forcedFile, next); err != nil {
+		return 0, err
+	}
+	log.Warn("--force-new-cluster: this member is now a queue of one, with everything its log holds, under a new cluster id; the others rejoin when started on empty data directories, and a member still holding the old queue's log is refused; remove the flag once they have rejoined",
+		"old_cluster_id", fmt.Sprintf("%016x", cluster), "cluster_id", fmt.Sprintf("%016x", next), "removed", len(removed))
+	return next, nil
+}
+
+// forceAgainWait bounds how long a member started with --force-new-cluster
+// again waits for the others to say whether they hold the queue
+// (forcedAgain). The recovery starts the survivor before the members that
+// lost their disks, so silence is what a second loss looks like; the wait
+// is for a member restarted with the flag left set while the others are
+// starting too.
+const forceAgainWait = 10 * time.Second
+
+// forcedAgain decides for a member forced into a queue of one before, and
+// started with --force-new-cluster again under the id it gave the queue,
+// whether the flag is a new order or one left set. The others are asked,
+// in rounds: if one of them holds a log of the queue, the members have
+// rejoined since and forcing again would take them out, with whatever
+// they hold that this member does not, so it starts as it is; if every
+// one answers that its log is empty, or none of them answers within
+// forceAgainWait, the queue has lost a majority again and only this
+// member can recover it: it forces again, as the flag says (etcd's
+// --force-new-cluster forces every time it is given).
+func forcedAgain(ctx context.Context, jc replica.JoinConfig, log *slog.Logger) (bool, error) {
+	deadline := time.Now().Add(forceAgainWait)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		sv := replica.SurveyMembers(ctx, jc)
+		switch {
+		case len(sv.InUse) > 0:
+			return false, nil
+		case len(sv.Empty) == len(jc.Peers):
+			log.Warn("--force-new-cluster is set, this member was forced into a queue of one before, and every other member answers that its log is empty: the queue lost a majority again; forcing it again", "empty", strings.Join(sv.Empty, ","))
+			return true, nil
+		case !time.Now().Before(deadline):
+			silent := make([]string, 0, len(sv.Silent))
+			var errs []error
+			for name, err := range sv.Silent {
+				silent = append(silent, name)
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+			slices.Sort(silent)
+			log.Error("--force-new-cluster is set, this member was forced into a queue of one before, and no other member says it holds the queue: forcing it again (a member that held the queue and was silent is refused when it starts: empty its data directory)",
+				"silent", strings.Join(silent, ","), "empty", strings.Join(sv.Empty, ","), "waited", forceAgainWait, "errors", errors.Join(errs...))
+			return true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("--force-new-cluster: asking the other members whether they hold the queue: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
 }

@@ -3,15 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
-	"sync"
-	"time"
-
-	limits "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/queue/limits"
 	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/dashboard"
@@ -21,6 +13,13 @@ import (
 	"github.com/batonrun/baton/services/runtime/serve"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 )
 
 // Raft timing defaults (docs/design.md: --heartbeat-interval,
@@ -102,10 +101,22 @@ func clusterID(members []server.Peer) uint64 {
 	return 1
 }
 
+// The values of --initial-cluster-state.
+const (
+	ClusterStateNew      = "new"
+	ClusterStateExisting = "existing"
+)
+
 // validateReplication checks the replication flags, when --initial-cluster
 // is given.
 func (c Config) validateReplication() error {
+	if c.InitialClusterState != ClusterStateNew && c.InitialClusterState != ClusterStateExisting {
+		return fmt.Errorf("--initial-cluster-state must be %q or %q, not %q", ClusterStateNew, ClusterStateExisting, c.InitialClusterState)
+	}
 	if c.InitialCluster == "" {
+		if c.ForceNewCluster {
+			return errors.New("--force-new-cluster needs --initial-cluster: it restarts a member of a replicated queue")
+		}
 		return nil
 	}
 	members, err := parseInitialCluster(c.InitialCluster)
@@ -229,14 +240,14 @@ func (l *leaders) Close() {
 
 // peerPolicy is the peer listener's authorization: the members alone, to
 // raft traffic and to the QueueService calls and membership changes they
-// hand on (each authorized where it arrived: MemberAdd and MemberRemove
+// hand on (each authorized where it arrived: MemberAdd, MemberRemove, MoveLeader and Snapshot
 // are admin's on the client listener).
 func peerPolicy() (*authz.Policy, error) {
 	return authz.Compile([]authz.Rule{{
 		Roles: []string{tlsfiles.RoleQueuePeer},
 		Methods: []string{queuev1.RaftService_Send_FullMethodName, queuev1.RaftService_SendSnapshot_FullMethodName, queuev1.RaftService_Join_FullMethodName, queuev1.RaftService_Publish_FullMethodName,
 			"/" + queuev1.QueueService_ServiceDesc.ServiceName + "/*",
-			queuev1.ClusterService_MemberAdd_FullMethodName, queuev1.ClusterService_MemberRemove_FullMethodName},
+			queuev1.ClusterService_MemberAdd_FullMethodName, queuev1.ClusterService_MemberRemove_FullMethodName, queuev1.ClusterService_MoveLeader_FullMethodName, queuev1.ClusterService_Snapshot_FullMethodName},
 	}})
 }
 
@@ -250,6 +261,9 @@ func dashboardMembers(node *replica.Node, self string) func() dashboard.Members 
 			dm := dashboard.Member{Name: m.Name, PeerAddr: m.Addr, ClientAddr: m.ClientAddr, Leader: m.ID == st.Leader}
 			if match, ok := st.Match[m.ID]; ok && st.IsLeader {
 				dm.Known, dm.Lag = true, st.LastIndex-min(match, st.LastIndex)
+			}
+			if active, ok := st.Active[m.ID]; ok && st.IsLeader {
+				dm.Unreachable = !active
 			}
 			out.Members = append(out.Members, dm)
 		}

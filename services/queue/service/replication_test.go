@@ -53,7 +53,7 @@ func TestReplicationFlagsRefused(t *testing.T) {
 // are never raft's "none"; the cluster id does not depend on the order of
 // --initial-cluster.
 func TestMemberIDs(t *testing.T) {
-	if memberID("a") != memberID("a") || memberID("a") == memberID("b") || memberID("a") == 0 {
+	if a1, a2 := memberID("a"), memberID("a"); a1 != a2 || a1 == memberID("b") || a1 == 0 {
 		t.Fatalf("memberID: a=%d b=%d", memberID("a"), memberID("b"))
 	}
 	x, err := parseInitialCluster("a=h1:1,b=h2:2,c=h3:3")

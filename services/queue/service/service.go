@@ -11,15 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/netip"
-	"os"
-	"strconv"
-	"strings"
-	"time"
-
-	limits "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/queue/limits"
 	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
@@ -34,6 +26,13 @@ import (
 	"github.com/batonrun/baton/services/runtime/trust"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // Config is baton-queue's configuration; the flags of docs/design.md map onto it.
@@ -83,11 +82,33 @@ type Config struct {
 	// PeerAddr is the listen address for the members' raft traffic
 	// (--peer-addr), used only with InitialCluster.
 	PeerAddr string
+	// InitialClusterState is "new" or "existing" (--initial-cluster-state,
+	// etcd's): with an empty data directory, "new" may form the queue, if
+	// every member of InitialCluster answers that its log is empty too;
+	// "existing" never does, and only joins the queue in use through its
+	// leader.
+	InitialClusterState string
+	// ForceNewCluster restarts this member as a queue of one, with
+	// everything its log holds, under a new cluster id
+	// (--force-new-cluster): the operator's recovery once more members lost
+	// their disks than a majority survives.
+	ForceNewCluster bool
 	// HeartbeatInterval and ElectionTimeout are raft's timing
 	// (--heartbeat-interval, --election-timeout).
 	HeartbeatInterval, ElectionTimeout time.Duration
 	// OnPeerListen, if set, learns the bound peer address.
 	OnPeerListen func(net.Addr)
+	// ObserverAddr is the observer's gRPC address, host:port or a
+	// comma-separated list (--observer-addr): the dashboard shows its
+	// health, its lag behind etcd, its outboxes and the controllers'
+	// declarations it read, asking it with the queue's own certificate.
+	// Empty: the dashboard says no observer is configured. The queue asks
+	// it nothing else.
+	ObserverAddr string
+	// ObserverAddrFunc, if set, replaces ObserverAddr with an address
+	// known only once the queue runs ("" until then): the embedded stack
+	// starts the observer after the queue.
+	ObserverAddrFunc func() string
 	// TLS is the certificate the queue serves (and authorizes calls by,
 	// with a CA), or --insecure (docs/security.md).
 	TLS trust.Config
@@ -108,6 +129,7 @@ func DefaultConfig() Config {
 		GracePeriod:             10 * time.Second,
 		Name:                    hostnameOrEmpty(),
 		PeerAddr:                ":7072",
+		InitialClusterState:     ClusterStateNew,
 		HeartbeatInterval:       DefaultHeartbeatInterval,
 		ElectionTimeout:         DefaultElectionTimeout,
 	}
@@ -179,8 +201,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "the gRPC address clients reach this member at (default: --grpc-addr, a wildcard host such as :7070 replaced by the host name)")
 	fs.StringVar(&c.InitialCluster, "initial-cluster", c.InitialCluster, "name=host:port,… of every member's peer address: a replicated queue (empty: a single member)")
 	fs.StringVar(&c.PeerAddr, "peer-addr", c.PeerAddr, "listen address for raft traffic between members (with --initial-cluster)")
+	fs.StringVar(&c.InitialClusterState, "initial-cluster-state", c.InitialClusterState, "new: a member with an empty data directory may form the queue, once every member of --initial-cluster answers that it is empty too; existing: it only ever joins the queue in use")
+	fs.BoolVar(&c.ForceNewCluster, "force-new-cluster", c.ForceNewCluster, "restart this member as a queue of one with everything it holds, under a new cluster id, after more members lost their disks than a majority survives; the others then rejoin on empty data directories (remove the flag once they have)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "how often the leader tells the members it leads (raft's tick)")
 	fs.DurationVar(&c.ElectionTimeout, "election-timeout", c.ElectionTimeout, "how long a member hears no leader before it campaigns (at least 5 heartbeats)")
+	fs.StringVar(&c.ObserverAddr, "observer-addr", c.ObserverAddr, "the observer's gRPC address (host:port, or a comma-separated list), whose health, lag and the controllers' declarations the dashboard shows (empty: not shown)")
 	c.TLS.RegisterFlags(fs)
 }
 
@@ -236,6 +261,18 @@ func (c Config) Validate() error {
 	} else if _, err := defaultAdvertiseAddr(c.GRPCAddr, nil); err != nil {
 		return err
 	}
+	if c.ObserverAddr != "" {
+		addrs := strings.Split(c.ObserverAddr, ",")
+		for i, a := range addrs {
+			field := "--observer-addr"
+			if len(addrs) > 1 {
+				field = fmt.Sprintf("--observer-addr's address %d", i+1)
+			}
+			if err := limits.CheckAddr(field, strings.TrimSpace(a)); err != nil {
+				return flagError(err)
+			}
+		}
+	}
 	if err := c.validateReplication(); err != nil {
 		return err
 	}
@@ -269,13 +306,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	metrics := broker.NewMetrics()
 	reg := prometheus.NewRegistry()
 	bcfg := broker.Config{Queue: wq, DefaultLease: cfg.DefaultLease, MaxQueues: cfg.MaxQueues, EmptyRetention: cfg.EmptyQueueRetention, CompactBytes: cfg.CompactBytes}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	observeSync, err := registerDiskMetrics(reg, cfg.DataDir)
+	if err != nil {
+		return err
+	}
 	var b *broker.Broker
 	var peers []server.Peer
 	if cfg.InitialCluster == "" {
-		b, err = broker.Open(bcfg, store.Options{Dir: cfg.DataDir}, metrics, log)
+		b, err = broker.Open(bcfg, store.Options{Dir: cfg.DataDir, ObserveSync: observeSync}, metrics, log)
 	} else {
 		peers, _ = parseInitialCluster(cfg.InitialCluster) // Validate parsed it
-		b, err = openMember(ctx, cfg, bcfg, peers, tlsSrc, metrics, reg, log)
+		b, err = openMember(ctx, cfg, bcfg, peers, tlsSrc, metrics, reg, observeSync, log)
 	}
 	if err != nil {
 		return err
@@ -285,11 +329,30 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
-	var members func() dashboard.Members
+	// A member of a replicated queue reaches its leader over the peer
+	// listeners: the forwarding of calls, and the dashboard of a member
+	// that does not lead (memberSource).
+	var fwd *leaders
+	streams := server.NewStreams()
+	dopts := dashboard.Options{Streams: func() ([]server.StreamInfo, bool) { return streams.List(), true }}
+	var src dashboard.Source = b
 	if node := b.Member(); node != nil {
-		members = dashboardMembers(node, cfg.Name)
+		fwd = newLeaders(node, tlsSrc, cfg.MaxRequestBytes)
+		defer fwd.Close()
+		dopts.Members = dashboardMembers(node, cfg.Name)
+		src = memberSource{b: b, leader: fwd.Leader}
+		// Every stream ends on the leader: a follower hands each on.
+		dopts.Streams = func() ([]server.StreamInfo, bool) {
+			if !b.Leading() {
+				return nil, false
+			}
+			return streams.List(), true
+		}
 	}
-	dash := dashboard.New(b, members)
+	if addr := cfg.observerAddr(); addr != nil {
+		dopts.Observer = dashboard.NewObserverWatch(dashboard.ObserverConfig{Addr: addr, TLS: tlsSrc, Logger: log})
+	}
+	dash := dashboard.New(src, dopts)
 	go dash.Run(ctx)
 
 	// A store that stopped after a write failure cannot be trusted: end the
@@ -304,7 +367,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := b.Err(); err != nil {
+				err := b.Err()
+				if errors.Is(err, replica.ErrCannotFollow) {
+					// Nothing is wrong with this member's disk: a restart
+					// would meet the same leader. It stays up, not ready
+					// (b.Ready says why), for the operator to act.
+					return
+				}
+				if err != nil {
 					cancel(err)
 					return
 				}
@@ -341,10 +411,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var registerPeer func(*grpc.Server)
 	var peerPol *authz.Policy
 	peerAddr := ""
-	qs := server.New(b)
+	qs := server.NewWithStreams(b, streams)
 	if node := b.Member(); node != nil {
-		fwd := newLeaders(node, tlsSrc, cfg.MaxRequestBytes)
-		defer fwd.Close()
 		if peerPol, err = peerPolicy(); err != nil {
 			return err
 		}
@@ -360,7 +428,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			// answers them here without handing them on again.
 			queuev1.RegisterClusterServiceServer(s, server.NewCluster(b, self))
 		}
-		qs = server.Forwarding(own, fwd.Leader)
+		qs = server.LocalReads(server.Forwarding(own, fwd.Leader), own)
 		ready = func(context.Context) error {
 			if err := b.Ready(); err != nil {
 				return err
@@ -372,7 +440,22 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 
-	err = serve.Run(ctx, serve.Options{
+	// A leader told to stop (SIGTERM) first hands its leadership to the
+	// member whose log is furthest along, while its listeners still serve
+	// raft traffic: the queue then has a leader again within a round trip
+	// or two, not after an election timeout. Only then do the servers stop.
+	// A store that failed stops at once: its node has stopped too.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	go func() {
+		<-ctx.Done()
+		if node := b.Member(); node != nil && errors.Is(context.Cause(ctx), context.Canceled) && node.Status().IsLeader {
+			handOver(node, 2*cfg.ElectionTimeout, log)
+		}
+		stopRun()
+	}()
+
+	err = serve.Run(runCtx, serve.Options{
 		Name: "baton-queue", GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr,
 		Register: func(s *grpc.Server) []string {
 			queuev1.RegisterQueueServiceServer(s, qs)
@@ -385,7 +468,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		OnPeerListen:    cfg.OnPeerListen,
 		PeerAuthzPolicy: peerPol,
 		// Handed-on Leases were bounded on the member they reached; here
-		// they all share that member's one connection and identity.
+		// each counts against the client that member names (serve trusts
+		// the forwarded caller on the peer listener), not against the
+		// member's one connection.
 		PeerLimits: serverlimits.Config{
 			WaitingLeasesPerConnection: serve.MaxConcurrentStreams - 1,
 			WaitingLeasesPerIdentity:   authz.MaxWaitingLeases,
@@ -411,9 +496,36 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return err
 }
 
+// observerAddr is where the dashboard finds the observer, nil when no
+// observer is configured.
+func (c Config) observerAddr() func() string {
+	switch {
+	case c.ObserverAddrFunc != nil:
+		return c.ObserverAddrFunc
+	case c.ObserverAddr != "":
+		return func() string { return c.ObserverAddr }
+	}
+	return nil
+}
+
+// handOver moves this leader's leadership to another member before it
+// stops, within limit (raft gives a transfer up after an election
+// timeout): best effort, since the queue elects a leader without it.
+func handOver(node *replica.Node, limit time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	start := time.Now()
+	to, err := node.MoveLeader(ctx, "")
+	if err != nil {
+		log.Warn("stopping: could not hand leadership over; the others elect a leader after an election timeout", "error", err)
+		return
+	}
+	log.Info("stopping: handed leadership over", "to", to, "took", time.Since(start))
+}
+
 // openMember opens this member's Raft log in --data-dir and starts the
 // broker on it.
-func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []server.Peer, tlsSrc *tlsfiles.Source, metrics *broker.Metrics, reg *prometheus.Registry, log *slog.Logger) (*broker.Broker, error) {
+func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []server.Peer, tlsSrc *tlsfiles.Source, metrics *broker.Metrics, reg *prometheus.Registry, observeSync func(time.Duration), log *slog.Logger) (*broker.Broker, error) {
 	if err := refuseSingleStore(cfg.DataDir); err != nil {
 		return nil, err
 	}
@@ -421,7 +533,7 @@ func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []ser
 	if err != nil {
 		return nil, err
 	}
-	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: dir, Logger: log})
+	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: dir, Logger: log, ObserveSync: observeSync})
 	if err != nil {
 		return nil, fmt.Errorf("open the raft log: %w", err)
 	}

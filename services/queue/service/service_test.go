@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -823,11 +824,40 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	// The disk's: the adds above waited on fdatasyncs, and the data
+	// directory's file system has room and a size.
+	if n := metricValue(t, body, "baton_queue_store_fsync_duration_seconds_count"); n < 1 {
+		t.Errorf("fsyncs observed: %v, want at least one", n)
+	}
+	avail := metricValue(t, body, "baton_queue_store_disk_available_bytes")
+	size := metricValue(t, body, "baton_queue_store_disk_size_bytes")
+	if avail <= 0 || size < avail {
+		t.Errorf("disk available %v of %v bytes, want 0 < available <= size", avail, size)
+	}
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if got := httpGet(t, ctx, "http://"+h.httpAddr+p); strings.TrimSpace(got) != "ok" {
 			t.Errorf("%s: %q", p, got)
 		}
 	}
+}
+
+// metricValue is the value of the unlabelled sample name in a /metrics
+// body.
+func metricValue(t *testing.T, body, name string) float64 {
+	t.Helper()
+	for line := range strings.Lines(body) {
+		v, ok := strings.CutPrefix(line, name+" ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return f
+	}
+	t.Fatalf("/metrics lacks %s", name)
+	return 0
 }
 
 func httpGet(t *testing.T, ctx context.Context, url string) string {
@@ -875,6 +905,9 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{"advertise no host", func(c *service.Config) { c.AdvertiseAddr = ":7070" }, `--advertise-addr ":7070" has no host`},
 		{"advertise no port", func(c *service.Config) { c.AdvertiseAddr = "queue-0" }, `--advertise-addr "queue-0" is not host:port`},
 		{"advertise port 0", func(c *service.Config) { c.AdvertiseAddr = "queue-0:0" }, `--advertise-addr "queue-0:0": port "0" is not a number from 1 to 65535`},
+		{"observer without a port", func(c *service.Config) { c.ObserverAddr = "observer" }, `--observer-addr "observer" is not host:port`},
+		{"observer list with a bad member", func(c *service.Config) { c.ObserverAddr = "observer-0:7071,:7071" }, `--observer-addr's address 2 ":7071" has no host`},
+		{"observer list with an empty member", func(c *service.Config) { c.ObserverAddr = "observer-0:7071," }, `--observer-addr's address 2 is empty: give host:port`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := service.DefaultConfig()

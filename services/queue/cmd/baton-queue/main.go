@@ -4,6 +4,8 @@
 //	baton-queue [flags]                                 serve
 //	baton-queue healthcheck                             probe the local service, exit 0 or 1
 //	baton-queue repair --data-dir DIR [--dry-run]       make a log the queue refuses as corrupt readable again
+//	baton-queue restore --from FILE|- --data-dir DIR [--name N --initial-cluster …]
+//	                                                    seed a new queue from a backup (batonctl queue snapshot save)
 //
 // Every flag can also be set as BATON_QUEUE_<FLAG>, e.g. BATON_QUEUE_DATA_DIR.
 package main
@@ -29,6 +31,9 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "repair" {
 		return repair(args[1:])
 	}
+	if len(args) > 0 && args[0] == "restore" {
+		return restore(args[1:])
+	}
 	cfg := service.DefaultConfig()
 	// A bad flag value is a usage error, exit 2 with one line, as serve.Main
 	// treats flags it cannot parse; Run would report it as a failure (exit
@@ -46,7 +51,7 @@ func run(args []string) int {
 			}
 			return service.Run(ctx, cfg, log)
 		},
-		Usage: []string{repairUsage},
+		Usage: []string{repairUsage, restoreUsage},
 	}, args)
 	if invalid != nil {
 		fmt.Fprintf(os.Stderr, "baton-queue: %v\n", invalid)
@@ -75,6 +80,38 @@ func repair(args []string) int {
 	log := serve.NewLogger(os.Stderr, slog.LevelInfo)
 	if err := service.Repair(*dir, *dry, os.Stdout, log); err != nil {
 		fmt.Fprintf(os.Stderr, "baton-queue repair: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+const restoreUsage = "restore --from FILE|- --data-dir DIR [--name N --initial-cluster name=host:port,…]"
+
+// restore seeds a new queue from a backup: a single member, or, with
+// --initial-cluster, the one member of a new replicated queue that holds
+// the state, which the others join on empty data directories.
+func restore(args []string) int {
+	fs := flag.NewFlagSet("baton-queue restore", flag.ContinueOnError)
+	var cfg service.RestoreConfig
+	fs.StringVar(&cfg.From, "from", "", "the backup file (batonctl queue snapshot save's), - for the standard input; required")
+	fs.StringVar(&cfg.DataDir, "data-dir", service.DefaultConfig().DataDir, "the new member's data directory: empty or not there yet")
+	fs.StringVar(&cfg.Name, "name", service.DefaultConfig().Name, "this member's name, as --name will be when it serves (with --initial-cluster)")
+	fs.StringVar(&cfg.InitialCluster, "initial-cluster", "", "name=host:port,… of every member of the new replicated queue (empty: a single member)")
+	if err := flagenv.Parse(fs, "BATON_QUEUE", args, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "baton-queue restore: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 || cfg.From == "" {
+		fmt.Fprintf(os.Stderr, "baton-queue restore: --from is required, and nothing else\nusage: baton-queue %s\n", restoreUsage)
+		return 2
+	}
+	cfg.In = os.Stdin
+	log := serve.NewLogger(os.Stderr, slog.LevelInfo)
+	if err := service.Restore(cfg, os.Stdout, log); err != nil {
+		fmt.Fprintf(os.Stderr, "baton-queue restore: %v\n", err)
 		return 1
 	}
 	return 0
