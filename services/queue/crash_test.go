@@ -56,7 +56,10 @@ type proc struct {
 	args               []string
 	// gid, if set, is the group the process runs as (its uid stays the
 	// test's): the partition test tells the members' sockets apart by it.
-	gid     uint32
+	gid uint32
+	// bin, if set, is the baton-queue binary to run instead of this
+	// build's (the upgrade test runs an earlier release's).
+	bin     string
 	n       int // starts so far
 	cmd     *exec.Cmd
 	exited  chan struct{}
@@ -138,7 +141,11 @@ func (p *proc) start() {
 		p.t.Fatal(err)
 	}
 	args := append([]string{"--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr, "--data-dir", p.dir, "--log-level", "warn"}, p.args...)
-	cmd := exec.Command(binary, args...)
+	bin := binary
+	if p.bin != "" {
+		bin = p.bin
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if p.gid != 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(os.Getuid()), Gid: p.gid, NoSetGroups: true}}

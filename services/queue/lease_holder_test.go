@@ -9,6 +9,7 @@ import (
 	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -129,5 +130,47 @@ func TestLeasesUnboundInPlaintext(t *testing.T) {
 	}
 	if st := c.ack(q2, queue, l); st != queuev1.AckStatus_ACK_STATUS_OK {
 		t.Errorf("Ack from another connection: %v, want OK", st)
+	}
+}
+
+// TestForwardedHolderIgnoredOnTheClientListener: the holder a member hands
+// on with a call (baton-forwarded-holder) is believed on a replicated
+// queue's peer listener alone. On the client listener a certificate with
+// both the worker and the queue-peer role that sets it is still itself:
+// its Ack of worker-1's lease is LEASE_LOST, and the key stays leased.
+func TestForwardedHolderIgnoredOnTheClientListener(t *testing.T) {
+	d := newTLSDir(t)
+	for _, l := range []certs.Leaf{
+		{Name: "worker-1", Roles: []string{tlsfiles.RoleWorker}},
+		{Name: "worker-peer", Roles: []string{tlsfiles.RoleWorker, tlsfiles.RoleQueuePeer}},
+	} {
+		l.Hosts, l.Days = []string{"127.0.0.1"}, 1
+		if _, err := certs.Issue(d.dir, l, false, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startTLS(t, d)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	client := func(name string) queuev1.QueueServiceClient {
+		conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(d.source(t, d.dir, name).ClientCredentials("")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return queuev1.NewQueueServiceClient(conn)
+	}
+	c := leaseCalls{t, ctx}
+	const queue = "bound"
+	if _, err := client("observer").Add(ctx, &queuev1.AddRequest{Queue: queue, Keys: []string{"k"}}); err != nil {
+		t.Fatal(err)
+	}
+	l := c.lease(client("worker-1"), queue)
+	spoof := leaseCalls{t, metadata.AppendToOutgoingContext(ctx, "baton-forwarded", "1", "baton-forwarded-holder", "worker-1")}
+	if st := spoof.ack(client("worker-peer"), queue, l); st != queuev1.AckStatus_ACK_STATUS_LEASE_LOST {
+		t.Errorf("a worker and queue-peer certificate's Ack of worker-1's lease, claiming to hand it on for worker-1: %v, want LEASE_LOST", st)
+	}
+	if it := c.inspect(client("worker-1"), queue, "k"); it.GetState() != queuev1.ItemState_ITEM_STATE_LEASED {
+		t.Errorf("after the claimed Ack the key is %v, want leased to worker-1", it.GetState())
 	}
 }

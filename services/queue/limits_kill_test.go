@@ -3,21 +3,20 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"github.com/batonrun/baton/client/queue/limits"
+	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	limits "github.com/batonrun/baton/client/queue"
-	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // TestMaxValuesSurviveKill writes the largest value the API takes into
 // every field through the real baton-queue, SIGKILLs it and starts it again
-// on the same data: it must start, and every key must be where it was. This
-// is the reproduction (Add, Lease, an Ack whose failure error is
-// 3 MiB, kill -9, restart): such an Ack once made the queue refuse to start.
+// on the same data: it must start, and every key must be where it was. It
+// replays the sequence that once made the queue refuse to start (Add,
+// Lease, an Ack whose failure error is 3 MiB, kill -9, restart).
 // The request limit is raised so the 3 MiB error reaches the server; by
 // default gRPC refuses such a request whole.
 func TestMaxValuesSurviveKill(t *testing.T) {

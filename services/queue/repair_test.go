@@ -41,7 +41,7 @@ func (p *proc) waitExit(limit time.Duration) string {
 }
 
 // TestDamagedLogRefusedAndRepaired damages the log of a real baton-queue
-// the two ways the issue found silently dropped: a bit flipped in the last
+// in the two ways recovery once dropped silently: a bit flipped in the last
 // complete record (after a clean stop and after kill -9), and the log cut to
 // half its size after a clean stop.
 // The queue must refuse to start, naming the file and offset, and keep

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -93,6 +94,53 @@ func (r *replicated) settle() {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	// A member that found the queue in use rejoined as a learner, made a
+	// voter once it has caught up: wait for every running member to vote.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		learners := r.runningLearners()
+		if len(learners) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("after 30 s, %v still learners", learners)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runningLearners returns the names of the running members that a member's
+// MemberList shows as learners or leaves out, or every running member's
+// when no member answers (none when the test has no clients of its own).
+func (r *replicated) runningLearners() []string {
+	if len(r.ccs) == 0 {
+		return nil // TLS: the test dials, and waits as it needs
+	}
+	var want []string
+	for i, p := range r.procs {
+		if p.running() {
+			want = append(want, fmt.Sprintf("m%d", i+1))
+		}
+	}
+	for i, cc := range r.ccs {
+		if !r.procs[i].running() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.t.Context(), time.Second)
+		ml, err := cc.MemberList(ctx, &queuev1.MemberListRequest{})
+		cancel()
+		if err != nil {
+			continue
+		}
+		var learners []string
+		for _, name := range want {
+			if !slices.ContainsFunc(ml.GetMembers(), func(m *queuev1.Member) bool { return m.GetName() == name && !m.GetLearner() }) {
+				learners = append(learners, name)
+			}
+		}
+		return learners
+	}
+	return want
 }
 
 // notLeader reports whether err is a member's refusal for not leading, or
@@ -320,13 +368,17 @@ func TestReplicatedFollowersForward(t *testing.T) {
 // through one follower is bound to the caller's identity on the leader, so
 // the same worker acks it through the other follower while another worker
 // gets LEASE_LOST; a worker that sets the forwarding metadata itself
-// claims nothing by it; and only members may call the peer listener.
+// claims nothing by it, even with the queue-peer role beside its own on
+// the client listener; and only members may call the peer listener.
 func TestReplicatedForwardingOverMTLS(t *testing.T) {
 	d := newTLSDir(t)
 	for _, name := range []string{"worker-1", "worker-2"} {
 		if _, err := certs.Issue(d.dir, certs.Leaf{Name: name, Roles: []string{tlsfiles.RoleWorker}, Hosts: []string{"127.0.0.1"}, Days: 1}, false, time.Now()); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := certs.Issue(d.dir, certs.Leaf{Name: "worker-peer", Roles: []string{tlsfiles.RoleWorker, tlsfiles.RoleQueuePeer}, Hosts: []string{"127.0.0.1"}, Days: 1}, false, time.Now()); err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -366,6 +418,11 @@ func TestReplicatedForwardingOverMTLS(t *testing.T) {
 	ar, err := q(lead, "worker-2").Ack(spoof, &queuev1.AckRequest{Queue: queue, Acks: []*queuev1.Ack{{Key: l.GetKey(), Token: l.GetToken(), Outcome: &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}}}}})
 	if err != nil || ar.GetResults()[0].GetStatus() != queuev1.AckStatus_ACK_STATUS_LEASE_LOST {
 		t.Errorf("worker-2's Ack on the leader claiming to be forwarded for worker-1: %v %v, want LEASE_LOST", ar, err)
+	}
+	for _, i := range []int{lead, f[0]} {
+		if st := (leaseCalls{t, spoof}).ack(q(i, "worker-peer"), queue, l); st != queuev1.AckStatus_ACK_STATUS_LEASE_LOST {
+			t.Errorf("a worker and queue-peer certificate's Ack on m%d's client listener claiming to be forwarded for worker-1: %v, want LEASE_LOST", i+1, st)
+		}
 	}
 	if st := c.ack(q(f[1], "worker-1"), queue, l); st != queuev1.AckStatus_ACK_STATUS_OK {
 		t.Errorf("worker-1's Ack of its lease through the other follower: %v, want OK", st)
@@ -637,8 +694,10 @@ func TestReplicatedMemberLosesItsDisk(t *testing.T) {
 			t.Fatalf("the leader's /api/members after 20 s: %s", body)
 		}
 	}
-	if code, body := dash(other, "/api/queues"); code != http.StatusServiceUnavailable {
-		t.Errorf("a follower's /api/queues: %d %s, want 503", code, body)
+	// A follower's page shows the queues too, through the leader, with
+	// the leader's counts.
+	if code, body := dash(other, "/api/queues"); code != http.StatusOK || !strings.Contains(string(body), `"name":"q"`) || !strings.Contains(string(body), `"counting_since_ms":`) {
+		t.Errorf("a follower's /api/queues: %d %s, want the queues through the leader", code, body)
 	}
 	if _, body := dash(other, "/api/members"); !strings.Contains(string(body), fmt.Sprintf(`"name":"m%d","peer_addr":%q,"client_addr":%q,"leader":true`, lead+1, r.peers[lead], r.procs[lead].grpcAddr)) {
 		t.Errorf("a follower's /api/members does not show the leader m%d: %s", lead+1, body)
@@ -653,6 +712,10 @@ func TestReplicatedMemberLosesItsDisk(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(metrics), `baton_queue_raft_snapshots_total{op="restored"} 1`) {
 		t.Errorf("the rejoined member did not restore one snapshot:\n%s", grepLines(string(metrics), "baton_queue_raft_snapshots_total"))
+	}
+	// Its Raft log's saves are timed like a single store's group commits.
+	if !strings.Contains(string(metrics), "baton_queue_store_fsync_duration_seconds_count ") || strings.Contains(string(metrics), "baton_queue_store_fsync_duration_seconds_count 0\n") {
+		t.Errorf("the rejoined member observed no fsyncs:\n%s", grepLines(string(metrics), "baton_queue_store_fsync"))
 	}
 	r.procs[other].signal(syscall.SIGKILL, 10*time.Second)
 	add(20, 10*time.Second) // needs the rejoined member's vote and disk
@@ -895,6 +958,47 @@ func TestReplicatedWorkStreamThroughAFollower(t *testing.T) {
 	held := next(s).Lease
 	if held == nil || held.Key != "k2" {
 		t.Fatalf("pushed %+v, want k2", held)
+	}
+
+	// The dashboards: the leader's lists the stream, which ends there; a
+	// follower's leaves the streams to it and shows the leases and the
+	// parked keys through it.
+	if _, err := r.qcs[lead].Add(ctx, &queuev1.AddRequest{Queue: "wp", Keys: []string{"bad"}}); err != nil {
+		t.Fatal(err)
+	}
+	lr, err := r.qcs[lead].Lease(ctx, &queuev1.LeaseRequest{Queue: "wp", Worker: "w", MaxItems: 1})
+	if err != nil || len(lr.GetLeases()) != 1 {
+		t.Fatalf("lease wp: %v %v", lr, err)
+	}
+	if _, err := r.qcs[lead].Ack(ctx, &queuev1.AckRequest{Queue: "wp", Acks: []*queuev1.Ack{{Key: "bad", Token: lr.GetLeases()[0].GetToken(),
+		Outcome: &queuev1.Ack_Terminal{Terminal: &queuev1.AckTerminal{Error: "no such image"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	dash := func(i int, path string) string {
+		t.Helper()
+		resp, err := http.Get("http://" + r.procs[i].httpAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s on m%d: %d %s", path, i+1, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	if w := dash(lead, "/api/workers"); !strings.Contains(w, `"streams_known":true`) ||
+		!regexp.MustCompile(`"worker":"streamer","queue":"ws","leased":1,"last_lease_ms":\d+,"streams":1,"in_flight":1,"max_in_flight":2`).MatchString(w) ||
+		!regexp.MustCompile(`"queue":"ws","key":"k2","worker":"streamer","leased_since_ms":[1-9]`).MatchString(w) {
+		t.Errorf("the leader's /api/workers: %s, want the stream through the follower and k2 held by it, since when", w)
+	}
+	if w := dash(f, "/api/workers"); !strings.Contains(w, `"streams_known":false`) ||
+		!strings.Contains(w, `"worker":"streamer","queue":"ws","leased":1`) ||
+		!strings.Contains(w, `"queue":"ws","key":"k2","worker":"streamer","leased_since_ms":0`) {
+		t.Errorf("a follower's /api/workers: %s, want the streams left to the leader, and k2 held by streamer through it", w)
+	}
+	if p := dash(f, "/api/parked"); !strings.Contains(p, `"parked":[{"queue":"wp","key":"bad","attempts":1,"last_error":"no such image"}],"total":1,"more":0`) {
+		t.Errorf("a follower's /api/parked: %s, want bad with its error", p)
 	}
 
 	r.procs[lead].signal(syscall.SIGKILL, 10*time.Second)
