@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/batonrun/baton/client => ../../client
 	github.com/batonrun/baton/proto => ../../proto
+	github.com/batonrun/baton/sdk => ../../sdk
 	github.com/batonrun/baton/services/etcdembed => ../etcdembed
 	github.com/batonrun/baton/services/runtime => ../runtime
 	github.com/batonrun/baton/test/framework => ../../test/framework
@@ -13,6 +14,7 @@ replace (
 require (
 	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/sdk v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/test/framework v0.0.0-00010101000000-000000000000

@@ -13,6 +13,7 @@ import (
 	"github.com/batonrun/baton/client/kinds"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/observer/internal/checkpoint"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 	"github.com/batonrun/baton/services/observer/service"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -305,19 +306,11 @@ func TestBuiltinDeclarationsAnnounceNothingNew(t *testing.T) {
 func waitRecordCovers(t testing.TB, cli *clientv3.Client, prefix string, rev int64) {
 	t.Helper()
 	waitFor(t, 60*time.Second, fmt.Sprintf("a record covering %s at %d or later", prefix, rev), func() (bool, string) {
-		resp, err := cli.Get(t.Context(), service.RecordKey)
-		if err != nil || len(resp.Kvs) == 0 {
-			return false, fmt.Sprint("no record ", err)
-		}
-		var m struct {
-			Checkpoint int64
-			Prefixes   []struct{ Prefix string }
-		}
-		if err := json.Unmarshal(resp.Kvs[0].Value, &m); err != nil {
+		at, covered, err := checkpoint.NewEtcd(cli).Covers(t.Context())
+		if err != nil {
 			return false, err.Error()
 		}
-		covers := slices.ContainsFunc(m.Prefixes, func(p struct{ Prefix string }) bool { return p.Prefix == prefix })
-		return covers && m.Checkpoint >= rev, fmt.Sprintf("record at %d, prefixes %v", m.Checkpoint, m.Prefixes)
+		return slices.Contains(covered, prefix) && at >= rev, fmt.Sprintf("record at %d, prefixes %v", at, covered)
 	})
 }
 

@@ -1,5 +1,6 @@
 // Package service runs baton-observer, Baton's shared informer: one etcd
-// watch per prefix for every controller, an indexed cache served over
+// watch per prefix for every controller, all on one etcd watch stream
+// (internal/watchmux), an indexed cache served over
 // baton.observer.v1.ObserverService, and a coalescing outbox per queue that
 // hands keys to baton-queue without ever making the watch wait. The
 // baton-observer binary and the embedded dev stack both call Run.
@@ -22,10 +23,11 @@
 // # Parts
 //
 // internal/informer keeps the cache in step with etcd, one informer per
-// prefix; internal/announcer turns the changes into queue keys and
-// priorities; internal/outbox hands them to the queue; internal/checkpoint
-// is the delivery guarantee across restarts and compactions, its story in
-// its doc.go.
+// prefix, each watching through internal/watchmux; internal/announcer
+// turns the changes into queue keys and priorities; internal/outbox hands
+// them to the queue; internal/checkpoint is the delivery guarantee across
+// restarts and compactions, its story in its doc.go. What declarations may
+// make the observer watch is bounded by the limits in client/kinds.
 //
 // # Never missing a change
 //

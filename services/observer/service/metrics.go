@@ -1,6 +1,7 @@
 package service
 
 import (
+	"github.com/batonrun/baton/services/observer/internal/declarations"
 	"github.com/batonrun/baton/services/observer/internal/object"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,7 +17,8 @@ type metrics struct {
 	events, relists, restarts, observed, head, lag *prometheus.Desc
 	outbox, delivered, failures, dropped, objects  *prometheus.Desc
 	malformed, recordWrites, recordBytes, ignored  *prometheus.Desc
-	declarations, refused                          *prometheus.Desc
+	declarations, refused, refusedBy               *prometheus.Desc
+	streams, probes                                *prometheus.Desc
 }
 
 func newMetrics(o *observer) *metrics {
@@ -54,6 +56,9 @@ func newMetrics(o *observer) *metrics {
 		recordBytes:  d("record_written_bytes_total", "Bytes of known-key records written (chunks and manifest)."),
 		declarations: d("declarations", "Controllers' declarations in force (under /baton/rules/)."),
 		refused:      d("declarations_refused", "Controllers' declarations refused (not valid, or a prefix nesting inside or around one in force); each is logged and shown in Status."),
+		refusedBy:    d("declarations_refused_by_reason", "Controllers' declarations refused, by reason: invalid, too_large (over kinds.MaxDeclarationBytes), wrong_key, overlap, too_many_declarations (kinds.MaxDeclarations in force), too_many_prefixes (over kinds.MaxDeclaredPrefixes).", "reason"),
+		streams:      d("watch_streams_total", "etcd watch streams the watches have shared: one, and one more after each break (docs/observer.md)."),
+		probes:       d("watch_probes_total", "Probes of watches that could not trust a progress notification yet (opened while etcd was idle)."),
 		malformed:    d("malformed_objects_total", "Malformed keys and values seen in lists and watch events, by reason: bad_path (not cached, not announced), empty, protobuf, invalid_json, not_object, namespace_mismatch (cached without owners, announced by their own key).", "prefix", "reason"),
 	}
 }
@@ -70,7 +75,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.ignored, m.objects, m.malformed, m.recordWrites, m.recordBytes, m.declarations, m.refused} {
+	for _, d := range []*prometheus.Desc{m.events, m.relists, m.restarts, m.observed, m.head, m.lag, m.outbox, m.delivered, m.failures, m.dropped, m.ignored, m.objects, m.malformed, m.recordWrites, m.recordBytes, m.declarations, m.refused, m.refusedBy, m.streams, m.probes} {
 		ch <- d
 	}
 }
@@ -103,7 +108,14 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.objects, prometheus.GaugeValue, float64(m.o.cache.Len()))
 	ch <- prometheus.MustNewConstMetric(m.recordWrites, prometheus.CounterValue, float64(m.o.keeper.RecordWrites()))
 	ch <- prometheus.MustNewConstMetric(m.recordBytes, prometheus.CounterValue, float64(m.o.keeper.RecordBytes()))
-	inForce, refused := m.o.declarationCounts()
+	streams, probes := m.o.mux.Streams()
+	ch <- prometheus.MustNewConstMetric(m.streams, prometheus.CounterValue, float64(streams))
+	ch <- prometheus.MustNewConstMetric(m.probes, prometheus.CounterValue, float64(probes))
+	inForce, refused, byReason := m.o.declarationCounts()
 	ch <- prometheus.MustNewConstMetric(m.declarations, prometheus.GaugeValue, float64(inForce))
 	ch <- prometheus.MustNewConstMetric(m.refused, prometheus.GaugeValue, float64(refused))
+	// Every reason, zeros too, so an alert on a limit can be written first.
+	for _, r := range declarations.Reasons {
+		ch <- prometheus.MustNewConstMetric(m.refusedBy, prometheus.GaugeValue, float64(byReason[r]), r)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/batonrun/baton/services/observer/internal/informer"
 	"github.com/batonrun/baton/services/observer/internal/outbox"
 	"github.com/batonrun/baton/services/observer/internal/rules"
+	"github.com/batonrun/baton/services/observer/internal/watchmux"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,6 +30,7 @@ import (
 // under kinds.DeclarationPrefix (watches.go).
 type observer struct {
 	etcd      *clientv3.Client
+	mux       *watchmux.Mux // every informer's watch, on one etcd stream
 	cache     *cache.Cache
 	announcer *announcer.Announcer
 	outbox    *outbox.Set
@@ -62,7 +64,7 @@ const readyzKey = "/baton/observer/readyz"
 func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, recordInterval time.Duration, log *slog.Logger) *observer {
 	// The configured prefixes are in the cache from the start, so that a
 	// read waits for their first list instead of being refused.
-	o := &observer{etcd: etcd, rules: rs, cache: cache.New(append(rules.Prefixes(rs), kinds.DeclarationPrefix)),
+	o := &observer{etcd: etcd, mux: watchmux.New(etcd, watchmux.Options{Logger: log}), rules: rs, cache: cache.New(append(rules.Prefixes(rs), kinds.DeclarationPrefix)),
 		decls: declarations.New(rs, reservedPrefixes, log), declC: make(chan struct{}, 1), watches: map[string]*watch{}, log: log}
 	o.metrics = newMetrics(o)
 	o.outbox = outbox.NewSet(rules.Queues(rs), add, outbox.Options{
@@ -70,9 +72,9 @@ func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, recor
 		Latency: func(q string, d time.Duration) { o.metrics.latency.WithLabelValues(q).Observe(d.Seconds()) },
 		Logger:  log,
 	})
-	o.keeper = checkpoint.NewKeeper(checkpoint.NewStore(etcd), o.outbox, recordInterval, log)
+	o.keeper = checkpoint.NewKeeper(checkpoint.NewEtcd(etcd), o.outbox, recordInterval, log)
 	o.announcer = announcer.New(nil, o.cache, o.outbox, o.keeper, log)
-	o.declWatch = informer.New(etcd, kinds.DeclarationPrefix, o.cache, nil, declChanged(o.declC), informer.Options{Logger: log})
+	o.declWatch = informer.New(o.mux, kinds.DeclarationPrefix, o.cache, nil, declChanged(o.declC), informer.Options{Logger: log})
 	return o
 }
 
@@ -88,12 +90,9 @@ func (o *observer) informers() []*informer.Informer {
 	return out
 }
 
-// Nudge asks every watch for a progress notification.
-func (o *observer) Nudge() {
-	for _, in := range o.informers() {
-		in.RequestProgress()
-	}
-}
+// Nudge asks etcd for a progress notification of every watch (one
+// request: they share a stream).
+func (o *observer) Nudge() { o.mux.RequestProgress() }
 
 // ReadWaited observes a cache read's wait for its min_revision.
 func (o *observer) ReadWaited(d time.Duration) { o.metrics.wait.Observe(d.Seconds()) }
@@ -197,17 +196,20 @@ func ruleSource(r rules.Rule) observerv1.RuleSource {
 	}
 }
 
-// declarationCounts returns the declarations in force and refused.
-func (o *observer) declarationCounts() (inForce, refused int) {
+// declarationCounts returns the declarations in force and refused, and
+// the refused by reason.
+func (o *observer) declarationCounts() (inForce, refused int, byReason map[string]int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	byReason = map[string]int{}
 	for _, d := range o.statuses {
 		if d.InForceRevision > 0 {
 			inForce++
 		}
 		if d.Refused != "" {
 			refused++
+			byReason[d.Reason]++
 		}
 	}
-	return inForce, refused
+	return inForce, refused, byReason
 }

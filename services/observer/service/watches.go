@@ -46,6 +46,7 @@ func (c declChanged) Changed(informer.Change) {
 // replayed); those that come later are listed only (their backlog).
 func (o *observer) run(ctx context.Context) {
 	var wg sync.WaitGroup
+	defer o.mux.Close() // after every informer has stopped
 	defer wg.Wait()
 	wg.Go(func() { _ = o.declWatch.Run(ctx) })
 	defer o.stopAll()
@@ -114,12 +115,18 @@ func (o *observer) apply(ctx context.Context, rs []rules.Rule, atStart bool) {
 	}
 	o.announcer.Backlog(backlog)
 	var removed []string
+	inForce := map[string]bool{}
+	for _, p := range rules.Prefixes(rs) {
+		inForce[p] = true
+	}
 	for p, w := range before {
-		if !slices.ContainsFunc(rs, func(r rules.Rule) bool { return r.Prefix == p }) {
+		if !inForce[p] {
 			o.stopWatch(w)
 			removed = append(removed, p)
 		}
 	}
+	// Outboxes of queues no rule names any more go once empty.
+	o.outbox.Retain(rules.Queues(rs))
 	if len(added) > 0 || len(removed) > 0 || len(backlog) > 0 {
 		var prefixes []string
 		for _, w := range added {
@@ -141,8 +148,8 @@ func (o *observer) newWatch(prefix string, atStart bool) *watch {
 	if atStart {
 		opts.Checkpoint, opts.Compacted = o.keeper.Checkpoint, o.announcer.Vanished
 	}
-	w := &watch{in: informer.New(o.etcd, prefix, o.cache, ledger, o.announcer, opts), atStart: atStart}
-	o.keeper.Add(w.in, ledger)
+	w := &watch{in: informer.New(o.mux, prefix, o.cache, ledger, o.announcer, opts), atStart: atStart}
+	o.keeper.Add(w.in, ledger, atStart)
 	return w
 }
 

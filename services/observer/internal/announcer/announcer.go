@@ -101,8 +101,17 @@ func (a *Announcer) SetRules(rs []rules.Rule) (added []rules.Rule) {
 		byPrefix[r.Prefix] = append(byPrefix[r.Prefix], r)
 	}
 	old := a.rules.Swap(&byPrefix)
+	type id struct{ queue, prefix, ownerKind string }
+	before := map[id]bool{}
+	if old != nil {
+		for _, prs := range *old {
+			for _, r := range prs {
+				before[id{r.Queue, r.Prefix, r.OwnerKind}] = true
+			}
+		}
+	}
 	for _, r := range rs {
-		if old == nil || !slices.ContainsFunc((*old)[r.Prefix], r.Same) {
+		if !before[id{r.Queue, r.Prefix, r.OwnerKind}] {
 			added = append(added, r)
 		}
 	}

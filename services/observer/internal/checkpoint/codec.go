@@ -22,16 +22,46 @@ const MaxKeyBytes = 64 << 10
 // missing, its checksum or a count does not match, or the stream is cut.
 var ErrCorrupt = errors.New("checkpoint: known-key record is corrupt")
 
+// encoder front-codes and gzips keys, reusing its compressor: a record
+// of a thousand prefixes encodes a thousand times, and a gzip writer
+// allocates hundreds of kilobytes.
+type encoder struct {
+	zw  *gzip.Writer
+	bw  *bufio.Writer
+	out bytes.Buffer
+}
+
 // encode front-codes keys (sorted, unique, each starting with prefix)
 // without the prefix and gzips the result. It returns the compressed bytes
 // and the length before compression.
 func encode(prefix string, keys []string) ([]byte, int, error) {
-	var out bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&out, gzip.DefaultCompression)
-	if err != nil {
-		return nil, 0, err
+	var e encoder
+	return e.encode(prefix, keys)
+}
+
+func (e *encoder) reset() {
+	e.out = bytes.Buffer{}
+	if e.zw == nil {
+		e.zw, _ = gzip.NewWriterLevel(&e.out, gzip.DefaultCompression)
+		e.bw = bufio.NewWriterSize(e.zw, 64<<10)
+		return
 	}
-	bw := bufio.NewWriterSize(zw, 64<<10)
+	e.zw.Reset(&e.out)
+	e.bw.Reset(e.zw)
+}
+
+func (e *encoder) finish() ([]byte, error) {
+	if err := e.bw.Flush(); err != nil {
+		return nil, err
+	}
+	if err := e.zw.Close(); err != nil {
+		return nil, err
+	}
+	return e.out.Bytes(), nil
+}
+
+func (e *encoder) encode(prefix string, keys []string) ([]byte, int, error) {
+	e.reset()
 	var (
 		prev string
 		raw  int
@@ -48,18 +78,37 @@ func encode(prefix string, keys []string) ([]byte, int, error) {
 		shared := commonPrefix(prev, s)
 		n := binary.PutUvarint(num[:], uint64(shared))
 		n += binary.PutUvarint(num[n:], uint64(len(s)-shared))
-		bw.Write(num[:n])
-		bw.WriteString(s[shared:])
+		e.bw.Write(num[:n])
+		e.bw.WriteString(s[shared:])
 		raw += n + len(s) - shared
 		prev = s
 	}
-	if err := bw.Flush(); err != nil {
-		return nil, 0, err
+	out, err := e.finish()
+	return out, raw, err
+}
+
+// gzip compresses data.
+func (e *encoder) gzip(data []byte) ([]byte, error) {
+	e.reset()
+	e.bw.Write(data)
+	return e.finish()
+}
+
+// gunzip decompresses data, which must hold exactly rawBytes.
+func gunzip(data []byte, rawBytes int) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	if err := zw.Close(); err != nil {
-		return nil, 0, err
+	// One byte more than promised, to tell a longer stream from an exact one.
+	raw, err := io.ReadAll(io.LimitReader(zr, int64(rawBytes)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	return out.Bytes(), raw, nil
+	if len(raw) != rawBytes {
+		return nil, fmt.Errorf("%w: %d bytes, the manifest says %d", ErrCorrupt, len(raw), rawBytes)
+	}
+	return raw, nil
 }
 
 func commonPrefix(a, b string) int {
@@ -74,17 +123,9 @@ func commonPrefix(a, b string) int {
 
 // decode reverses encode: n keys, rawBytes bytes before compression.
 func decode(prefix string, data []byte, n, rawBytes int) ([]string, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(data))
+	raw, err := gunzip(data, rawBytes)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	// One byte more than promised, to tell a longer stream from an exact one.
-	raw, err := io.ReadAll(io.LimitReader(zr, int64(rawBytes)+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if len(raw) != rawBytes {
-		return nil, fmt.Errorf("%w: %d bytes, the manifest says %d", ErrCorrupt, len(raw), rawBytes)
+		return nil, err
 	}
 	keys := make([]string, 0, min(n, len(raw)/2+1))
 	var prev string

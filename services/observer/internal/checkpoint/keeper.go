@@ -19,6 +19,13 @@ import (
 // the first key the stored record lacks.
 const recordBytesPerSecond = 64 << 10
 
+// maxGenerations bounds the generations a record keeps: a write that keeps
+// the prefixes that did not change adds one (until none of its prefixes is
+// kept), and once this many are stored the next write keeps only the
+// largest and rewrites the prefixes of the others (most often a few small
+// ones) into its own.
+const maxGenerations = 8
+
 // Watch is one watched prefix as the Keeper sees it: its informer.
 type Watch interface {
 	// Prefix is the watched prefix.
@@ -41,7 +48,7 @@ type Pending interface {
 // known-key record when the stored one no longer holds, for the watched
 // prefixes of the moment (Add, Remove). Write is called from one goroutine.
 type Keeper struct {
-	store          *Store
+	store          *Etcd
 	pending        Pending
 	recordInterval time.Duration // the least time between two records
 	log            *slog.Logger
@@ -58,12 +65,15 @@ type Keeper struct {
 type watched struct {
 	w Watch
 	l *Ledger
+	// fromStart: the checkpoint waits for its first list and replay. A
+	// prefix added later joins the checkpoint once listed.
+	fromStart bool
 }
 
 // NewKeeper returns a Keeper writing through store; the checkpoint never
 // passes a change pending is still delivering. recordInterval is the least
 // time between two records.
-func NewKeeper(store *Store, pending Pending, recordInterval time.Duration, log *slog.Logger) *Keeper {
+func NewKeeper(store *Etcd, pending Pending, recordInterval time.Duration, log *slog.Logger) *Keeper {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -71,11 +81,16 @@ func NewKeeper(store *Store, pending Pending, recordInterval time.Duration, log 
 }
 
 // Add makes the checkpoint cover w's prefix, whose known keys l keeps.
-// Until w has listed (SafeRevision > 0), the checkpoint stays where it is.
-func (k *Keeper) Add(w Watch, l *Ledger) {
+// A prefix of the start (fromStart: its history since the stored
+// checkpoint is replayed) holds the checkpoint where it is until it has
+// listed and replayed (SafeRevision > 0). One added later joins once
+// listed: what happened under it before its list is its backlog, which
+// its list announces (and the next start's list again), not a change the
+// checkpoint vouches for.
+func (k *Keeper) Add(w Watch, l *Ledger, fromStart bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.watches[w.Prefix()] = watched{w: w, l: l}
+	k.watches[w.Prefix()] = watched{w: w, l: l, fromStart: fromStart}
 }
 
 // Remove stops covering prefix (no longer watched).
@@ -125,29 +140,40 @@ func (k *Keeper) RecordWrites() uint64 { return k.recordWrites.Load() }
 func (k *Keeper) RecordBytes() uint64 { return k.recordBytes.Load() }
 
 // checkpoint computes a revision up to which every change under every
-// prefix has been accepted by the queue (0: not known yet).
+// prefix has been accepted by the queue (0: not known yet), and the
+// prefixes it covers: ws but those added at run time and not listed yet.
 //
 // Every change up to M, the lowest observed revision of the prefixes, has
 // been seen. M follows etcd's head through progress notifications, and the
 // checkpoint writes move the head; so when no watched change happened after
 // the last one seen (L ≤ M), L is used instead: it stands for the same
 // changes and stays put while etcd is idle, so observers stop writing.
-func (k *Keeper) checkpoint(ws []watched) int64 {
+func (k *Keeper) checkpoint(ws []watched) (int64, []watched) {
 	if len(ws) == 0 {
-		return 0
+		return 0, nil
 	}
 	// The informers first: a change is in the outbox before an informer's
 	// observed revision covers it, so the outbox read next cannot miss it.
 	var m, l int64 = -1, 0
+	covered := make([]watched, 0, len(ws))
+	var waiting []watched
 	for _, w := range ws {
 		s := w.w.SafeRevision()
 		if s == 0 {
-			return 0
+			if w.fromStart {
+				return 0, nil
+			}
+			waiting = append(waiting, w)
+			continue
 		}
+		covered = append(covered, w)
 		if m < 0 || s < m {
 			m = s
 		}
 		l = max(l, w.w.LastChange())
+	}
+	if m < 0 {
+		return 0, nil
 	}
 	c := m
 	if l <= m {
@@ -156,7 +182,16 @@ func (k *Keeper) checkpoint(ws []watched) int64 {
 	if p := k.pending.MinPendingRevision(); p > 0 {
 		c = min(c, p-1)
 	}
-	return max(c, 0)
+	// A prefix that listed while the others were read may have a list
+	// revision below c, and changes after it not handed on yet: wait for
+	// the next tick. One that lists from now on lists at etcd's head, past
+	// every revision read above.
+	for _, w := range waiting {
+		if w.w.SafeRevision() != 0 {
+			return 0, nil
+		}
+	}
+	return max(c, 0), covered
 }
 
 // Write records the checkpoint if it moved, with a known-key record valid
@@ -170,23 +205,35 @@ func (k *Keeper) checkpoint(ws []watched) int64 {
 // checkpoint advances only to just below the first such key: replaying
 // from an older checkpoint only announces again what the queue collapses.
 func (k *Keeper) Write(ctx context.Context) {
-	ws := k.snapshot()
-	c := k.checkpoint(ws)
-	if c <= k.lastCheckpoint {
+	c, ws := k.checkpoint(k.snapshot())
+	var (
+		rewrite, ok bool
+	)
+	switch {
+	case c == 0 || c < k.lastCheckpoint:
 		return
-	}
-	c, rewrite, ok := k.plan(ws, c)
-	if !ok {
-		return
+	case c == k.lastCheckpoint:
+		// Nothing new delivered; a prefix listed since, which the stored
+		// record lacks, joins it at the same checkpoint (etcd may stay
+		// idle for long).
+		if !k.joins(ws, c) {
+			return
+		}
+		rewrite = true
+	default:
+		if c, rewrite, ok = k.plan(ws, c); !ok {
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var (
 		outcome Outcome
 		err     error
+		written []bool // by a rewrite, the prefixes written (the others kept)
 	)
 	if rewrite {
-		outcome, err = k.writeRecord(ctx, ws, c)
+		outcome, written, err = k.writeRecord(ctx, ws, c)
 	} else {
 		outcome, err = k.store.Advance(ctx, c)
 	}
@@ -197,8 +244,8 @@ func (k *Keeper) Write(ctx context.Context) {
 	switch outcome {
 	case Written:
 		k.lastCheckpoint = c
-		for _, w := range ws {
-			w.l.Recorded(c, rewrite)
+		for i, w := range ws {
+			w.l.Recorded(c, rewrite && (written == nil || written[i]))
 		}
 	case Behind:
 		k.lastCheckpoint = c // another observer is further on
@@ -207,11 +254,37 @@ func (k *Keeper) Write(ctx context.Context) {
 	}
 }
 
+// joins reports whether a record may be written now with the checkpoint
+// c already stored, to take in a prefix the stored record lacks.
+func (k *Keeper) joins(ws []watched, c int64) bool {
+	if !k.store.Owns() || time.Now().Before(k.nextRecord) {
+		return false
+	}
+	for _, w := range ws {
+		if !k.store.Has(w.l.Prefix()) && w.l.Floor() <= c {
+			return true
+		}
+	}
+	return false
+}
+
 // plan says which checkpoint to store at most c, and whether the record
 // must be rewritten with it; ok is false when none can be stored now.
+//
+// Only the prefixes the stored record covers bind it: a prefix it does not
+// cover (added since, and listed) is, to a start that reads this record,
+// one declared while no observer ran, replayed from the checkpoint or
+// listed from scratch. Holding the checkpoint back would not change that,
+// so such a prefix only asks for a rewrite, which takes it in when the
+// rate limit allows.
 func (k *Keeper) plan(ws []watched, c int64) (at int64, rewrite, ok bool) {
 	var floor, unrecorded int64
+	uncovered := false
 	for _, w := range ws {
+		if !k.store.Has(w.l.Prefix()) {
+			uncovered = true
+			continue
+		}
 		floor = max(floor, w.l.Floor())
 		if u := w.l.Unrecorded(); u > 0 && (unrecorded == 0 || u < unrecorded) {
 			unrecorded = u
@@ -220,23 +293,50 @@ func (k *Keeper) plan(ws []watched, c int64) (at int64, rewrite, ok bool) {
 	if c < floor {
 		return 0, false, false // a record is valid only from the last list on
 	}
-	rewrite = !k.store.Owns() || (unrecorded > 0 && unrecorded <= c)
+	stale := unrecorded > 0 && unrecorded <= c
+	rewrite = !k.store.Owns() || uncovered || stale
 	if rewrite && time.Now().Before(k.nextRecord) {
-		if !k.store.Owns() || unrecorded-1 <= k.lastCheckpoint || unrecorded-1 < floor {
+		if !k.store.Owns() {
 			return 0, false, false
 		}
-		c, rewrite = unrecorded-1, false
+		if stale {
+			c = unrecorded - 1
+		}
+		if c <= k.lastCheckpoint || c < floor {
+			return 0, false, false
+		}
+		rewrite = false
 	}
 	return c, rewrite, true
 }
 
-// writeRecord stores the checkpoint c with a new record of every prefix's
-// known keys, and sets when the next record may be written.
-func (k *Keeper) writeRecord(ctx context.Context, ws []watched, c int64) (Outcome, error) {
+// writeRecord stores the checkpoint c with a new record: the keys of every
+// prefix that changed since the stored record (or that it lacks), the
+// stored record's part for the others (all are written when the stored
+// record is not this observer's; when it keeps maxGenerations, those
+// outside its largest generation are written too). It sets when the next
+// record may be written, and says which prefixes were written.
+func (k *Keeper) writeRecord(ctx context.Context, ws []watched, c int64) (Outcome, []bool, error) {
+	only := "" // the one generation kept prefixes may stay in ("": any)
+	if k.store.Generations() >= maxGenerations {
+		only = k.store.Largest()
+	}
+	written := make([]bool, len(ws))
 	outcome, n, err := k.store.Write(ctx, c, func() []Set {
 		sets := make([]Set, 0, len(ws))
-		for _, w := range ws {
-			sets = append(sets, Set{Prefix: w.l.Prefix(), Keys: w.l.KnownKeys()})
+		for i, w := range ws {
+			p := w.l.Prefix()
+			if k.store.Has(p) && !w.l.Changed() && (only == "" || k.store.Generation(p) == only) {
+				sets = append(sets, Set{Prefix: p, Keep: true})
+				continue
+			}
+			if !k.store.Has(p) && w.l.Floor() > c {
+				// Listed after c: its keys then are not known. It joins
+				// the next record.
+				continue
+			}
+			written[i] = true
+			sets = append(sets, Set{Prefix: p, Keys: w.l.KnownKeys()})
 		}
 		return sets
 	})
@@ -249,5 +349,5 @@ func (k *Keeper) writeRecord(ctx context.Context, ws []watched, c int64) (Outcom
 	if err == nil && outcome == Written {
 		k.log.Debug("wrote checkpoint and known-key record", "checkpoint", c, "bytes", n)
 	}
-	return outcome, err
+	return outcome, written, err
 }

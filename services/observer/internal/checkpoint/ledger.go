@@ -34,6 +34,10 @@ type Ledger struct {
 	// below it (keys deleted before a list, after the revision the cache
 	// reflected, were never seen).
 	floor int64
+	// changes counts the keys added and deleted; snapshot is its value at
+	// the last KnownKeys, recorded at the last one stored. A prefix whose
+	// keys have not changed since keeps its part of the stored record.
+	changes, snapshot, recorded uint64
 }
 
 func minSet(a, b int64) int64 {
@@ -60,6 +64,7 @@ func (l *Ledger) Put(obj *cache.Object, since int64) *cache.Object {
 	defer l.mu.Unlock()
 	old := l.cache.Put(obj)
 	if old == nil {
+		l.changes++
 		if _, ok := l.tomb[obj.Key]; ok {
 			delete(l.tomb, obj.Key) // back: it is in the cache's keys again
 		} else {
@@ -76,6 +81,7 @@ func (l *Ledger) Delete(key string, rev int64) *cache.Object {
 	defer l.mu.Unlock()
 	old := l.cache.Delete(key)
 	if old != nil {
+		l.changes++
 		if l.tomb == nil {
 			l.tomb = map[string]int64{}
 		}
@@ -100,7 +106,9 @@ func (l *Ledger) Listed(rev int64) {
 func (l *Ledger) KnownKeys() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	keys := make([]string, 0, l.cache.Len()+len(l.tomb))
+	// Sized by what the prefix holds: the cache holds every prefix's
+	// objects, and a record asks every prefix for its keys.
+	var keys []string
 	l.cache.Range(l.prefix, func(o *cache.Object) bool {
 		keys = append(keys, o.Key)
 		return true
@@ -114,7 +122,17 @@ func (l *Ledger) KnownKeys() []string {
 		keys = mergeSorted(keys, gone)
 	}
 	l.held, l.fresh = minSet(l.held, l.fresh), 0
+	l.snapshot = l.changes
 	return keys
+}
+
+// Changed reports whether a key was added or deleted since the last
+// KnownKeys whose record was stored (or none was): if not, the stored
+// record still holds exactly the prefix's keys.
+func (l *Ledger) Changed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changes != l.recorded
 }
 
 // mergeSorted merges two sorted lists without common elements.
@@ -148,13 +166,15 @@ func (l *Ledger) Floor() int64 {
 }
 
 // Recorded tells the ledger that the checkpoint rev is stored, with a
-// record of the last KnownKeys if wrote is true. Keys deleted by rev are
+// record of the last KnownKeys if wrote is true (false: the record keeps
+// what it held for the prefix, or the checkpoint moved alone). Keys deleted by rev are
 // forgotten: no later record needs them.
 func (l *Ledger) Recorded(rev int64, wrote bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if wrote {
 		l.held = 0
+		l.recorded = l.snapshot
 	}
 	for k, d := range l.tomb {
 		if d <= rev {

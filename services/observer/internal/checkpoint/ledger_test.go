@@ -1,6 +1,8 @@
 package checkpoint
 
 import (
+	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -75,4 +77,61 @@ func TestLedger(t *testing.T) {
 	in.KnownKeys()
 	in.Recorded(21, true)
 	check("stored at 21", nil, 0)
+}
+
+// KnownKeys costs what its own prefix holds: a prefix of one key in a cache
+// of 100,000 others allocates for one key, not for the whole cache (with a
+// thousand such prefixes, a record took gigabytes).
+func TestKnownKeysAllocatesForItsPrefix(t *testing.T) {
+	c := cache.New([]string{"/registry/pods/", "/registry/greetings/"})
+	for i := range 100000 {
+		c.Put(&cache.Object{Key: fmt.Sprintf("/registry/pods/ns/p%06d", i)})
+	}
+	l := NewLedger(c, "/registry/greetings/")
+	l.Put(&cache.Object{Key: "/registry/greetings/ns/g"}, 1)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const calls = 10
+	for range calls {
+		if keys := l.KnownKeys(); len(keys) != 1 {
+			t.Fatalf("KnownKeys = %q, want the one greeting", keys)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / calls; per > 4<<10 {
+		t.Errorf("KnownKeys of one key allocated %d bytes a call, want at most 4 KiB", per)
+	}
+}
+
+// Changed says whether the stored record still holds exactly the prefix's
+// keys: until a snapshot of a change is stored, it is true.
+func TestLedgerChanged(t *testing.T) {
+	const p = "/registry/pods/"
+	c := cache.New([]string{p})
+	l := NewLedger(c, p)
+	if l.Changed() {
+		t.Error("an empty ledger changed")
+	}
+	l.Put(&cache.Object{Key: p + "a/1"}, 1)
+	if !l.Changed() {
+		t.Error("an addition is no change")
+	}
+	l.KnownKeys()
+	l.Recorded(5, false) // the snapshot was not stored
+	if !l.Changed() {
+		t.Error("unchanged after a record that kept the old keys")
+	}
+	l.KnownKeys()
+	l.Recorded(6, true)
+	if l.Changed() {
+		t.Error("changed after its keys were stored")
+	}
+	l.Put(&cache.Object{Key: p + "a/1", ModRevision: 7}, 7) // a new value, the same key
+	if l.Changed() {
+		t.Error("a new value of a known key changed the keys")
+	}
+	l.Delete(p+"a/1", 8)
+	if !l.Changed() {
+		t.Error("a delete is no change")
+	}
 }

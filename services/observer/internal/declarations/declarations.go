@@ -12,19 +12,35 @@
 // taken before it, so that a newcomer never displaces a declaration in
 // force:
 //
-//   - its value must parse (kinds.Parse) and name the queue of its key,
-//     /baton/rules/<queue>;
+//   - its value must parse (kinds.Parse, which holds it to
+//     kinds.MaxDeclarationBytes and kinds.MaxOwns) and name the queue of
+//     its key, /baton/rules/<queue>;
+//   - at most kinds.MaxDeclarations are in force;
 //   - none of its prefixes may nest inside or around a prefix in force, or
 //     the observer's own (/baton/observer/, /baton/rules/): one watch and
 //     one cache entry per key (equal prefixes share a watch);
-//   - at most MaxDeclarations are in force.
+//   - the prefixes of the declarations in force, beyond the configured
+//     rules' own, are at most kinds.MaxDeclaredPrefixes.
 //
-// A refused declaration changes nothing: it is logged at WARN once (per
-// key and reason) and shown in Status, and if an earlier version of it was
-// in force, that version stays in force until the key is deleted or a
-// valid version replaces it. A rule a declaration states that is already
-// in force (the reference workers publish the built-in declarations) adds
+// The limits live in client/kinds, beside the format they bound. A
+// refused declaration changes nothing: it is logged at WARN once (a key
+// refused again for another reason is logged again at most once per
+// RefusalLogInterval, however often it is rewritten) and shown in Status
+// with its reason (Status.Reason names the
+// kind of refusal, for the metric), and if an earlier version of it was in
+// force, that version stays in force until the key is deleted or a valid
+// version replaces it. A rule a declaration states that is already in
+// force (the reference workers publish the built-in declarations) adds
 // nothing, so it starts no watch and announces nothing.
+//
+// # Cost
+//
+// Update costs what the declarations hold, once: a value is parsed when
+// its mod revision is new, and the checks of a declaration against those
+// in force look up its prefixes' parent directories in an index instead of
+// comparing it with every rule. Refused declarations are checked again at
+// each Update (a declaration deleted may let one in) but never parsed or
+// logged again.
 package declarations
 
 import (
@@ -32,15 +48,33 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/services/observer/internal/rules"
 )
 
-// MaxDeclarations bounds the declarations in force, so that what etcd
-// holds under kinds.DeclarationPrefix cannot make the observer watch
-// without bound.
-const MaxDeclarations = 1000
+// The kinds of refusal (Status.Reason).
+const (
+	// ReasonInvalid: the value does not parse or is not a valid
+	// declaration (kinds.Parse).
+	ReasonInvalid = "invalid"
+	// ReasonTooLarge: the value is over kinds.MaxDeclarationBytes.
+	ReasonTooLarge = "too_large"
+	// ReasonWrongKey: published at a key that is not its queue's.
+	ReasonWrongKey = "wrong_key"
+	// ReasonOverlap: a prefix nests inside or around one in force or a
+	// reserved one.
+	ReasonOverlap = "overlap"
+	// ReasonTooManyDeclarations: kinds.MaxDeclarations are in force.
+	ReasonTooManyDeclarations = "too_many_declarations"
+	// ReasonTooManyPrefixes: its prefixes would pass
+	// kinds.MaxDeclaredPrefixes.
+	ReasonTooManyPrefixes = "too_many_prefixes"
+)
+
+// Reasons are every Status.Reason, for a metric that exports them all.
+var Reasons = []string{ReasonInvalid, ReasonTooLarge, ReasonWrongKey, ReasonOverlap, ReasonTooManyDeclarations, ReasonTooManyPrefixes}
 
 // Entry is one declaration as etcd holds it.
 type Entry struct {
@@ -59,27 +93,54 @@ type Status struct {
 	// force: ModRevision, an earlier one when the current value is refused,
 	// or 0 for none.
 	InForceRevision int64
-	// Refused says why the current value is refused ("" if in force).
-	Refused string
+	// Refused says why the current value is refused ("" if in force), and
+	// Reason which kind of refusal that is (one of Reasons).
+	Refused, Reason string
 }
 
 // Set is the declarations' state from one Update to the next: the version
-// of each key in force, and the refusals already logged. It is not safe
-// for concurrent use.
+// of each key in force, each key's value as last parsed, and the refusals
+// already logged. It is not safe for concurrent use.
 type Set struct {
 	configured []rules.Rule
 	reserved   []string
 	log        *slog.Logger
 
 	inForce map[string]version // key → the version in force
-	logged  map[string]string  // key → the refusal last logged
+	parsed  map[string]parsed  // key → its value at a mod revision, parsed
+	logged  map[string]logged  // key → its refusal last logged
 }
+
+type logged struct {
+	reason string
+	at     time.Time
+}
+
+// RefusalLogInterval is the least time between two WARN lines about one
+// key refused for different reasons (the same reason is logged once).
+const RefusalLogInterval = 5 * time.Minute
 
 type version struct {
 	rev   int64
 	queue string
 	rules []rules.Rule
 }
+
+// parsed is what a value says on its own: a version, or why it cannot be
+// one whatever else is in force.
+type parsed struct {
+	v      version
+	err    error
+	reason string
+}
+
+// refusal is why a declaration is not in force.
+type refusal struct {
+	reason string
+	err    error
+}
+
+func (r *refusal) Error() string { return r.err.Error() }
 
 // New returns a Set on top of the configured rules; no declared prefix may
 // overlap one of reserved (the observer's own keys).
@@ -88,7 +149,7 @@ func New(configured []rules.Rule, reserved []string, log *slog.Logger) *Set {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Set{configured: configured, reserved: reserved, log: log,
-		inForce: map[string]version{}, logged: map[string]string{}}
+		inForce: map[string]version{}, parsed: map[string]parsed{}, logged: map[string]logged{}}
 }
 
 // Update takes entries, every declaration etcd holds now, and returns the
@@ -99,28 +160,30 @@ func (s *Set) Update(entries []Entry) ([]rules.Rule, []Status) {
 	slices.SortFunc(entries, func(a, b Entry) int {
 		return cmp.Or(cmp.Compare(a.ModRevision, b.ModRevision), cmp.Compare(a.Key, b.Key))
 	})
-	inForce := slices.Clone(s.configured)
+	idx := newIndex(s.configured)
 	next := map[string]version{}
 	statuses := make([]Status, 0, len(entries))
 	for _, e := range entries {
 		st := Status{Key: e.Key, ModRevision: e.ModRevision}
-		v, err := s.check(e, inForce, len(next))
-		if err == nil {
-			st.Queue, st.InForceRevision = v.queue, v.rev
-			inForce = admit(inForce, v.rules)
-			next[e.Key] = v
-			s.accepted(e, v)
+		p := s.parse(e)
+		st.Queue = p.v.queue
+		ref := s.check(p, idx, len(next))
+		if ref == nil {
+			st.InForceRevision = p.v.rev
+			idx.admit(p.v.rules)
+			next[e.Key] = p.v
+			s.accepted(e, p.v)
 			statuses = append(statuses, st)
 			continue
 		}
-		st.Refused, st.Queue = err.Error(), v.queue
+		st.Refused, st.Reason = ref.Error(), ref.reason
 		prev, kept := s.inForce[e.Key]
-		if kept && (len(next) >= MaxDeclarations || s.fits(prev.rules, inForce) != nil) {
+		if kept && s.check(parsed{v: prev}, idx, len(next)) != nil {
 			kept = false
 		}
 		if kept {
 			st.InForceRevision = prev.rev
-			inForce = admit(inForce, prev.rules)
+			idx.admit(prev.rules)
 			next[e.Key] = prev
 		}
 		s.refused(e, st, kept)
@@ -129,36 +192,64 @@ func (s *Set) Update(entries []Entry) ([]rules.Rule, []Status) {
 	s.forget(entries, next)
 	s.inForce = next
 	slices.SortFunc(statuses, func(a, b Status) int { return cmp.Compare(a.Key, b.Key) })
-	return inForce, statuses
+	return idx.rules, statuses
 }
 
-// check parses e and checks it against the rules in force, of which n
-// declarations; the version's queue is set when the value parses.
-func (s *Set) check(e Entry, inForce []rules.Rule, n int) (version, error) {
+// parse returns what e's value says on its own, parsing it only when its
+// mod revision is new.
+func (s *Set) parse(e Entry) parsed {
+	if p, ok := s.parsed[e.Key]; ok && p.v.rev == e.ModRevision {
+		return p
+	}
+	p := parsed{v: version{rev: e.ModRevision}}
 	d, err := kinds.Parse(e.Value)
-	if err != nil {
-		return version{}, err
+	switch {
+	case err != nil && len(e.Value) > kinds.MaxDeclarationBytes:
+		p.err, p.reason = err, ReasonTooLarge
+	case err != nil:
+		p.err, p.reason = err, ReasonInvalid
+	default:
+		p.v.queue, p.v.rules = d.Queue, rules.DeclarationRules(d, rules.SourceDeclaration, e.Key)
+		if want := d.Key(); e.Key != want {
+			p.err, p.reason = fmt.Errorf("published at %s but declares queue %s (its key is %s)", e.Key, d.Queue, want), ReasonWrongKey
+		}
 	}
-	v := version{rev: e.ModRevision, queue: d.Queue, rules: rules.DeclarationRules(d, rules.SourceDeclaration, e.Key)}
-	if want := d.Key(); e.Key != want {
-		return v, fmt.Errorf("published at %s but declares queue %s (its key is %s)", e.Key, d.Queue, want)
-	}
-	if n >= MaxDeclarations {
-		return v, fmt.Errorf("%d declarations are in force already, the most the observer executes", MaxDeclarations)
-	}
-	return v, s.fits(v.rules, inForce)
+	s.parsed[e.Key] = p
+	return p
 }
 
-// fits returns why rs cannot join inForce: a prefix that nests inside or
+// check returns why p cannot join the rules of idx, of which n
+// declarations (nil if it can).
+func (s *Set) check(p parsed, idx *index, n int) *refusal {
+	if p.err != nil {
+		return &refusal{p.reason, p.err}
+	}
+	if n >= kinds.MaxDeclarations {
+		return &refusal{ReasonTooManyDeclarations, fmt.Errorf("%d declarations are in force already, the most the observer executes (kinds.MaxDeclarations)", kinds.MaxDeclarations)}
+	}
+	if err := s.fits(p.v.rules, idx); err != nil {
+		return &refusal{ReasonOverlap, err}
+	}
+	if added := idx.newPrefixes(p.v.rules); added > 0 && idx.declared+added > kinds.MaxDeclaredPrefixes {
+		return &refusal{ReasonTooManyPrefixes, fmt.Errorf("its %d new prefixes would make %d declared prefixes, at most %d (kinds.MaxDeclaredPrefixes)",
+			added, idx.declared+added, kinds.MaxDeclaredPrefixes)}
+	}
+	return nil
+}
+
+// fits returns why rs cannot join idx: a prefix that nests inside or
 // around one in force or a reserved one.
-func (s *Set) fits(rs, inForce []rules.Rule) error {
+func (s *Set) fits(rs []rules.Rule, idx *index) error {
 	for i, r := range rs {
 		for _, p := range s.reserved {
 			if r.Prefix == p || rules.Overlap(r.Prefix, p) {
 				return fmt.Errorf("prefix %s overlaps %s, where the observer keeps its own keys", r.Prefix, p)
 			}
 		}
-		for _, o := range append(slices.Clip(inForce), rs[:i]...) {
+		if o, ok := idx.overlapping(r.Prefix); ok {
+			return fmt.Errorf("prefix %s overlaps prefix %s of %s (prefixes in force are equal or disjoint)", r.Prefix, o.Prefix, o.Where())
+		}
+		for _, o := range rs[:i] {
 			if rules.Overlap(r.Prefix, o.Prefix) {
 				return fmt.Errorf("prefix %s overlaps prefix %s of %s (prefixes in force are equal or disjoint)", r.Prefix, o.Prefix, o.Where())
 			}
@@ -167,14 +258,86 @@ func (s *Set) fits(rs, inForce []rules.Rule) error {
 	return nil
 }
 
-// admit adds the rules of rs not yet in force to inForce.
-func admit(inForce, rs []rules.Rule) []rules.Rule {
+// index is the rules in force, with what the checks look up.
+type index struct {
+	rules      []rules.Rule
+	same       map[ruleID]bool
+	prefixes   map[string]rules.Rule // prefix in force → the first rule on it
+	parents    map[string]string     // a parent directory of a prefix in force → that prefix
+	configured map[string]bool       // the configured rules' prefixes
+	declared   int                   // prefixes in force that are not configured
+}
+
+type ruleID struct{ queue, prefix, ownerKind string }
+
+func newIndex(configured []rules.Rule) *index {
+	idx := &index{same: map[ruleID]bool{}, prefixes: map[string]rules.Rule{}, parents: map[string]string{}, configured: map[string]bool{}}
+	for _, r := range configured {
+		idx.configured[r.Prefix] = true
+	}
+	idx.admit(configured)
+	return idx
+}
+
+// admit adds the rules of rs not yet in force.
+func (idx *index) admit(rs []rules.Rule) {
 	for _, r := range rs {
-		if !slices.ContainsFunc(inForce, r.Same) {
-			inForce = append(inForce, r)
+		id := ruleID{r.Queue, r.Prefix, r.OwnerKind}
+		if idx.same[id] {
+			continue
+		}
+		idx.same[id] = true
+		idx.rules = append(idx.rules, r)
+		if _, ok := idx.prefixes[r.Prefix]; ok {
+			continue
+		}
+		idx.prefixes[r.Prefix] = r
+		for _, d := range parentDirs(r.Prefix) {
+			if _, ok := idx.parents[d]; !ok {
+				idx.parents[d] = r.Prefix
+			}
+		}
+		if !idx.configured[r.Prefix] {
+			idx.declared++
 		}
 	}
-	return inForce
+}
+
+// overlapping returns a rule in force whose prefix nests inside or around
+// prefix (prefixes end with "/", so one is inside another exactly when it
+// extends one of the other's parent directories).
+func (idx *index) overlapping(prefix string) (rules.Rule, bool) {
+	for _, d := range parentDirs(prefix) {
+		if r, ok := idx.prefixes[d]; ok {
+			return r, true
+		}
+	}
+	if p, ok := idx.parents[prefix]; ok {
+		return idx.prefixes[p], true
+	}
+	return rules.Rule{}, false
+}
+
+// newPrefixes counts the prefixes of rs not in force.
+func (idx *index) newPrefixes(rs []rules.Rule) int {
+	var seen []string
+	for _, r := range rs {
+		if _, ok := idx.prefixes[r.Prefix]; !ok && !slices.Contains(seen, r.Prefix) {
+			seen = append(seen, r.Prefix)
+		}
+	}
+	return len(seen)
+}
+
+// parentDirs returns the directories above prefix ("/a/b/" → "/", "/a/").
+func parentDirs(prefix string) []string {
+	var out []string
+	for i := 0; i < len(prefix)-1; i++ {
+		if prefix[i] == '/' {
+			out = append(out, prefix[:i+1])
+		}
+	}
+	return out
 }
 
 // accepted logs a version of e newly in force.
@@ -186,12 +349,14 @@ func (s *Set) accepted(e Entry, v version) {
 	s.log.Info("declaration in force", "key", e.Key, "mod_revision", e.ModRevision, "queue", v.queue, "rules", len(v.rules))
 }
 
-// refused logs a refusal once per key and reason.
+// refused logs a refusal: once per key while it stays refused, and again
+// for another reason at most once per RefusalLogInterval.
 func (s *Set) refused(e Entry, st Status, kept bool) {
-	if s.logged[e.Key] == st.Refused {
+	now := time.Now()
+	if l, ok := s.logged[e.Key]; ok && (l.reason == st.Refused || now.Sub(l.at) < RefusalLogInterval) {
 		return
 	}
-	s.logged[e.Key] = st.Refused
+	s.logged[e.Key] = logged{reason: st.Refused, at: now}
 	attrs := []any{"key", e.Key, "mod_revision", e.ModRevision, "reason", st.Refused}
 	if kept {
 		attrs = append(attrs, "in_force_revision", st.InForceRevision)
@@ -208,6 +373,11 @@ func (s *Set) forget(entries []Entry, next map[string]version) {
 	for k := range s.logged {
 		if !present[k] {
 			delete(s.logged, k)
+		}
+	}
+	for k := range s.parsed {
+		if !present[k] {
+			delete(s.parsed, k)
 		}
 	}
 	for k, v := range s.inForce {

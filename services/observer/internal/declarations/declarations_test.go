@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -166,12 +168,12 @@ func TestIgnoreOwnStatus(t *testing.T) {
 func TestMaxDeclarations(t *testing.T) {
 	s := New(nil, reserved, nil)
 	var entries []Entry
-	for i := range MaxDeclarations + 2 {
+	for i := range kinds.MaxDeclarations + 2 {
 		entries = append(entries, entry(t, kinds.Declaration{Queue: fmt.Sprintf("q%04d", i), For: kinds.Kind{Kind: "K", Resource: fmt.Sprintf("k%04d", i)}}, int64(i+1)))
 	}
 	rs, st := s.Update(entries)
-	if len(rs) != MaxDeclarations {
-		t.Errorf("%d rules in force, want %d", len(rs), MaxDeclarations)
+	if len(rs) != kinds.MaxDeclarations {
+		t.Errorf("%d rules in force, want %d", len(rs), kinds.MaxDeclarations)
 	}
 	refused := 0
 	for _, x := range st {
@@ -184,5 +186,95 @@ func TestMaxDeclarations(t *testing.T) {
 	}
 	if refused != 2 {
 		t.Errorf("%d refused, want 2", refused)
+	}
+}
+
+// wide is the declaration of queue q for a kind of its own owning
+// kinds.MaxOwns kinds of its own: 1 + kinds.MaxOwns prefixes no other
+// declaration has.
+func wide(q string) kinds.Declaration {
+	d := kinds.Declaration{Queue: q, For: kinds.Kind{Kind: "K" + q, Resource: q}}
+	for j := range kinds.MaxOwns {
+		d.Owns = append(d.Owns, kinds.Kind{Kind: fmt.Sprintf("K%sO%d", q, j), Resource: fmt.Sprintf("%s-o%d", q, j)})
+	}
+	return d
+}
+
+// The declarations' prefixes beyond the configured ones are at most
+// kinds.MaxDeclaredPrefixes: a declaration that would pass it is refused
+// whole, and one that adds no prefix (or few enough) still comes in.
+func TestMaxDeclaredPrefixes(t *testing.T) {
+	configured := []rules.Rule{{Queue: "pods", Prefix: "/registry/pods/"}}
+	var logs bytes.Buffer
+	s := New(configured, reserved, slog.New(slog.NewTextHandler(&logs, nil)))
+	per := 1 + kinds.MaxOwns
+	fit := kinds.MaxDeclaredPrefixes / per
+	var entries []Entry
+	for i := range fit + 1 {
+		entries = append(entries, entry(t, wide(fmt.Sprintf("w%03d", i)), int64(i+1)))
+	}
+	// One more kind fits beside them, and a controller of pods owning pods
+	// adds no prefix.
+	room := kinds.MaxDeclaredPrefixes - fit*per
+	small := kinds.Declaration{Queue: "small", For: kinds.Kind{Kind: "Small", Resource: "smalls"}}
+	podsToo := kinds.Declaration{Queue: "pods2", For: kinds.MustBuiltin(kinds.Pod)}
+	entries = append(entries, entry(t, small, 1000), entry(t, podsToo, 1001))
+	rs, st := s.Update(entries)
+	if got, want := len(rules.Prefixes(rs)), 1+fit*per+min(room, 1); got != want {
+		t.Errorf("%d prefixes in force, want %d", got, want)
+	}
+	tooMany := fmt.Sprintf("/baton/rules/w%03d", fit)
+	for _, x := range st {
+		switch {
+		case x.Key == tooMany:
+			if x.Reason != ReasonTooManyPrefixes || !strings.Contains(x.Refused, fmt.Sprintf("at most %d (kinds.MaxDeclaredPrefixes)", kinds.MaxDeclaredPrefixes)) {
+				t.Errorf("%s: refused %q (%s), want over kinds.MaxDeclaredPrefixes", x.Key, x.Refused, x.Reason)
+			}
+		case x.Refused != "":
+			t.Errorf("%s refused: %s", x.Key, x.Refused)
+		}
+	}
+	s.Update(entries)
+	if n := strings.Count(logs.String(), "declaration refused"); n != 1 {
+		t.Errorf("%d refusals logged over two updates, want 1:\n%s", n, logs.String())
+	}
+	// One gone: the refused one comes in.
+	rs, st = s.Update(slices.Delete(slices.Clone(entries), 0, 1))
+	for _, x := range st {
+		if x.Refused != "" {
+			t.Errorf("%s refused after another left: %s", x.Key, x.Refused)
+		}
+	}
+	if got := len(rules.Prefixes(rs)); got > 1+kinds.MaxDeclaredPrefixes {
+		t.Errorf("%d prefixes in force", got)
+	}
+}
+
+// A value is parsed once per mod revision: an Update of declarations it
+// has seen does not parse them again, whatever their number.
+func TestUpdateParsesEachValueOnce(t *testing.T) {
+	s := New(nil, reserved, nil)
+	var entries []Entry
+	size := 0
+	for i := range 2000 {
+		// Valid JSON at the wrong key, a few KiB each: refused every time.
+		d := wide(fmt.Sprintf("r%04d", i))
+		b, err := d.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, Entry{Key: fmt.Sprintf("/baton/rules/x%04d", i), ModRevision: int64(i + 1), Value: b})
+		size += len(b)
+	}
+	s.Update(entries)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, st := s.Update(entries)
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > uint64(size)/4 {
+		t.Errorf("an Update of %d declarations seen before allocated %d bytes (their values: %d); want no parse", len(entries), got, size)
+	}
+	if st[0].Reason != ReasonWrongKey {
+		t.Errorf("status %+v, want refused for its key", st[0])
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/batonrun/baton/services/etcdembed"
 	"github.com/batonrun/baton/services/observer/internal/cache"
+	"github.com/batonrun/baton/services/observer/internal/watchmux"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -26,6 +27,8 @@ func BenchmarkRelist100k(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cli.Close()
+	mux := watchmux.New(cli, watchmux.Options{})
+	defer mux.Close()
 	ctx := context.Background()
 	for start := 0; start < n; start += 100 {
 		ops := make([]clientv3.Op, 0, 100)
@@ -40,8 +43,8 @@ func BenchmarkRelist100k(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		c := cache.New([]string{"/registry/pods/"})
-		in := New(cli, "/registry/pods/", c, nil, discard{}, Options{})
-		if err := in.relist(ctx, FirstList); err != nil {
+		in := New(mux, "/registry/pods/", c, nil, discard{}, Options{})
+		if err := in.relist(ctx, FirstList, 0); err != nil {
 			b.Fatal(err)
 		}
 		if c.Len() != n {

@@ -7,25 +7,30 @@
 //
 // # Lifecycle
 //
-//  1. List the prefix (paged, at one revision) into the cache; every object
-//     is a change of Source FirstList.
-//  2. Watch from the list's revision + 1 with WithRequireLeader and
-//     WithProgressNotify. Events update the cache and are changes of
-//     Source Event; a delete carries the last value seen. Progress
-//     notifications advance the observed revision while the prefix is
-//     idle.
+//  1. Watch from etcd's head, on the stream every informer shares
+//     (package watchmux), and list the prefix (paged) at the revision the
+//     watch was created at into the cache; every object is a change of
+//     Source FirstList. (A watch opened after the list would start behind
+//     etcd's head, and etcd answers no progress request on the stream
+//     while a watch on it catches up.)
+//  2. Follow the watch: events after the list's revision update the cache
+//     and are changes of Source Event; a delete carries the last value
+//     seen. Progress notifications advance the observed revision while
+//     the prefix is idle.
 //  3. When the watch breaks (etcd restarted, connection lost, leader lost,
-//     watch cancelled), watch again from the last observed revision + 1: no
-//     gap, nothing observed twice on purpose.
-//  4. When that revision has been compacted away, list again and diff with
-//     the cache: every key created, changed (different mod revision) or
-//     deleted in between is a change of Source Relist.
+//     watch cancelled), watch again from the last observed revision (the
+//     event at it, if any, is known and skipped): no gap, nothing observed
+//     twice.
+//  4. When that revision has been compacted away, watch from the head and
+//     list again at its revision, diffing with the cache: every key
+//     created, changed (different mod revision) or deleted in between is a
+//     change of Source Relist.
 //
 // # Replay
 //
 // An informer given Options.Checkpoint replays, after its first list,
 // etcd's history from that revision + 1 up to the list's revision (a
-// watch with WithPrevKV): changes of Source Replay, deletes with their
+// watch with WithPrevKV, on a stream of its own: watchmux.Private): changes of Source Replay, deletes with their
 // previous values; the cache is not touched. When that history is
 // compacted it calls Options.Compacted, which knows what else can be done
 // (package checkpoint explains the guarantee, package announcer what is
@@ -47,16 +52,15 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/batonrun/baton/services/observer/internal/cache"
 	"github.com/batonrun/baton/services/observer/internal/object"
+	"github.com/batonrun/baton/services/observer/internal/watchmux"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/metadata"
 )
 
 // Source says how a change was observed.
@@ -161,6 +165,7 @@ type Stats struct {
 
 // Informer watches one prefix.
 type Informer struct {
+	mux      *watchmux.Mux
 	cli      *clientv3.Client
 	prefix   string
 	cache    *cache.Cache
@@ -175,20 +180,16 @@ type Informer struct {
 	relists  atomic.Uint64
 	restarts atomic.Uint64
 	listed   atomic.Bool
-	streams  atomic.Uint64 // watches opened, to give each its own stream
 	changed  atomic.Int64  // revision of the last change seen (event or list)
 	listRev  atomic.Int64  // revision of the last list
 	listedC  chan struct{} // closed when listed is first set
 
 	malformed malformedLog
-
-	mu      sync.Mutex
-	watchCx context.Context // the watch's context, for RequestProgress; nil when not watching
 }
 
 // New returns an informer of prefix that keeps c through w (nil: Direct(c))
-// and hands every change to consumer.
-func New(cli *clientv3.Client, prefix string, c *cache.Cache, w Writer, consumer Consumer, opts Options) *Informer {
+// and hands every change to consumer; it watches through mux.
+func New(mux *watchmux.Mux, prefix string, c *cache.Cache, w Writer, consumer Consumer, opts Options) *Informer {
 	if opts.PageSize <= 0 {
 		opts.PageSize = 5000
 	}
@@ -204,7 +205,7 @@ func New(cli *clientv3.Client, prefix string, c *cache.Cache, w Writer, consumer
 	if w == nil {
 		w = Direct(c)
 	}
-	in := &Informer{cli: cli, prefix: prefix, cache: c, writer: w, consumer: consumer, opts: opts,
+	in := &Informer{mux: mux, cli: mux.Client(), prefix: prefix, cache: c, writer: w, consumer: consumer, opts: opts,
 		log: opts.Logger.With("prefix", prefix), listedC: make(chan struct{})}
 	in.malformed = malformedLog{log: in.log, limit: newKeyLimiter(MalformedLogInterval, MalformedLogKeys)}
 	return in
@@ -283,16 +284,32 @@ func (in *Informer) Run(ctx context.Context) error {
 			}
 			checkpoint = c
 		}
+		var w *watchmux.Watch
 		if needList {
-			if !in.sync(ctx, checkpoint) {
+			// The watch first, from etcd's head, then the list at the
+			// revision it was created at: a watch opened from its list's
+			// revision would have to catch up with the writes made since,
+			// and etcd answers no progress request on the shared stream
+			// while one does.
+			w = in.mux.Watch(in.prefix, 0)
+			rev, err := w.Created(ctx)
+			if err == nil && !in.sync(ctx, checkpoint, rev) {
+				err = errors.New("list failed")
+			} else if err != nil && ctx.Err() == nil {
+				in.log.Warn("watch failed; retrying", "error", err)
+			}
+			if err != nil {
+				w.Close()
 				if ctx.Err() == nil {
 					backoff()
 				}
 				continue
 			}
 			needList = false
+		} else {
+			w = in.mux.Watch(in.prefix, in.observed.Load())
 		}
-		err := in.watch(ctx)
+		err := in.follow(ctx, w)
 		if ctx.Err() != nil {
 			break
 		}
@@ -302,7 +319,12 @@ func (in *Informer) Run(ctx context.Context) error {
 			needList = true
 			continue
 		}
-		in.log.Warn("watch broke; resuming", "from", in.observed.Load()+1, "error", err)
+		if errors.Is(err, watchmux.ErrBroken) {
+			// The mux logged the stream's break, once for every watch.
+			in.log.Debug("watch broke with its stream; resuming", "from", in.observed.Load(), "error", err)
+		} else {
+			in.log.Warn("watch broke; resuming", "from", in.observed.Load(), "error", err)
+		}
 		if !backoff() {
 			break
 		}
@@ -319,15 +341,15 @@ func (in *Informer) readCheckpoint(ctx context.Context) (int64, error) {
 	return in.opts.Checkpoint(ctx)
 }
 
-// sync lists the prefix into the cache and, the first time, replays the
-// history after checkpoint up to the list; then the informer is listed. It
-// logs a failure and returns false.
-func (in *Informer) sync(ctx context.Context, checkpoint int64) bool {
+// sync lists the prefix into the cache at revision rev and, the first
+// time, replays the history after checkpoint up to it; then the informer
+// is listed. It logs a failure and returns false.
+func (in *Informer) sync(ctx context.Context, checkpoint, rev int64) bool {
 	src := Relist
 	if !in.listed.Load() {
 		src = FirstList
 	}
-	if err := in.relist(ctx, src); err != nil {
+	if err := in.relist(ctx, src, rev); err != nil {
 		if ctx.Err() == nil {
 			in.log.Warn("list failed; retrying", "error", err)
 		}
@@ -350,23 +372,6 @@ func (in *Informer) sync(ctx context.Context, checkpoint int64) bool {
 	}
 	in.setListed()
 	return true
-}
-
-// RequestProgress asks etcd for a progress notification on this watch, so
-// the observed revision catches up with etcd's head while the prefix is
-// idle. It does nothing when not watching.
-func (in *Informer) RequestProgress() {
-	in.mu.Lock()
-	wctx := in.watchCx
-	in.mu.Unlock()
-	if wctx == nil {
-		return
-	}
-	// etcd routes RequestProgress by the metadata of the context the watch
-	// was opened with, so it must be derived from the watch's context.
-	rctx, cancel := context.WithTimeout(wctx, time.Second)
-	defer cancel()
-	_ = in.cli.RequestProgress(rctx) // best effort: the periodic one follows
 }
 
 // hand passes one change to the consumer.
@@ -431,9 +436,10 @@ func (in *Informer) setHead(rev int64) {
 	}
 }
 
-// relist reads the whole prefix at one revision and makes the cache equal
-// to it, handing on every difference as a change of Source src.
-func (in *Informer) relist(ctx context.Context, src Source) error {
+// relist reads the whole prefix at revision rev (0: etcd's head) and makes
+// the cache equal to it, handing on every difference as a change of Source
+// src.
+func (in *Informer) relist(ctx context.Context, src Source, rev int64) error {
 	start := time.Now()
 	in.relists.Add(1)
 	end := clientv3.GetPrefixRangeEnd(in.prefix)
@@ -441,8 +447,8 @@ func (in *Informer) relist(ctx context.Context, src Source) error {
 	// A key the list finds that the cache lacks appeared after the
 	// revision the cache reflected (or, at the first list, any time).
 	since := in.observed.Load() + 1
-	var rev int64
-	seen := make(map[string]struct{}, in.cache.Len())
+	// Not sized by the cache: it holds every prefix's objects.
+	seen := map[string]struct{}{}
 	var created, changed, deleted int
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(in.opts.PageSize)}
@@ -501,66 +507,35 @@ func (in *Informer) relist(ctx context.Context, src Source) error {
 	return nil
 }
 
-// ownStream returns a context for opening one watch on a gRPC stream of its
-// own, with WithRequireLeader: a member cut off from its cluster closes the
-// watch instead of silently serving nothing, and we resume elsewhere.
-//
-// clientv3 puts every watch opened with equal context metadata on one
-// stream, and etcd answers RequestProgress on a stream with one
-// notification that clientv3 hands to every watch on it. On a shared stream
-// that notification, computed before a new watch existed, can reach the new
-// watch after its creation and before the events it must catch up on (etcd
-// sends the creation and the notification on different internal channels);
-// trusting it would skip those events. A stream per watch rules that out:
-// etcd notifies a stream only when all its watches have caught up.
-func (in *Informer) ownStream(ctx context.Context) context.Context {
-	id := fmt.Sprintf("%p-%d", in, in.streams.Add(1))
-	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "baton-watch-stream", id)
-}
-
-// watch follows the prefix from the observed revision + 1 until the watch
-// breaks; it returns why.
-func (in *Informer) watch(ctx context.Context) error {
-	wctx, cancel := context.WithCancel(in.ownStream(ctx))
-	defer cancel()
-	in.mu.Lock()
-	in.watchCx = wctx
-	in.mu.Unlock()
-	defer func() {
-		in.mu.Lock()
-		in.watchCx = nil
-		in.mu.Unlock()
-	}()
-	from := in.observed.Load() + 1
-	wch := in.cli.Watch(wctx, in.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
-	for resp := range wch {
-		if resp.CompactRevision != 0 {
-			return fmt.Errorf("watch from %d: %w (compacted at %d)", in.observed.Load()+1, rpctypes.ErrCompacted, resp.CompactRevision)
+// follow hands on what w sees until it breaks, and returns why; it closes
+// w.
+func (in *Informer) follow(ctx context.Context, w *watchmux.Watch) error {
+	defer w.Close()
+	for {
+		resp, err := w.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
 		}
-		if err := resp.Err(); err != nil {
-			return fmt.Errorf("watch: %w", err)
+		if resp.Head > 0 {
+			in.setHead(resp.Head)
 		}
-		if resp.Header.Revision > 0 {
-			in.setHead(resp.Header.Revision)
-		}
-		if resp.IsProgressNotify() {
-			// Every event up to the header's revision has been sent.
-			in.setObserved(resp.Header.Revision)
+		if len(resp.Events) == 0 {
+			// Every event up to it has been handed on.
+			in.setObserved(resp.Progress)
 			continue
 		}
 		in.apply(resp.Events)
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return errors.New("watch channel closed")
 }
 
 // apply puts a batch of events into the cache and hands them on. The
 // observed revision moves to the last event's revision: a watch response's
 // header revision can run ahead of the events it carries (etcd sends a long
 // catch-up in batches), so it is not used here.
-func (in *Informer) apply(evs []*clientv3.Event) {
+func (in *Informer) apply(evs []*mvccpb.Event) {
 	now := time.Now()
 	observed := in.observed.Load()
 	last := observed
@@ -572,7 +547,7 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 		in.events.Add(1)
 		key := string(ev.Kv.Key)
 		switch ev.Type {
-		case clientv3.EventTypePut:
+		case mvccpb.PUT:
 			obj := in.newObject(ev.Kv)
 			if obj == nil {
 				break
@@ -583,7 +558,7 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 				oldMeta = &old.Meta
 			}
 			in.hand(key, &obj.Meta, oldMeta, Event, now, rev)
-		case clientv3.EventTypeDelete:
+		case mvccpb.DELETE:
 			if _, _, err := object.SplitKey(key, in.prefix); err != nil {
 				break // never cached nor handed on
 			}
@@ -607,7 +582,14 @@ func (in *Informer) apply(evs []*clientv3.Event) {
 // (the list at `to` already holds the outcome).
 func (in *Informer) replay(ctx context.Context, from, to int64) error {
 	start := time.Now()
-	wctx, cancel := context.WithCancel(in.ownStream(ctx))
+	// Its progress must be trusted from the first moment: a stream of its
+	// own, on which etcd answers only once this watch has caught up.
+	pctx, release, err := in.mux.Private(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	wctx, cancel := context.WithCancel(pctx)
 	defer cancel()
 	wch := in.cli.Watch(wctx, in.prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
 	// etcd sends progress only to a watch that has caught up, so ask until

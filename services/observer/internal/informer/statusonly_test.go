@@ -14,6 +14,7 @@ import (
 	"github.com/batonrun/baton/services/observer/internal/cache"
 	"github.com/batonrun/baton/services/observer/internal/informer"
 	"github.com/batonrun/baton/services/observer/internal/rules"
+	"github.com/batonrun/baton/services/observer/internal/watchmux"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -62,7 +63,9 @@ func TestStatusOnlyWatchEvents(t *testing.T) {
 		{Queue: "replicasets", Prefix: prefix, OwnerKind: "ReplicaSet"},
 		{Queue: "audit", Prefix: prefix},
 	}, c, s, nil, nil)
-	in := informer.New(cli, prefix, c, nil, a, informer.Options{})
+	mux := watchmux.New(cli, watchmux.Options{})
+	defer mux.Close()
+	in := informer.New(mux, prefix, c, nil, a, informer.Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = in.Run(ctx) }()

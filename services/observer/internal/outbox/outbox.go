@@ -8,6 +8,11 @@
 // A key announced again while an Add carrying it is in flight stays in the
 // set and is sent again: the queue may have handed the earlier announcement
 // to a worker that read the object before the newer change.
+//
+// Queues come and go with the rules (controllers' declarations name
+// them): an outbox whose queue is in no rule goes, with its drainer, once
+// it holds no key (Retain), so queues of declarations long deleted cost
+// nothing.
 package outbox
 
 import (
@@ -22,6 +27,7 @@ import (
 	"time"
 
 	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/queue/limits"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 )
 
@@ -32,7 +38,7 @@ type Adder interface {
 
 // Options tune the drainers; zero values take the defaults.
 type Options struct {
-	// MaxBatch is the most keys per Add (default queueclient.MaxBatch).
+	// MaxBatch is the most keys per Add (default limits.MaxBatch).
 	MaxBatch int
 	// CallTimeout bounds one Add (default 10 s).
 	CallTimeout time.Duration
@@ -59,8 +65,8 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.MaxBatch <= 0 || o.MaxBatch > queueclient.MaxBatch {
-		o.MaxBatch = queueclient.MaxBatch
+	if o.MaxBatch <= 0 || o.MaxBatch > limits.MaxBatch {
+		o.MaxBatch = limits.MaxBatch
 	}
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = 10 * time.Second
@@ -122,6 +128,11 @@ type Box struct {
 	// observer's cache holds the change behind its key.
 	maxRev int64
 
+	retired bool          // left the set (Retain) while empty: takes no more keys
+	quit    chan struct{} // closed when retired: its drainer ends
+	set     *Set
+	leaving atomic.Bool // its queue is in no rule: it goes once empty
+
 	wake      chan struct{}
 	delivered atomic.Uint64
 	failures  atomic.Uint64
@@ -129,9 +140,11 @@ type Box struct {
 }
 
 // Set holds the outbox of every queue. Queues are added (Ensure) as rules
-// come into force and never removed: a queue's outbox may still hold keys
-// when its last rule goes, and the number of queues is bounded by the
-// rules' (the declarations' bound).
+// come into force, and an outbox leaves (Retain) once its queue is in no
+// rule and it holds no key: declarations may come and go with queues of
+// their own, and those of declarations long gone must cost nothing. An
+// outbox that still holds keys when its last rule goes stays until they
+// are delivered.
 type Set struct {
 	add  Adder
 	opts Options
@@ -164,13 +177,17 @@ func (s *Set) Ensure(queues []string) {
 	cur := s.boxes.Load()
 	var next *boxes
 	for _, q := range queues {
-		if cur.byQueue[q] != nil || (next != nil && next.byQueue[q] != nil) {
+		if b := cur.byQueue[q]; b != nil {
+			b.leaving.Store(false)
+			continue
+		}
+		if next != nil && next.byQueue[q] != nil {
 			continue
 		}
 		if next == nil {
 			next = &boxes{byQueue: maps.Clone(cur.byQueue), names: slices.Clone(cur.names)}
 		}
-		next.byQueue[q] = &Box{queue: q, add: s.add, opts: s.opts, items: map[string]*entry{}, wake: make(chan struct{}, 1)}
+		next.byQueue[q] = &Box{queue: q, add: s.add, opts: s.opts, items: map[string]*entry{}, wake: make(chan struct{}, 1), quit: make(chan struct{}), set: s}
 		next.names = append(next.names, q)
 	}
 	if next == nil {
@@ -184,6 +201,75 @@ func (s *Set) Ensure(queues []string) {
 	}
 }
 
+// Retain removes the outboxes of queues not in queues that hold no key
+// (those in flight included) and ends their drainers; an outbox that still
+// holds keys stays until its drainer has delivered them, then goes (unless
+// Ensure has taken its queue back meanwhile).
+func (s *Set) Retain(queues []string) {
+	keep := make(map[string]bool, len(queues))
+	for _, q := range queues {
+		keep[q] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var gone []*Box
+	for q, b := range s.boxes.Load().byQueue {
+		switch {
+		case keep[q]:
+			b.leaving.Store(false)
+		case b.retire():
+			gone = append(gone, b)
+		default:
+			b.leaving.Store(true)
+			b.signal() // its drainer looks again once its keys are out
+		}
+	}
+	s.remove(gone)
+}
+
+// retireLeaving removes b if its queue is still out of the rules and it
+// holds no key; it reports whether it did.
+func (s *Set) retireLeaving(b *Box) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !b.leaving.Load() || s.boxes.Load().byQueue[b.queue] != b || !b.retire() {
+		return false
+	}
+	s.remove([]*Box{b})
+	return true
+}
+
+// remove takes the retired boxes gone out of the set (s.mu held) and ends
+// their drainers.
+func (s *Set) remove(gone []*Box) {
+	if len(gone) == 0 {
+		return
+	}
+	cur := s.boxes.Load()
+	next := &boxes{byQueue: maps.Clone(cur.byQueue)}
+	for _, b := range gone {
+		delete(next.byQueue, b.queue)
+		close(b.quit)
+	}
+	next.names = slices.Sorted(maps.Keys(next.byQueue))
+	s.boxes.Store(next)
+	select {
+	case s.added <- struct{}{}: // Run forgets the drainers that ended
+	default:
+	}
+}
+
+// retire marks the box retired if it holds no key.
+func (b *Box) retire() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.items) > 0 {
+		return false
+	}
+	b.retired = true
+	return true
+}
+
 // ErrUnknownQueue is returned by Put for a queue the set was not made for.
 var ErrUnknownQueue = errors.New("outbox: unknown queue")
 
@@ -191,12 +277,19 @@ var ErrUnknownQueue = errors.New("outbox: unknown queue")
 // in etcd revision rev (0 if the announcement is not a change, e.g. a
 // resync). It never blocks on delivery.
 func (s *Set) Put(queue string, keys []string, prio queuev1.Priority, at time.Time, rev int64) error {
-	b := s.boxes.Load().byQueue[queue]
-	if b == nil {
-		return ErrUnknownQueue
+	for {
+		b := s.boxes.Load().byQueue[queue]
+		if b == nil {
+			return ErrUnknownQueue
+		}
+		if b.put(keys, prio, at, rev) {
+			return nil
+		}
+		// Retired as this was announced (its queue left the rules just
+		// now): a new outbox takes the keys rather than losing them, and
+		// goes in turn once they are delivered.
+		s.Ensure([]string{queue})
 	}
-	b.put(keys, prio, at, rev)
-	return nil
 }
 
 // MinPendingRevision returns the lowest etcd revision whose announcement
@@ -234,10 +327,16 @@ func (s *Set) Run(ctx context.Context) {
 	defer wg.Wait()
 	running := map[*Box]bool{}
 	for {
-		for _, b := range s.boxes.Load().byQueue {
+		cur := s.boxes.Load().byQueue
+		for _, b := range cur {
 			if !running[b] {
 				running[b] = true
 				wg.Go(func() { b.run(ctx) })
+			}
+		}
+		for b := range running {
+			if cur[b.queue] != b {
+				delete(running, b) // retired: its drainer ends by itself
 			}
 		}
 		select {
@@ -248,16 +347,21 @@ func (s *Set) Run(ctx context.Context) {
 	}
 }
 
-func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time, rev int64) {
+// put adds keys; false if the box is retired (nothing added).
+func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time, rev int64) bool {
 	if len(keys) == 0 {
-		return
+		return true
 	}
 	b.mu.Lock()
+	if b.retired {
+		b.mu.Unlock()
+		return false
+	}
 	b.maxRev = max(b.maxRev, rev)
 	for _, k := range keys {
 		// A key the queue refuses would fail its whole batch forever, so
 		// such keys are dropped (and counted) instead of delivered.
-		if !queueclient.ValidKey(k) {
+		if !limits.ValidKey(k) {
 			b.dropped.Add(1)
 			b.opts.Logger.Warn("dropping a key the queue would refuse (empty, over 1024 bytes or not UTF-8)", "queue", b.queue, "key", k)
 			continue
@@ -281,6 +385,7 @@ func (b *Box) put(keys []string, prio queuev1.Priority, at time.Time, rev int64)
 	}
 	b.mu.Unlock()
 	b.signal()
+	return true
 }
 
 // Len returns the distinct keys waiting, those in flight included.
@@ -448,9 +553,14 @@ func (b *Box) run(ctx context.Context) {
 		taken, rev := b.take(b.opts.MaxBatch)
 		if len(taken) == 0 {
 			<-slots
+			if b.leaving.Load() && b.set != nil && b.set.retireLeaving(b) {
+				return // its queue left the rules and its keys are delivered
+			}
 			select {
 			case <-ctx.Done():
 				return
+			case <-b.quit:
+				return // retired: empty, and takes no more keys
 			case err := <-failed:
 				if !backoff(err) {
 					return
@@ -466,6 +576,9 @@ func (b *Box) run(ctx context.Context) {
 				return
 			}
 			delivered.Store(true)
+			if b.leaving.Load() {
+				b.signal() // maybe empty now: the drainer retires it
+			}
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/queue/limits"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 )
 
@@ -196,7 +197,7 @@ func TestFlushOnStop(t *testing.T) {
 func TestDropsKeysTheQueueRefuses(t *testing.T) {
 	q := &fakeQueue{got: map[string]queuev1.Priority{}}
 	s := NewSet([]string{"pods"}, q, Options{})
-	long := string(make([]byte, queueclient.MaxKeyBytes+1))
+	long := string(make([]byte, limits.MaxKeyBytes+1))
 	_ = s.Put("pods", []string{"", long, "bad\xff", "ns/ok"}, 0, time.Now(), 1)
 	if got, want := s.Len(), 1; got != want {
 		t.Errorf("outbox holds %d keys, want %d", got, want)
@@ -305,5 +306,93 @@ func TestAddsCarryTheRevision(t *testing.T) {
 	defer q.mu.Unlock()
 	if q.revs["ns/a"] != 7 || q.revs["ns/b"] != 7 || q.revs["ns/j"] != 2 {
 		t.Fatalf("revisions delivered %v, want pods' keys at 7 (the queue's highest), jobs' at 2", q.revs)
+	}
+}
+
+// An outbox whose queue is in no rule goes once it holds no key, and its
+// drainer ends; one that still holds keys stays until they are delivered,
+// then goes by itself.
+func TestRetain(t *testing.T) {
+	q := &fakeQueue{got: map[string]queuev1.Priority{}, down: true}
+	s := NewSet([]string{"pods", "greetings", "widgets"}, q, Options{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	if err := s.Put("greetings", []string{"ns/g"}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), 5); err != nil {
+		t.Fatal(err)
+	}
+	widgets := s.Box("widgets")
+	s.Retain([]string{"pods"})
+	if got := fmt.Sprint(s.Queues()); got != "[greetings pods]" {
+		t.Fatalf("Queues after Retain = %s, want the one holding a key kept", got)
+	}
+	if err := widgets.quitErr(); err != nil {
+		t.Error(err)
+	}
+	if s.MinPendingRevision() != 5 {
+		t.Errorf("MinPendingRevision = %d, want 5 (the kept outbox's key)", s.MinPendingRevision())
+	}
+	greetings := s.Box("greetings")
+	q.setDown(false)
+	waitFor(t, "the outbox to go once its key is delivered", func() bool { return fmt.Sprint(s.Queues()) == "[pods]" })
+	if q.received()["ns/g"] == 0 {
+		t.Error("the kept outbox went without delivering its key")
+	}
+	if err := greetings.quitErr(); err != nil {
+		t.Error(err)
+	}
+
+	// A retired outbox takes no key (Put, which found it before it went,
+	// makes a new one); the queue back in a rule gets a new outbox.
+	old := s.Box("pods")
+	s.Retain(nil)
+	if old.put([]string{"ns/p"}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), 9) {
+		t.Error("a retired outbox took a key")
+	}
+	if err := s.Put("pods", []string{"ns/p"}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), 9); !errors.Is(err, ErrUnknownQueue) {
+		t.Errorf("Put to a queue in no rule = %v, want ErrUnknownQueue", err)
+	}
+	s.Ensure([]string{"pods"})
+	if s.Box("pods") == old {
+		t.Error("the retired outbox came back")
+	}
+	if err := s.Put("pods", []string{"ns/p"}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), 9); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new outbox to deliver", func() bool { return q.received()["ns/p"] != 0 })
+}
+
+// quitErr says whether a retired box's drainer was told to end.
+func (b *Box) quitErr() error {
+	select {
+	case <-b.quit:
+		return nil
+	default:
+		return errors.New("the retired outbox's drainer was not told to end")
+	}
+}
+
+// An outbox whose queue left the rules while it held keys and came back
+// before they were delivered stays.
+func TestRetainThenEnsure(t *testing.T) {
+	q := &fakeQueue{got: map[string]queuev1.Priority{}, down: true}
+	s := NewSet([]string{"jobs"}, q, Options{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if err := s.Put("jobs", []string{"ns/j"}, queuev1.Priority_PRIORITY_NORMAL, time.Now(), 3); err != nil {
+		t.Fatal(err)
+	}
+	box := s.Box("jobs")
+	s.Retain(nil)
+	s.Ensure([]string{"jobs"})
+	q.setDown(false)
+	waitFor(t, "the key to be delivered", func() bool { return box.Delivered() == 1 })
+	time.Sleep(20 * time.Millisecond) // a drainer that would retire it has had its turn
+	if s.Box("jobs") != box {
+		t.Error("the outbox of a queue taken back into the rules went")
 	}
 }

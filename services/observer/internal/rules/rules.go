@@ -180,9 +180,11 @@ func (r Rule) Keys(etcdKey string, m object.Meta) []string {
 
 // Prefixes returns the distinct prefixes of rs, sorted: one watch each.
 func Prefixes(rs []Rule) []string {
+	seen := make(map[string]bool, len(rs))
 	var out []string
 	for _, r := range rs {
-		if !slices.Contains(out, r.Prefix) {
+		if !seen[r.Prefix] {
+			seen[r.Prefix] = true
 			out = append(out, r.Prefix)
 		}
 	}
@@ -192,9 +194,11 @@ func Prefixes(rs []Rule) []string {
 
 // Queues returns the distinct queues of rs, sorted.
 func Queues(rs []Rule) []string {
+	seen := make(map[string]bool, len(rs))
 	var out []string
 	for _, r := range rs {
-		if !slices.Contains(out, r.Queue) {
+		if !seen[r.Queue] {
+			seen[r.Queue] = true
 			out = append(out, r.Queue)
 		}
 	}

@@ -2,6 +2,9 @@ package checkpoint
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -60,7 +63,7 @@ func chunkKeys(t *testing.T, cli *clientv3.Client) []string {
 func TestWriteReadAdvance(t *testing.T) {
 	cli := testClient(t)
 	ctx := testCtx(t)
-	s := NewStore(cli)
+	s := NewEtcd(cli)
 	s.chunkBytes = 4 << 10 // several chunks
 	pods, rss := randomKeys("/registry/pods/", 2000), randomKeys("/registry/replicasets/", 3)
 
@@ -68,19 +71,19 @@ func TestWriteReadAdvance(t *testing.T) {
 		t.Fatalf("Read before any write = %v, %v; want nothing", rec, err)
 	}
 	if s.Owns() {
-		t.Fatal("a new Store owns the record")
+		t.Fatal("a new Etcd owns the record")
 	}
 	if out, err := s.Advance(ctx, 5); out != NotMine || err != nil {
 		t.Fatalf("Advance before any Write = %v, %v; want NotMine", out, err)
 	}
-	out, n, err := s.Write(ctx, 10, sets(Set{"/registry/pods/", pods}, Set{"/registry/replicasets/", rss}, Set{"/registry/jobs/", nil}))
+	out, n, err := s.Write(ctx, 10, sets(Set{Prefix: "/registry/pods/", Keys: pods}, Set{Prefix: "/registry/replicasets/", Keys: rss}, Set{Prefix: "/registry/jobs/", Keys: nil}))
 	if out != Written || err != nil || n == 0 {
 		t.Fatalf("Write = %v, %d bytes, %v; want Written", out, n, err)
 	}
 	if c := len(chunkKeys(t, cli)); c < 4 {
 		t.Errorf("%d chunks stored, want several (chunks of 4 KiB)", c)
 	}
-	for _, want := range []Set{{"/registry/pods/", pods}, {"/registry/replicasets/", rss}, {"/registry/jobs/", nil}} {
+	for _, want := range []Set{{Prefix: "/registry/pods/", Keys: pods}, {Prefix: "/registry/replicasets/", Keys: rss}, {Prefix: "/registry/jobs/", Keys: nil}} {
 		rec, err := s.Read(ctx, want.Prefix)
 		if err != nil || rec == nil {
 			t.Fatalf("Read %s = %v, %v", want.Prefix, rec, err)
@@ -110,7 +113,7 @@ func TestWriteReadAdvance(t *testing.T) {
 
 	// A new Write replaces the generation: the old chunks go.
 	before := chunkKeys(t, cli)
-	if out, _, err := s.Write(ctx, 20, sets(Set{"/registry/pods/", pods[:10]})); out != Written || err != nil {
+	if out, _, err := s.Write(ctx, 20, sets(Set{Prefix: "/registry/pods/", Keys: pods[:10]})); out != Written || err != nil {
 		t.Fatalf("second Write = %v, %v", out, err)
 	}
 	after := chunkKeys(t, cli)
@@ -130,12 +133,12 @@ func TestWriteReadAdvance(t *testing.T) {
 func TestTwoStores(t *testing.T) {
 	cli := testClient(t)
 	ctx := testCtx(t)
-	a, b := NewStore(cli), NewStore(cli)
+	a, b := NewEtcd(cli), NewEtcd(cli)
 	keysA, keysB := randomKeys("/p/", 5), randomKeys("/p/", 7)
-	if out, _, err := a.Write(ctx, 10, sets(Set{"/p/", keysA})); out != Written || err != nil {
+	if out, _, err := a.Write(ctx, 10, sets(Set{Prefix: "/p/", Keys: keysA})); out != Written || err != nil {
 		t.Fatalf("a.Write = %v, %v", out, err)
 	}
-	if out, _, err := b.Write(ctx, 20, sets(Set{"/p/", keysB})); out != Written || err != nil {
+	if out, _, err := b.Write(ctx, 20, sets(Set{Prefix: "/p/", Keys: keysB})); out != Written || err != nil {
 		t.Fatalf("b.Write = %v, %v", out, err)
 	}
 	called := false
@@ -162,13 +165,13 @@ func TestTwoStores(t *testing.T) {
 		if o, err := b.Advance(ctx, 50); o != Written || err != nil {
 			t.Errorf("b.Advance during a's Write = %v, %v", o, err)
 		}
-		return []Set{{"/p/", keysA}}
+		return []Set{{Prefix: "/p/", Keys: keysA}}
 	})
 	if out != Behind || err != nil || n == 0 {
 		t.Errorf("a.Write that lost the race = %v, %d bytes, %v; want Behind after writing chunks", out, n, err)
 	}
 	for _, k := range chunkKeys(t, cli) {
-		if strings.Contains(k, "-"+a.id+"/") {
+		if strings.Contains(k, "-"+a.id+"-") {
 			t.Errorf("chunk %s of the lost write is still stored", k)
 		}
 	}
@@ -176,11 +179,11 @@ func TestTwoStores(t *testing.T) {
 		t.Errorf("Read = %+v, %v; want b's keys at 50", rec, err)
 	}
 	// a writes again once it is ahead; b's generation goes.
-	if out, _, err := a.Write(ctx, 60, sets(Set{"/p/", keysA})); out != Written || err != nil {
+	if out, _, err := a.Write(ctx, 60, sets(Set{Prefix: "/p/", Keys: keysA})); out != Written || err != nil {
 		t.Fatalf("a.Write ahead = %v, %v", out, err)
 	}
 	for _, k := range chunkKeys(t, cli) {
-		if strings.Contains(k, "-"+b.id+"/") {
+		if strings.Contains(k, "-"+b.id+"-") {
 			t.Errorf("chunk %s of b's older generation is still stored", k)
 		}
 	}
@@ -191,8 +194,8 @@ func TestTwoStores(t *testing.T) {
 func TestRecordOlderThanCheckpoint(t *testing.T) {
 	cli := testClient(t)
 	ctx := testCtx(t)
-	s := NewStore(cli)
-	if out, _, err := s.Write(ctx, 10, sets(Set{"/p/", randomKeys("/p/", 3)})); out != Written || err != nil {
+	s := NewEtcd(cli)
+	if out, _, err := s.Write(ctx, 10, sets(Set{Prefix: "/p/", Keys: randomKeys("/p/", 3)})); out != Written || err != nil {
 		t.Fatalf("Write = %v, %v", out, err)
 	}
 	if _, err := cli.Put(ctx, Key, pad(50)); err != nil {
@@ -202,7 +205,7 @@ func TestRecordOlderThanCheckpoint(t *testing.T) {
 	if err != nil || rec.Revision != 10 || rec.Checkpoint != 50 {
 		t.Errorf("Read = %+v, %v; want revision 10, checkpoint 50", rec, err)
 	}
-	// The Store still owns its record and vouches for it at a later
+	// The Etcd still owns its record and vouches for it at a later
 	// revision (its own informers know every key up to it).
 	if out, err := s.Advance(ctx, 60); out != Written || err != nil {
 		t.Errorf("Advance = %v, %v", out, err)
@@ -212,9 +215,9 @@ func TestRecordOlderThanCheckpoint(t *testing.T) {
 func TestCorruptRecord(t *testing.T) {
 	cli := testClient(t)
 	ctx := testCtx(t)
-	s := NewStore(cli)
+	s := NewEtcd(cli)
 	s.chunkBytes = 1 << 10
-	if out, _, err := s.Write(ctx, 10, sets(Set{"/p/", randomKeys("/p/", 500)})); out != Written || err != nil {
+	if out, _, err := s.Write(ctx, 10, sets(Set{Prefix: "/p/", Keys: randomKeys("/p/", 500)})); out != Written || err != nil {
 		t.Fatalf("Write = %v, %v", out, err)
 	}
 	chunks := chunkKeys(t, cli)
@@ -249,11 +252,11 @@ func TestCorruptRecord(t *testing.T) {
 func TestReadPrefixNotRecorded(t *testing.T) {
 	cli := testClient(t)
 	ctx := testCtx(t)
-	s := NewStore(cli)
+	s := NewEtcd(cli)
 	if rec, err := s.ReadPrefix(ctx, "/registry/pods/"); rec != nil || err != nil {
 		t.Fatalf("ReadPrefix before any write = %v, %v; want nothing", rec, err)
 	}
-	if out, _, err := s.Write(ctx, 10, sets(Set{"/registry/pods/", []string{"/registry/pods/a/p"}})); out != Written || err != nil {
+	if out, _, err := s.Write(ctx, 10, sets(Set{Prefix: "/registry/pods/", Keys: []string{"/registry/pods/a/p"}})); out != Written || err != nil {
 		t.Fatalf("Write = %v, %v", out, err)
 	}
 	if _, err := s.ReadPrefix(ctx, "/registry/greetings/"); !errors.Is(err, ErrNotRecorded) {
@@ -261,5 +264,127 @@ func TestReadPrefixNotRecorded(t *testing.T) {
 	}
 	if rec, err := s.ReadPrefix(ctx, "/registry/pods/"); err != nil || len(rec.Keys) != 1 {
 		t.Errorf("ReadPrefix of a recorded prefix = %+v, %v", rec, err)
+	}
+}
+
+// revision returns etcd's revision now.
+func revision(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(testCtx(t), Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// liveGenerations returns the generations of the chunks stored.
+func liveGenerations(t *testing.T, cli *clientv3.Client) []string {
+	t.Helper()
+	var out []string
+	for _, k := range chunkKeys(t, cli) {
+		g, _, _ := strings.Cut(strings.TrimPrefix(k, chunkRoot), "/")
+		if !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// A record costs etcd what changed, not what is watched: many prefixes
+// share their chunks (a few puts, not one per prefix), a write that keeps
+// the prefixes that did not change writes only those that did, and the
+// chunks no stored record names are deleted.
+func TestWriteCostFollowsWhatChanged(t *testing.T) {
+	cli := testClient(t)
+	ctx := testCtx(t)
+	s := NewEtcd(cli)
+	pods := randomKeys("/registry/pods/", 2000)
+	var all []Set
+	for i := range 300 {
+		p := fmt.Sprintf("/registry/r%03d/", i)
+		all = append(all, Set{Prefix: p, Keys: randomKeys(p, i%3)})
+	}
+	all = append(all, Set{Prefix: "/registry/pods/", Keys: pods})
+
+	before := revision(t, cli)
+	out, full, err := s.Write(ctx, 10, sets(all...))
+	if out != Written || err != nil {
+		t.Fatalf("Write = %v, %v", out, err)
+	}
+	if used := revision(t, cli) - before; used > 4 {
+		t.Errorf("a record of %d prefixes took %d etcd revisions, want a few (chunks shared)", len(all), used)
+	}
+
+	// One small prefix changed; the others are kept.
+	changed := slices.Clone(all)
+	for i := range changed {
+		changed[i] = Set{Prefix: all[i].Prefix, Keep: true}
+	}
+	changed[7] = Set{Prefix: all[7].Prefix, Keys: randomKeys(all[7].Prefix, 5)}
+	out, part, err := s.Write(ctx, 20, sets(changed...))
+	if out != Written || err != nil {
+		t.Fatalf("incremental Write = %v, %v", out, err)
+	}
+	if part > full/4 {
+		t.Errorf("a write of one changed prefix cost %d bytes, the full record %d", part, full)
+	}
+	for i, want := range all {
+		if i == 7 {
+			want = changed[7]
+		}
+		rec, err := s.Read(ctx, want.Prefix)
+		if err != nil || rec == nil || !slices.Equal(rec.Keys, want.Keys) || rec.Revision != 20 {
+			t.Fatalf("Read %s = %+v, %v; want %d keys at 20", want.Prefix, rec, err, len(want.Keys))
+		}
+	}
+	if g := liveGenerations(t, cli); len(g) != 2 {
+		t.Errorf("generations stored %q, want the first (kept prefixes) and the second", g)
+	}
+
+	// Everything rewritten: only the newest generation is left.
+	if out, _, err := s.Write(ctx, 30, sets(all...)); out != Written || err != nil {
+		t.Fatalf("full Write = %v, %v", out, err)
+	}
+	if g := liveGenerations(t, cli); len(g) != 1 || !strings.HasPrefix(g[0], pad(30)) {
+		t.Errorf("generations stored %q, want the one written at 30", g)
+	}
+	if s.Generations() != 1 {
+		t.Errorf("Generations() = %d, want 1", s.Generations())
+	}
+}
+
+// A record an observer of the first format wrote (one chunk series per
+// prefix) is still read, and the first write replaces it.
+func TestReadsVersion1Record(t *testing.T) {
+	cli := testClient(t)
+	ctx := testCtx(t)
+	keys := randomKeys("/registry/pods/", 50)
+	data, raw, err := encode("/registry/pods/", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := pad(10) + "-0123456789abcdef"
+	sum := sha256.Sum256(data)
+	m, _ := json.Marshal(manifest{Version: 1, Generation: gen, Checkpoint: 10, Prefixes: []prefixEntry{
+		{Prefix: "/registry/pods/", Keys: len(keys), Chunks: 1, Bytes: len(data), RawBytes: raw, SHA256: hex.EncodeToString(sum[:])}}})
+	if _, err := cli.Txn(ctx).Then(clientv3.OpPut(chunkKeyV1(gen, 0, 0), string(data)), clientv3.OpPut(RecordKey, string(m)), clientv3.OpPut(Key, pad(10))).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	s := NewEtcd(cli)
+	rec, err := s.Read(ctx, "/registry/pods/")
+	if err != nil || rec == nil || !slices.Equal(rec.Keys, keys) || rec.Revision != 10 {
+		t.Fatalf("Read of a version 1 record = %+v, %v", rec, err)
+	}
+	if at, covered, err := s.Covers(ctx); err != nil || at != 10 || !slices.Equal(covered, []string{"/registry/pods/"}) {
+		t.Errorf("Covers = %d, %q, %v", at, covered, err)
+	}
+	if out, _, err := s.Write(ctx, 20, sets(Set{Prefix: "/registry/pods/", Keys: keys[:3]})); out != Written || err != nil {
+		t.Fatalf("Write over a version 1 record = %v, %v", out, err)
+	}
+	if g := liveGenerations(t, cli); len(g) != 1 || g[0] == gen {
+		t.Errorf("generations stored %q, want only the new one", g)
+	}
+	if at, covered, err := s.Covers(ctx); err != nil || at != 20 || !slices.Equal(covered, []string{"/registry/pods/"}) {
+		t.Errorf("Covers = %d, %q, %v", at, covered, err)
 	}
 }
