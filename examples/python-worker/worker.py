@@ -15,6 +15,14 @@ Greeting without spec.name can never succeed: its key is acked terminal and
 parked with the error as last_error. spec.workSeconds makes the reconcile
 take that long, to show the heartbeats (Extend) that keep the lease alive.
 
+Before it leases it declares what it watches, as a Go worker's manager does:
+declare.py (beside it) writes the Go greeter's declaration, For Greeting and
+Owns Pod, at /baton/rules/<queue> in etcd, unless it is there already. The
+observer then announces every change of a Greeting to the queue, with no
+rules file, and batonctl knows the kind. The declaration stays when the
+worker stops. If etcd cannot take it (after a few retries), the worker exits
+1 without leasing.
+
 It speaks baton.queue.v1 and baton.observer.v1 through stubs generated from
 proto/ by generate.sh (see README.md). Only the Python standard library,
 grpcio and protobuf are used. SIGTERM or SIGINT: stop leasing, finish and ack
@@ -41,8 +49,6 @@ import ssl
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +56,8 @@ from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
+
+import declare  # beside this file: what the worker watches, published in etcd
 
 log = logging.getLogger("greeter")
 
@@ -101,31 +109,13 @@ class Held:
     lost: threading.Event = field(default_factory=threading.Event)
 
 
-class Etcd:
-    """The two calls this worker needs, through etcd's gRPC-JSON gateway."""
-
-    def __init__(self, endpoints: list[str], tls: ssl.SSLContext | None = None) -> None:
-        self.endpoints = endpoints
-        # For https:// endpoints: verifies etcd and presents the client
-        # certificate (None: plain HTTP, or https with the system's roots).
-        self.tls = tls
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        data = json.dumps(body).encode()
-        errors = []
-        for ep in self.endpoints:
-            req = urllib.request.Request(ep.rstrip("/") + path, data=data,
-                                         headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(req, timeout=CALL_TIMEOUT_SECONDS, context=self.tls) as resp:
-                    return json.load(resp)
-            except (urllib.error.URLError, OSError) as e:
-                errors.append(f"{ep}: {e}")
-        raise ConnectionError("etcd: " + "; ".join(errors))
+class Etcd(declare.Gateway):
+    """The two calls this worker needs besides its declaration, through
+    etcd's gRPC-JSON gateway."""
 
     def get(self, key: str) -> tuple[bytes, int] | None:
         """The value at key and its mod_revision, or None if there is none."""
-        resp = self._post("/v3/kv/range", {"key": base64.b64encode(key.encode()).decode()})
+        resp = self.post("/v3/kv/range", {"key": base64.b64encode(key.encode()).decode()})
         kvs = resp.get("kvs") or []
         if not kvs:
             return None
@@ -137,12 +127,25 @@ class Etcd:
         Returns whether it did, and etcd's revision after the transaction.
         """
         k = base64.b64encode(key.encode()).decode()
-        resp = self._post("/v3/kv/txn", {
+        resp = self.post("/v3/kv/txn", {
             "compare": [{"key": k, "target": "MOD", "result": "EQUAL",
                          "mod_revision": str(mod_revision)}],
             "success": [{"request_put": {"key": k, "value": base64.b64encode(value).decode()}}],
         })
         return bool(resp.get("succeeded")), int(resp["header"]["revision"])
+
+
+# The Greeting kind, as the Go greeter (services/worker/examples/greeter)
+# declares it.
+GREETING = declare.Kind("Greeting", "greetings", ("greeting",))
+
+
+def declaration(queue: str) -> declare.Declaration:
+    """What this worker watches: Greetings, each one's namespace/name a key of
+    queue, and the pods that name a Greeting as owner (their changes announce
+    the owner's key). It is the Go greeter's declaration, byte for byte, so
+    the two may serve the queue together without rewriting each other's."""
+    return declare.Declaration(queue, GREETING, owns=(declare.builtin("Pod"),))
 
 
 class Greeter:
@@ -385,28 +388,6 @@ def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | N
     return grpc.ssl_channel_credentials(root_certificates=root, private_key=key, certificate_chain=chain)
 
 
-def etcd_tls(args: argparse.Namespace, endpoints: list[str]) -> ssl.SSLContext | None:
-    """TLS for etcd's https:// endpoints, or None when no etcd TLS flag is set."""
-    if not (args.etcd_cacert or args.etcd_cert or args.etcd_key):
-        return None
-    if bool(args.etcd_cert) != bool(args.etcd_key):
-        raise ValueError("--etcd-cert and --etcd-key go together")
-    for ep in endpoints:
-        # A plaintext endpoint would ignore the certificates: say so instead.
-        if not ep.startswith("https://"):
-            raise ValueError(f"--etcd-endpoints {ep} is not https://, but an etcd TLS flag is set")
-    for flag, path in (("--etcd-cacert", args.etcd_cacert), ("--etcd-cert", args.etcd_cert),
-                       ("--etcd-key", args.etcd_key)):
-        if path:
-            read_pem(flag, path)  # a missing file is named by its flag
-    # Verifies etcd's certificate against the CA (the system's roots
-    # without one) and its host, IP addresses included.
-    ctx = ssl.create_default_context(cafile=args.etcd_cacert or None)
-    if args.etcd_cert:
-        ctx.load_cert_chain(args.etcd_cert, args.etcd_key)
-    return ctx
-
-
 def dial(addr: str, creds: grpc.ChannelCredentials | None, server_name: str) -> grpc.Channel:
     """A channel to addr: plaintext without creds, else TLS.
 
@@ -462,7 +443,10 @@ def main() -> int:
     endpoints = [e.strip() for e in args.etcd_endpoints.split(",") if e.strip()]
     try:
         creds = channel_credentials(args)
-        etcd_ctx = etcd_tls(args, endpoints)
+        etcd = Etcd(endpoints, declare.tls_context(endpoints, args.etcd_cacert, args.etcd_cert, args.etcd_key),
+                    timeout=CALL_TIMEOUT_SECONDS)
+        watches = declaration(args.queue)
+        watches.marshal()  # a queue that is no DNS label is refused here, before anything is written
     except (ValueError, ssl.SSLError) as e:
         p.error(str(e))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -479,7 +463,7 @@ def main() -> int:
     qconn = dial(args.queue_addr, creds, args.server_name)
     oconn = dial(args.observer_addr, creds, args.server_name) if args.observer_addr else None
     greeter = Greeter(observer_pb2_grpc.ObserverServiceStub(oconn) if oconn else None,
-                      Etcd(endpoints, etcd_ctx), observer_pb2)
+                      etcd, observer_pb2)
     worker = Worker(args, queue_pb2_grpc.QueueServiceStub(qconn), greeter, queue_pb2)
 
     def stop(signum: int, _frame: Any) -> None:
@@ -488,6 +472,19 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # Declared before the first Lease, as the Go SDK's manager does: the
+    # observer then announces every Greeting to the queue.
+    try:
+        declare.publish(etcd, [watches], stop=worker.stopping, logger=log)
+    except declare.EtcdError as e:
+        qconn.close()
+        if oconn:
+            oconn.close()
+        if worker.stopping.is_set():
+            log.info("stopped before leasing")
+            return 0
+        log.error("declare: %s", e)
+        return 1
     log.info("leasing from queue=%s at %s as worker=%s (%s)", args.queue, args.queue_addr, args.worker,
              "mutual TLS" if args.cert else "TLS" if creds else "plaintext")
     worker.run()

@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/batonrun/baton/client => ../../client
 	github.com/batonrun/baton/proto => ../../proto
+	github.com/batonrun/baton/sdk => ../../sdk
 	github.com/batonrun/baton/services/etcdembed => ../etcdembed
 	github.com/batonrun/baton/services/runtime => ../runtime
 	github.com/batonrun/baton/test/framework => ../../test/framework
@@ -13,15 +14,14 @@ replace (
 require (
 	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/sdk v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/test/framework v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	go.etcd.io/etcd/client/v3 v3.6.16
-	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.0
 	google.golang.org/grpc v1.85.0
-	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -76,6 +76,7 @@ require (
 	golang.org/x/time v0.9.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	sigs.k8s.io/json v0.0.0-20211020170558-c049b76a60c6 // indirect

@@ -11,6 +11,10 @@
 //     Running before the next) and removed highest ordinal first.
 //   - pods: the pod runtime, standing in for a node agent: Pending → Running,
 //     and job pods Succeeded or Failed after their simulated duration.
+//   - garbagecollector: no object outlives its owners, for every kind, the
+//     declared ones included (GarbageCollector): an object whose owner
+//     references name, by uid, no live object is deleted, and a delete's
+//     propagation (background, foreground, orphan) is carried out.
 //
 // Every controller is level-based: it reads its object and its children
 // through the observer's cache, at least at the revision of the change that
@@ -19,20 +23,24 @@
 // status with observedGeneration only when the status changed. Writes are
 // compare-and-swaps on etcd, so one made from a stale read is refused and
 // retried from etcd. A reconcile that creates pods writes them and its
-// status in one transaction (createPodsWithStatus). When its object is
-// gone it deletes the children that named it as owner (Kubernetes leaves
-// that to a garbage collector; here it is part of each invariant).
-// Children whose owner reference carries another uid belong to an earlier
-// object of the same name and are deleted too.
+// status in one transaction (createPodsWithStatus).
+//
+// No controller deletes the children of an object that is gone: each
+// child names its owner by uid, and the garbage collector deletes what no
+// live owner holds, for every kind alike, as Kubernetes divides the work.
+// Nor does a controller act on an object being deleted (its
+// deletionTimestamp set): the collector is taking its children away, and
+// new ones would race it.
 //
 // Deletes are the one decision a stale read could make wrong: a cache that
 // lags may not show an owner that etcd has (deleted and created again under
 // its name), or show the old one, and its children would be taken for
-// orphans. So, as Kubernetes' garbage collector looks its owner up live
-// before it deletes a dependent, a controller deletes children only after
-// etcd itself says that the owner their reference names (by uid) is gone:
-// one etcd read, and only when there is something to delete. Otherwise no
-// reconcile reads etcd.
+// orphans. So the collector looks an owner up in etcd itself before a
+// reference to it counts as dangling, and deletes a dependent only as it
+// read it. A controller that finds children naming another uid of its
+// owner's name (an earlier owner's, the collector's to delete) first asks
+// etcd whether its owner is the live one, and stops if not (errStale): its
+// cache is behind. Otherwise no reconcile reads etcd.
 package controllers
 
 import (
@@ -45,19 +53,21 @@ import (
 	"time"
 
 	"github.com/batonrun/baton/client/kinds"
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/events"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 )
 
 // Names lists every reference controller, in the order --controllers=all
 // starts them. A controller is named like its queue, the queue of its
-// declaration in client/kinds (BuiltinDeclarations).
+// declaration in client/kinds (BuiltinDeclarations); the garbage collector
+// (GarbageCollectorName), last, runs a controller of its own per kind.
 var Names = func() []string {
 	var out []string
 	for _, d := range kinds.BuiltinDeclarations() {
 		out = append(out, d.Queue)
 	}
-	return out
+	return append(out, GarbageCollectorName)
 }()
 
 // Declaration returns what the reference controller called name watches:
@@ -73,11 +83,17 @@ func Declaration(name string) (kinds.Declaration, error) {
 
 // Deps are what every controller needs.
 type Deps struct {
-	Store *objects.Store
+	// Objects reads and writes the objects (etcd, through the
+	// observer's cache).
+	Objects *objects.Client
 	// Log receives the controllers' decisions; nil discards.
 	Log *slog.Logger
 	// Now is the clock of the pod runtime; nil means time.Now.
 	Now func() time.Time
+	// Events records what the controllers do to their objects (events.go);
+	// nil records nothing. New gives each controller its own component,
+	// Component of its kind.
+	Events *events.Recorder
 }
 
 // New returns the reference controller called name.
@@ -88,10 +104,14 @@ func New(name string, d Deps) (reconcile.Reconciler, error) {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
+	if name == GarbageCollectorName {
+		return nil, errors.New("controllers: the garbage collector has a reconciler per kind (NewGarbageCollector)")
+	}
 	decl, err := Declaration(name)
 	if err != nil {
 		return nil, err
 	}
+	d.Events = d.Events.WithComponent(Component(decl.For.Kind))
 	switch decl.For.Kind {
 	case kinds.ReplicaSet:
 		return &ReplicaSetController{d}, nil
@@ -122,13 +142,15 @@ func parseKey(key string) (ns, name string, err error) {
 // view. The new owner's creation is announced once the cache has it.
 var errStale = errors.New("the cache shows an owner etcd has replaced")
 
-// children lists the objects of resource in ns that name kind/name as owner,
-// the owner read from the cache at ownerKey with uid, and deletes those
-// whose owner reference has another uid (left over from an earlier owner of
-// the same name) once etcd confirms that the owner at ownerKey is the one
-// with uid. If etcd has another, the cache is behind: it returns errStale
-// and deletes nothing. With uid empty, every child is returned.
-func children[T any](ctx context.Context, st *objects.Store, resource, ns, kind, name, ownerKey, uid string) ([]objects.Item[T], error) {
+// children lists the objects of resource in ns that name kind/name with
+// uid as owner, the owner read from the cache at ownerKey. Children whose
+// reference names another uid belong to an earlier owner of the same name
+// (the garbage collector deletes them) and are left out; seeing them,
+// children first makes sure in etcd that the owner at ownerKey is the one
+// with uid. If etcd has another, the cache is behind: it returns errStale,
+// and the caller acts on nothing it read. With uid empty, every child is
+// returned.
+func children[T any](ctx context.Context, st *objects.Client, resource, ns, kind, name, ownerKey, uid string) ([]objects.Item[T], error) {
 	items, err := objects.List[T](ctx, st, objects.Prefix(resource, ns), objects.OwnedBy{Namespace: ns, Kind: kind, Name: name})
 	if err != nil {
 		return nil, err
@@ -137,16 +159,16 @@ func children[T any](ctx context.Context, st *objects.Store, resource, ns, kind,
 		return items, nil
 	}
 	out := items[:0]
-	var leftovers []objects.Item[T]
+	leftovers := 0
 	for _, it := range items {
 		m := any(it.Object).(objects.Metaobject).Meta()
 		if m.OwnedBy(kind, name, uid) {
 			out = append(out, it)
 		} else {
-			leftovers = append(leftovers, it)
+			leftovers++
 		}
 	}
-	if len(leftovers) == 0 {
+	if leftovers == 0 {
 		return out, nil
 	}
 	gone, err := st.OwnerGone(ctx, ownerKey, uid)
@@ -156,58 +178,7 @@ func children[T any](ctx context.Context, st *objects.Store, resource, ns, kind,
 	if gone {
 		return nil, fmt.Errorf("%s %s/%s: %w", kind, ns, name, errStale)
 	}
-	for _, it := range leftovers {
-		if err := st.Delete(ctx, it.Key, it.ModRevision); err != nil && !errors.Is(err, objects.ErrConflict) {
-			return nil, err
-		}
-	}
 	return out, nil
-}
-
-// deleteChildren deletes the objects of resource in ns owned by kind/name
-// whose owner is really gone: the cleanup when the cache does not show the
-// owner at ownerKey. Children whose owner reference names the uid etcd now
-// has at ownerKey are kept (the owner was created again and the cache has
-// not caught up), and so is a child that changed since the cache's read
-// (its change announces the owner again). It returns how many it deleted.
-func deleteChildren(ctx context.Context, st *objects.Store, resource, ns, kind, name, ownerKey string) (int, error) {
-	raws, err := st.List(ctx, objects.Prefix(resource, ns), objects.OwnedBy{Namespace: ns, Kind: kind, Name: name})
-	if err != nil || len(raws) == 0 {
-		return 0, err
-	}
-	live, err := st.GetDirect(ctx, ownerKey)
-	switch {
-	case errors.Is(err, objects.ErrNotFound):
-	case err != nil:
-		return 0, err
-	}
-	liveUID := ""
-	if live.Value != nil {
-		if o, err := objects.Decode[struct {
-			Metadata objects.ObjectMeta `json:"metadata"`
-		}](live); err == nil {
-			liveUID = o.Metadata.UID
-		}
-	}
-	n := 0
-	for _, r := range raws {
-		if liveUID != "" {
-			o, err := objects.Decode[struct {
-				Metadata objects.ObjectMeta `json:"metadata"`
-			}](r)
-			if err == nil && o.Metadata.OwnedBy(kind, name, liveUID) {
-				continue // the live owner's
-			}
-		}
-		switch err := st.Delete(ctx, r.Key, r.ModRevision); {
-		case errors.Is(err, objects.ErrConflict):
-		case err != nil:
-			return n, err
-		default:
-			n++
-		}
-	}
-	return n, nil
 }
 
 // newPod builds a pod named name from an owner's template.
@@ -226,23 +197,37 @@ func newPod(owner *objects.ObjectMeta, kind, name string, t objects.PodTemplate)
 
 // createPods creates n pods named <owner>-<5 random alphanumerics>, in one
 // etcd transaction per 100 (one revision, one round trip), drawing fresh
-// names for a transaction that found a name taken (it wrote nothing).
-func createPods(ctx context.Context, st *objects.Store, owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n int) error {
+// names for a transaction that found a name taken (it wrote nothing). It
+// returns the names of the pods it created, those of a failed call too.
+func createPods(ctx context.Context, st *objects.Client, owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n int) ([]string, error) {
+	var created []string
 	for n > 0 {
 		batch := min(n, objects.MaxTxnOps)
 		var err error
 		for range 5 {
 			keys, pods := newPods(owner, kind, t, batch)
-			if err = st.CreateAll(ctx, keys, pods); !errors.Is(err, objects.ErrConflict) {
+			if err = st.CreateAll(ctx, keys, pods); err == nil {
+				created = append(created, podNames(pods)...)
+			}
+			if !errors.Is(err, objects.ErrConflict) {
 				break
 			}
 		}
 		if err != nil {
-			return err
+			return created, err
 		}
 		n -= batch
 	}
-	return nil
+	return created, nil
+}
+
+// podNames returns the names of pods.
+func podNames(pods []objects.Metaobject) []string {
+	out := make([]string, len(pods))
+	for i, p := range pods {
+		out[i] = p.Meta().Name
+	}
+	return out
 }
 
 // newPods returns n new pods of owner, named <owner>-<5 random
@@ -263,19 +248,24 @@ func newPods(owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n in
 // rules) in the same etcd transaction when it can: a first reconcile then
 // writes once, not twice. When the transaction is refused (a name taken,
 // or the owner changed since raw was read) or n is too many for one, it
-// takes the two steps, which sort those out.
-func createPodsWithStatus(ctx context.Context, st *objects.Store, raw objects.Raw, owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n int, status any) error {
+// takes the two steps, which sort those out. It returns the names of the
+// pods it created, those of a failed call too.
+func createPodsWithStatus(ctx context.Context, st *objects.Client, raw objects.Raw, owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n int, status any) ([]string, error) {
 	if n < objects.MaxTxnOps { // the owner takes one operation too
 		keys, pods := newPods(owner, kind, t, n)
 		err := st.CreateAllWithStatus(ctx, keys, pods, raw, owner.UID, status)
+		if err == nil {
+			return podNames(pods), nil
+		}
 		if !errors.Is(err, objects.ErrConflict) {
-			return err
+			return nil, err
 		}
 	}
-	if err := createPods(ctx, st, owner, kind, t, n); err != nil {
-		return err
+	created, err := createPods(ctx, st, owner, kind, t, n)
+	if err != nil {
+		return created, err
 	}
-	return st.UpdateStatusFrom(ctx, raw, owner.UID, status)
+	return created, st.UpdateStatusFrom(ctx, raw, owner.UID, status)
 }
 
 // podCounts are the pods of one owner by phase.

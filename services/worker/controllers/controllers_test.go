@@ -9,22 +9,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 	"github.com/batonrun/baton/services/etcdembed"
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// world is a real embedded etcd with every reference controller, driven by
-// hand: pass reconciles every key of every resource (and every key ever
-// seen, so deleted owners get cleaned up) until a whole pass writes nothing.
-// It tests the controllers' decisions without queue or observer; the
-// end-to-end tests in package service run them through both.
+// world is a real embedded etcd with every reference controller and the
+// garbage collector, driven by hand: pass reconciles every key of every
+// resource (and every key ever seen, so deleted owners get cleaned up)
+// until a whole pass writes nothing. It tests the controllers' decisions
+// without queue or observer; the end-to-end tests in package service run
+// them through both.
 type world struct {
 	t     *testing.T
 	cli   *clientv3.Client
-	st    *objects.Store
+	st    *objects.Client
 	ctrls map[string]reconcile.Reconciler
+	gc    *GarbageCollector
 
 	mu   sync.Mutex
 	now  time.Time
@@ -39,15 +41,19 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	w := &world{t: t, cli: cli, st: objects.NewStore(cli, nil), ctrls: map[string]reconcile.Reconciler{},
+	w := &world{t: t, cli: cli, st: objects.NewClient(cli, nil), ctrls: map[string]reconcile.Reconciler{},
 		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), seen: map[string]map[string]bool{}}
 	for _, n := range Names {
-		r, err := New(n, Deps{Store: w.st, Now: w.clock})
+		if n == GarbageCollectorName {
+			continue
+		}
+		r, err := New(n, Deps{Objects: w.st, Now: w.clock})
 		if err != nil {
 			t.Fatal(err)
 		}
 		w.ctrls[n] = r
 	}
+	w.gc = NewGarbageCollector(Deps{Objects: w.st})
 	return w
 }
 
@@ -71,34 +77,51 @@ func (w *world) rev() int64 {
 	return resp.Header.Revision
 }
 
-// pass reconciles every key once per controller; it returns whether etcd
-// changed.
+// pass reconciles every key once per controller, and then once by the
+// garbage collector of each kind it knows; it returns whether etcd changed.
 func (w *world) pass() bool {
 	w.t.Helper()
 	before := w.rev()
 	for _, res := range Names {
-		resp, err := w.cli.Get(w.t.Context(), "/registry/"+res+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		if err != nil {
-			w.t.Fatal(err)
+		if res == GarbageCollectorName {
+			continue
 		}
-		if w.seen[res] == nil {
-			w.seen[res] = map[string]bool{}
-		}
-		for _, kv := range resp.Kvs {
-			w.seen[res][strings.TrimPrefix(string(kv.Key), "/registry/"+res+"/")] = true
-		}
-		var keys []string
-		for k := range w.seen[res] {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range w.keys(res) {
 			if _, err := w.ctrls[res].Reconcile(w.t.Context(), reconcile.Request{Queue: res, Key: k}); err != nil {
 				w.t.Fatalf("reconcile %s %s: %v", res, k, err)
 			}
 		}
 	}
+	for _, kind := range w.gc.Kinds() {
+		q := GarbageCollectorQueue(kind)
+		for _, k := range w.keys(kind.Resource) {
+			if _, err := w.gc.Reconciler(kind).Reconcile(w.t.Context(), reconcile.Request{Queue: q, Key: k}); err != nil {
+				w.t.Fatalf("reconcile %s %s: %v", q, k, err)
+			}
+		}
+	}
 	return w.rev() != before
+}
+
+// keys returns every key of resource there is or ever was, sorted.
+func (w *world) keys(res string) []string {
+	w.t.Helper()
+	resp, err := w.cli.Get(w.t.Context(), "/registry/"+res+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if w.seen[res] == nil {
+		w.seen[res] = map[string]bool{}
+	}
+	for _, kv := range resp.Kvs {
+		w.seen[res][strings.TrimPrefix(string(kv.Key), "/registry/"+res+"/")] = true
+	}
+	var keys []string
+	for k := range w.seen[res] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // converge runs passes until nothing changes, calling check after each.

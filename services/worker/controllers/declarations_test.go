@@ -9,15 +9,21 @@ import (
 
 // The reference controllers are exactly client/kinds' built-in
 // declarations: one controller per declaration, named like its queue, in
-// the table's order.
+// the table's order, and then the garbage collector, which is none of them.
 func TestControllersAreTheBuiltinDeclarations(t *testing.T) {
 	decls := kinds.BuiltinDeclarations()
 	var queues []string
 	for _, d := range decls {
 		queues = append(queues, d.Queue)
 	}
-	if !slices.Equal(Names, queues) {
-		t.Fatalf("Names = %v, want the built-in declarations' queues %v", Names, queues)
+	if want := append(queues, GarbageCollectorName); !slices.Equal(Names, want) {
+		t.Fatalf("Names = %v, want the built-in declarations' queues and the collector %v", Names, want)
+	}
+	if _, err := Declaration(GarbageCollectorName); err == nil {
+		t.Error("Declaration(garbagecollector) succeeded: the collector declares a queue per kind")
+	}
+	if _, err := New(GarbageCollectorName, Deps{}); err == nil {
+		t.Error("New(garbagecollector) succeeded: the collector has a reconciler per kind")
 	}
 	for _, want := range decls {
 		got, err := Declaration(want.Queue)

@@ -10,8 +10,9 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/events"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 )
 
 // AnnotationRevision orders a Deployment's ReplicaSets: the active one has
@@ -78,7 +79,7 @@ func (c *DeploymentController) Reconcile(ctx context.Context, req reconcile.Requ
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	r, err := c.observe(c.d.Store.Scope(ctx, req.Key, req.MinRevision), ns, name)
+	r, err := c.observe(c.d.Objects.Scope(ctx, req.Key, req.MinRevision), ns, name)
 	if err != nil || r == nil {
 		return reconcile.Result{}, err
 	}
@@ -97,19 +98,18 @@ func (c *DeploymentController) Reconcile(ctx context.Context, req reconcile.Requ
 		st.Replicas += o.live
 		st.ReadyReplicas += o.ready
 	}
-	return reconcile.Result{}, c.d.Store.UpdateStatusFrom(ctx, r.raw, r.d.Metadata.UID, st)
+	return reconcile.Result{}, c.d.Objects.UpdateStatusFrom(ctx, r.raw, r.d.Metadata.UID, st)
 }
 
-// observe reads the Deployment, its ReplicaSets and their pods. A
-// Deployment that is gone has its ReplicaSets deleted here (the ReplicaSet
-// controller then deletes the pods of each), and observe returns nil.
+// observe reads the Deployment, its ReplicaSets and their pods. For a
+// Deployment gone or being deleted it returns nil: its ReplicaSets, and
+// their pods, are the garbage collector's to delete.
 func (c *DeploymentController) observe(ctx context.Context, ns, name string) (*rollout, error) {
-	st := c.d.Store
+	st := c.d.Objects
 	key := objects.Key(objects.ResourceDeployments, ns, name)
 	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {
-		_, err := deleteChildren(ctx, st, objects.ResourceReplicaSets, ns, objects.KindDeployment, name, key)
-		return nil, err
+		return nil, nil // its ReplicaSets are the garbage collector's
 	}
 	if err != nil {
 		return nil, err
@@ -117,6 +117,11 @@ func (c *DeploymentController) observe(ctx context.Context, ns, name string) (*r
 	d, err := objects.Decode[objects.Deployment](raw)
 	if err != nil {
 		return nil, reconcile.Terminal(err)
+	}
+	if d.Metadata.IsDeleting() {
+		// Being deleted: its ReplicaSets go with it (the garbage
+		// collector), and ReplicaSets made now would race that.
+		return nil, nil
 	}
 	items, err := children[objects.ReplicaSet](ctx, st, objects.ResourceReplicaSets, ns, objects.KindDeployment, name, key, d.Metadata.UID)
 	if err != nil {
@@ -167,7 +172,7 @@ func (c *DeploymentController) podsOf(ctx context.Context, ns, name string, rss 
 	for _, it := range rss {
 		byName[it.Object.Metadata.Name] = it.Object.Metadata.UID
 	}
-	pods, err := objects.List[objects.Pod](ctx, c.d.Store, objects.Prefix(objects.ResourcePods, ns)+name+"-", objects.OwnedBy{})
+	pods, err := objects.List[objects.Pod](ctx, c.d.Objects, objects.Prefix(objects.ResourcePods, ns)+name+"-", objects.OwnedBy{})
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +223,7 @@ func (c *DeploymentController) rollNew(ctx context.Context, r *rollout) error {
 	if target == r.newRS.spec {
 		return nil
 	}
-	return c.scale(ctx, r.newRS, target)
+	return c.scale(ctx, r.d, r.newRS, target)
 }
 
 // retireOld scales the old ReplicaSets down, oldest first: their unready
@@ -242,7 +247,7 @@ func (c *DeploymentController) retireOld(ctx context.Context, r *rollout) error 
 			budget -= take
 		}
 		if drop > 0 {
-			if err := c.scale(ctx, o, o.spec-drop); err != nil {
+			if err := c.scale(ctx, r.d, o, o.spec-drop); err != nil {
 				return err
 			}
 		}
@@ -268,37 +273,56 @@ func (c *DeploymentController) createRS(ctx context.Context, d *objects.Deployme
 		},
 		Spec: objects.ReplicaSetSpec{Replicas: &size, Template: tpl},
 	}
-	_, err := c.d.Store.Create(ctx, objects.Key(objects.ResourceReplicaSets, d.Metadata.Namespace, name), rs)
+	_, err := c.d.Objects.Create(ctx, objects.Key(objects.ResourceReplicaSets, d.Metadata.Namespace, name), rs)
 	if errors.Is(err, objects.ErrConflict) {
 		// Created by an earlier attempt whose read was stale: the next
 		// reconcile (its event) sees it.
 		return rs, fmt.Errorf("create replicaset %s: %w", name, err)
 	}
+	if err == nil {
+		c.scaled(d, name, 0, size)
+	}
 	return rs, err
 }
 
 // scale sets a ReplicaSet's spec.replicas (and bumps its generation).
-func (c *DeploymentController) scale(ctx context.Context, s *rsState, n int) error {
+func (c *DeploymentController) scale(ctx context.Context, d *objects.Deployment, s *rsState, n int) error {
 	uid := s.rs.Metadata.UID
-	err := objects.ModifyFrom(ctx, c.d.Store, s.item.Raw(), func(rs *objects.ReplicaSet) (bool, error) {
-		if rs.Metadata.UID != uid || objects.Or(rs.Spec.Replicas, 1) == n {
+	from, changed := 0, false
+	err := objects.ModifyFrom(ctx, c.d.Objects, s.item.Raw(), func(rs *objects.ReplicaSet) (bool, error) {
+		from, changed = objects.Or(rs.Spec.Replicas, 1), false
+		if rs.Metadata.UID != uid || from == n {
 			return false, nil
 		}
 		rs.Spec.Replicas = &n
 		rs.Metadata.Generation++
+		changed = true
 		return true, nil
 	})
 	if errors.Is(err, objects.ErrNotFound) {
 		return nil
 	}
 	s.spec = n
+	if err == nil && changed {
+		c.scaled(d, s.rs.Metadata.Name, from, n)
+	}
 	return err
+}
+
+// scaled records that d's ReplicaSet rs went from replicas to n, as
+// Kubernetes' deployment controller words it.
+func (c *DeploymentController) scaled(d *objects.Deployment, rs string, from, n int) {
+	dir := "up"
+	if n < from {
+		dir = "down"
+	}
+	c.d.Events.Event(d, events.Normal, ReasonScalingReplicaSet, "Scaled %s replica set %s from %d to %d", dir, rs, from, n)
 }
 
 // setRevision records that s is the newest ReplicaSet.
 func (c *DeploymentController) setRevision(ctx context.Context, s *rsState, rev int) error {
 	uid := s.rs.Metadata.UID
-	err := objects.ModifyFrom(ctx, c.d.Store, s.item.Raw(), func(rs *objects.ReplicaSet) (bool, error) {
+	err := objects.ModifyFrom(ctx, c.d.Objects, s.item.Raw(), func(rs *objects.ReplicaSet) (bool, error) {
 		if rs.Metadata.UID != uid {
 			return false, nil
 		}
@@ -326,7 +350,7 @@ func (c *DeploymentController) cleanup(ctx context.Context, d *objects.Deploymen
 		}
 	}
 	for _, o := range idle[:max(0, len(idle)-limit)] {
-		if err := c.d.Store.Delete(ctx, o.item.Key, o.item.ModRevision); err != nil && !errors.Is(err, objects.ErrConflict) {
+		if err := c.d.Objects.Delete(ctx, o.item.Key, o.item.ModRevision); err != nil && !errors.Is(err, objects.ErrConflict) {
 			return err
 		}
 	}

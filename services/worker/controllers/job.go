@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/events"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 )
 
 // JobController runs a Job's pods until spec.completions (default 1) of them
@@ -21,13 +22,12 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	st := c.d.Store
+	st := c.d.Objects
 	ctx = st.Scope(ctx, req.Key, req.MinRevision)
 	key := objects.Key(objects.ResourceJobs, ns, name)
 	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {
-		_, err := deleteChildren(ctx, st, objects.ResourcePods, ns, objects.KindJob, name, key)
-		return reconcile.Result{}, err
+		return reconcile.Result{}, nil // its pods are the garbage collector's
 	}
 	if err != nil {
 		return reconcile.Result{}, err
@@ -35,6 +35,11 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 	job, err := objects.Decode[objects.Job](raw)
 	if err != nil {
 		return reconcile.Result{}, reconcile.Terminal(err)
+	}
+	if job.Metadata.IsDeleting() {
+		// Being deleted: its pods go with it (the garbage collector), and
+		// pods made now would race that.
+		return reconcile.Result{}, nil
 	}
 	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindJob, name, key, job.Metadata.UID)
 	if err != nil {
@@ -48,14 +53,21 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 
 	conds := job.Status.Conditions
 	finished := hasCondition(conds, objects.JobComplete) || hasCondition(conds, objects.JobFailed)
+	// ended records how the Job ended, once the status saying so is
+	// written.
+	ended := func() {}
 	if !finished {
 		switch {
 		case n.succeeded >= completions:
 			conds = append(conds, objects.Condition{Type: objects.JobComplete, Status: "True"})
 			finished = true
+			ended = func() { c.d.Events.Event(job, events.Normal, ReasonCompleted, "Job completed") }
 		case n.failed > backoffLimit:
 			conds = append(conds, objects.Condition{Type: objects.JobFailed, Status: "True"})
 			finished = true
+			ended = func() {
+				c.d.Events.Event(job, events.Warning, ReasonBackoffLimitExceeded, "Job has reached the specified backoff limit")
+			}
 		}
 	}
 	want := 0
@@ -69,7 +81,12 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 	switch {
 	case len(live) < want:
 		// One write for the new pods and the status that counts them.
-		return reconcile.Result{}, createPodsWithStatus(ctx, st, raw, &job.Metadata, objects.KindJob, job.Spec.Template, want-len(live), status)
+		created, err := createPodsWithStatus(ctx, st, raw, &job.Metadata, objects.KindJob, job.Spec.Template, want-len(live), status)
+		recordCreated(c.d.Events, job, created)
+		if err != nil && len(created) < want-len(live) {
+			recordFailedCreate(c.d.Events, job, err)
+		}
+		return reconcile.Result{}, err
 	case len(live) > want:
 		// A finished Job (or lowered parallelism) stops its extra pods.
 		deletionOrder(live)
@@ -79,7 +96,11 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 			}
 		}
 	}
-	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, job.Metadata.UID, status)
+	if err := st.UpdateStatusFrom(ctx, raw, job.Metadata.UID, status); err != nil {
+		return reconcile.Result{}, err
+	}
+	ended()
+	return reconcile.Result{}, nil
 }
 
 func hasCondition(conds []objects.Condition, typ string) bool {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 )
 
 // PodRuntime stands in for a node agent: it starts pods (Pending → Running)
@@ -21,7 +21,7 @@ func (c *PodRuntime) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	st := c.d.Store
+	st := c.d.Objects
 	ctx = st.Scope(ctx, req.Key, req.MinRevision)
 	key := objects.Key(objects.ResourcePods, ns, name)
 	raw, err := st.Get(ctx, key)

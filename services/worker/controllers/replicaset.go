@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/events"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 )
 
 // ReplicaSetController keeps the number of live pods owned by each
@@ -18,16 +19,12 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	st := c.d.Store
+	st := c.d.Objects
 	ctx = st.Scope(ctx, req.Key, req.MinRevision)
 	key := objects.Key(objects.ResourceReplicaSets, ns, name)
 	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {
-		n, err := deleteChildren(ctx, st, objects.ResourcePods, ns, objects.KindReplicaSet, name, key)
-		if n > 0 {
-			c.d.Log.Info("replicaset gone, deleted its pods", "key", req.Key, "pods", n)
-		}
-		return reconcile.Result{}, err
+		return reconcile.Result{}, nil // its pods are the garbage collector's
 	}
 	if err != nil {
 		return reconcile.Result{}, err
@@ -35,6 +32,11 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 	rs, err := objects.Decode[objects.ReplicaSet](raw)
 	if err != nil {
 		return reconcile.Result{}, reconcile.Terminal(err)
+	}
+	if rs.Metadata.IsDeleting() {
+		// Being deleted: its pods go with it (the garbage collector), and
+		// pods made now would race that.
+		return reconcile.Result{}, nil
 	}
 	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindReplicaSet, name, key, rs.Metadata.UID)
 	if err != nil {
@@ -55,7 +57,12 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 	case len(live) < want:
 		// The new pods are not running yet: the status counts them in
 		// replicas only, and goes in the same write as they do.
-		if err := createPodsWithStatus(ctx, st, raw, &rs.Metadata, objects.KindReplicaSet, rs.Spec.Template, want-len(live), status(live)); err != nil {
+		created, err := createPodsWithStatus(ctx, st, raw, &rs.Metadata, objects.KindReplicaSet, rs.Spec.Template, want-len(live), status(live))
+		recordCreated(c.d.Events, rs, created)
+		if err != nil {
+			if len(created) < want-len(live) {
+				recordFailedCreate(c.d.Events, rs, err)
+			}
 			return reconcile.Result{}, err
 		}
 		c.d.Log.Debug("created pods", "key", req.Key, "count", want-len(live))
@@ -67,6 +74,7 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 			if err := st.Delete(ctx, p.Key, 0); err != nil {
 				return reconcile.Result{}, err
 			}
+			c.d.Events.Event(rs, events.Normal, ReasonSuccessfulDelete, "Deleted pod: %s", p.Object.Metadata.Name)
 		}
 		live = live[n:]
 		c.d.Log.Debug("deleted pods", "key", req.Key, "count", n)

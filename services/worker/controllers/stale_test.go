@@ -8,8 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/client/kinds"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -97,12 +98,12 @@ func TestStaleCacheKeepsALiveOwnersChildren(t *testing.T) {
 	}
 	// A reconcile that sees the new set makes its two pods (the old
 	// ones are leftovers it leaves to a current view below).
-	rc := func(st *objects.Store) error {
-		c := &ReplicaSetController{Deps{Store: st, Log: w.ctrls["replicasets"].(*ReplicaSetController).d.Log}}
+	rc := func(st *objects.Client) error {
+		c := &ReplicaSetController{Deps{Objects: st, Log: w.ctrls["replicasets"].(*ReplicaSetController).d.Log}}
 		_, err := c.Reconcile(t.Context(), reconcile.Request{Queue: "replicasets", Key: "default/web"})
 		return err
 	}
-	current := objects.NewStoreWithCache(w.cli, &laggingCache{cli: w.cli, at: map[string]int64{}})
+	current := objects.NewClientWithCache(w.cli, &laggingCache{cli: w.cli, at: map[string]int64{}})
 	if err := rc(current); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func TestStaleCacheKeepsALiveOwnersChildren(t *testing.T) {
 	}{{"shows the set gone", gone}, {"shows the old set", withOld}} {
 		cache := &laggingCache{cli: w.cli, at: map[string]int64{}}
 		cache.pin("replicasets", lag.at)
-		err := rc(objects.NewStoreWithCache(w.cli, cache))
+		err := rc(objects.NewClientWithCache(w.cli, cache))
 		if lag.at == withOld && err == nil {
 			t.Errorf("%s: the reconcile acted on an owner etcd has replaced", lag.name)
 		}
@@ -146,8 +147,9 @@ func TestStaleCacheKeepsALiveOwnersChildren(t *testing.T) {
 	}
 }
 
-// TestStaleCacheStillCleansUp: when the owner is really gone, a reconcile
-// reading through a cache deletes its children, confirming once in etcd.
+// TestStaleCacheStillCleansUp: when the owner is really gone, the garbage
+// collector reading through a cache deletes its children, confirming once
+// in etcd and deleting each as it read it, with no read of its own.
 func TestStaleCacheStillCleansUp(t *testing.T) {
 	w := newWorld(t)
 	w.apply("jobs", "default", "batch", map[string]any{"kind": "Job", "metadata": map[string]any{}, "spec": map[string]any{"parallelism": 3, "completions": 3, "template": template("busybox", 1000, 0)}})
@@ -156,9 +158,10 @@ func TestStaleCacheStillCleansUp(t *testing.T) {
 		t.Fatalf("the job has %d pods, want 3", n)
 	}
 	w.del(objects.Key("jobs", "default", "batch"))
-	st := objects.NewStoreWithCache(w.cli, &laggingCache{cli: w.cli, at: map[string]int64{}})
-	c := &JobController{Deps{Store: st, Log: w.ctrls["jobs"].(*JobController).d.Log, Now: w.clock}}
-	if _, err := c.Reconcile(t.Context(), reconcile.Request{Queue: "jobs", Key: "default/batch"}); err != nil {
+	st := objects.NewClientWithCache(w.cli, &laggingCache{cli: w.cli, at: map[string]int64{}})
+	job := kinds.MustBuiltin(kinds.Job)
+	gc := NewGarbageCollector(Deps{Objects: st})
+	if _, err := gc.Reconciler(job).Reconcile(t.Context(), reconcile.Request{Queue: GarbageCollectorQueue(job), Key: "default/batch"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(w.pods("Job", "batch")); n != 0 {
@@ -213,7 +216,7 @@ func TestFirstReconcileIsOneWrite(t *testing.T) {
 	stale := w.rev()
 	w.apply("replicasets", "default", "two", set("two", map[string]any{"changed": "yes"}))
 	cache := &laggingCache{cli: w.cli, at: map[string]int64{"replicasets": stale}}
-	rc, err := New("replicasets", Deps{Store: objects.NewStoreWithCache(w.cli, cache), Now: w.clock})
+	rc, err := New("replicasets", Deps{Objects: objects.NewClientWithCache(w.cli, cache), Now: w.clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/events"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 )
 
 // StatefulSetController keeps pods with stable names <set>-0 … <set>-(n-1):
@@ -23,13 +24,12 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	st := c.d.Store
+	st := c.d.Objects
 	ctx = st.Scope(ctx, req.Key, req.MinRevision)
 	key := objects.Key(objects.ResourceStatefulSets, ns, name)
 	raw, err := st.Get(ctx, key)
 	if errors.Is(err, objects.ErrNotFound) {
-		_, err := deleteChildren(ctx, st, objects.ResourcePods, ns, objects.KindStatefulSet, name, key)
-		return reconcile.Result{}, err
+		return reconcile.Result{}, nil // its pods are the garbage collector's
 	}
 	if err != nil {
 		return reconcile.Result{}, err
@@ -37,6 +37,11 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 	set, err := objects.Decode[objects.StatefulSet](raw)
 	if err != nil {
 		return reconcile.Result{}, reconcile.Terminal(err)
+	}
+	if set.Metadata.IsDeleting() {
+		// Being deleted: its pods go with it (the garbage collector), and
+		// pods made now would race that.
+		return reconcile.Result{}, nil
 	}
 	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindStatefulSet, name, key, set.Metadata.UID)
 	if err != nil {
@@ -60,7 +65,10 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 	for _, i := range extra {
 		// On the mod revision read: a pod of that name made since (by
 		// another owner's controller) is not the one to remove.
-		if err := st.Delete(ctx, byOrdinal[i].Key, byOrdinal[i].ModRevision); err != nil && !errors.Is(err, objects.ErrConflict) {
+		switch err := st.Delete(ctx, byOrdinal[i].Key, byOrdinal[i].ModRevision); {
+		case err == nil:
+			c.deleted(set, byOrdinal[i].Object.Metadata.Name)
+		case !errors.Is(err, objects.ErrConflict):
 			return reconcile.Result{}, err
 		}
 		delete(byOrdinal, i)
@@ -75,15 +83,24 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 			_, err := st.Create(ctx, objects.Key(objects.ResourcePods, ns, podName),
 				newPod(&set.Metadata, objects.KindStatefulSet, podName, set.Spec.Template))
 			if err != nil && !errors.Is(err, objects.ErrConflict) {
+				if !errors.Is(err, context.Canceled) {
+					c.d.Events.Event(set, events.Warning, ReasonFailedCreate, "create Pod %s in StatefulSet %s failed error: %v", podName, name, err)
+				}
 				return reconcile.Result{}, err
 			}
 			created = err == nil
+			if created {
+				c.d.Events.Event(set, events.Normal, ReasonSuccessfulCreate, "create Pod %s in StatefulSet %s successful", podName, name)
+			}
 			break
 		}
 		if !objects.Live(p.Object) {
 			// A pod that ended is replaced under the same name: delete it
 			// now, its deletion brings this set back to create it.
-			if err := st.Delete(ctx, p.Key, p.ModRevision); err != nil && !errors.Is(err, objects.ErrConflict) {
+			switch err := st.Delete(ctx, p.Key, p.ModRevision); {
+			case err == nil:
+				c.deleted(set, p.Object.Metadata.Name)
+			case !errors.Is(err, objects.ErrConflict):
 				return reconcile.Result{}, err
 			}
 			delete(byOrdinal, i)
@@ -106,6 +123,11 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 	return reconcile.Result{}, st.UpdateStatusFrom(ctx, raw, set.Metadata.UID, objects.StatefulSetStatus{
 		Replicas: replicas, ReadyReplicas: ready, ObservedGeneration: set.Metadata.Generation,
 	})
+}
+
+// deleted records the deletion of set's pod.
+func (c *StatefulSetController) deleted(set *objects.StatefulSet, pod string) {
+	c.d.Events.Event(set, events.Normal, ReasonSuccessfulDelete, "delete Pod %s in StatefulSet %s successful", pod, set.Metadata.Name)
 }
 
 // ordinal parses <set>-<i>.

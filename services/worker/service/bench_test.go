@@ -12,9 +12,9 @@ import (
 	"time"
 
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
-	"github.com/batonrun/baton/services/worker/manager"
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/manager"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

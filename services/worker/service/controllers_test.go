@@ -11,7 +11,7 @@ import (
 
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/worker/objects"
+	"github.com/batonrun/baton/sdk/objects"
 )
 
 const converge = 30 * time.Second
@@ -70,7 +70,7 @@ func TestDeploymentEndToEnd(t *testing.T) {
 			"strategy": map[string]any{"maxSurge": surge, "maxUnavailable": 0}}}
 	}
 	replicaSets := func() map[string]*objects.ReplicaSet {
-		items, err := objects.List[objects.ReplicaSet](t.Context(), objects.NewStore(s.cli, nil), objects.Prefix("replicasets", "default"), objects.OwnedBy{})
+		items, err := objects.List[objects.ReplicaSet](t.Context(), objects.NewClient(s.cli, nil), objects.Prefix("replicasets", "default"), objects.OwnedBy{})
 		if err != nil {
 			t.Fatal(err)
 		}

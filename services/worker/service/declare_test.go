@@ -9,12 +9,14 @@ import (
 
 	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/services/etcdembed"
+	"github.com/batonrun/baton/services/worker/controllers"
 	"github.com/batonrun/baton/services/worker/service"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestWorkerPublishesItsDeclarations: baton-worker publishes what each of
-// its controllers watches (client/kinds' built-in declarations) before it
+// its controllers watches (client/kinds' built-in declarations, and the
+// garbage collector's, one per kind it knows from the start) before it
 // leases, so it does so with no queue to lease from, and the records stay
 // after it stops.
 func TestWorkerPublishesItsDeclarations(t *testing.T) {
@@ -55,6 +57,10 @@ func TestWorkerPublishesItsDeclarations(t *testing.T) {
 		return out
 	}
 	want := kinds.BuiltinDeclarations()
+	gc := controllers.NewGarbageCollector(controllers.Deps{})
+	for _, k := range gc.Kinds() {
+		want = append(want, gc.Declaration(k))
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for len(declared()) < len(want) {
 		if time.Now().After(deadline) {

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/sdk/manager"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
-	"github.com/batonrun/baton/services/worker/manager"
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
 	"github.com/batonrun/baton/services/worker/service"
 	"github.com/batonrun/baton/test/framework"
 )
@@ -178,7 +178,7 @@ func TestPanickingReconcileIsRetried(t *testing.T) {
 	var panics atomic.Int32
 	cfg := s.workerConfig()
 	cfg.Wrap = rec.wrap(func(ctx context.Context, queue, key string, next func(context.Context) error) error {
-		if key == "default/boom" && panics.Add(1) <= 2 {
+		if queue == "replicasets" && key == "default/boom" && panics.Add(1) <= 2 {
 			panic("reconciler bug")
 		}
 		return next(ctx)
@@ -202,7 +202,7 @@ func TestEtcdUnavailableMidReconcile(t *testing.T) {
 	cfg := s.workerConfig()
 	cfg.CallTimeout = 300 * time.Millisecond
 	cfg.Wrap = rec.wrap(func(ctx context.Context, queue, key string, next func(context.Context) error) error {
-		if key == "default/flaky" && once.CompareAndSwap(false, true) {
+		if queue == "replicasets" && key == "default/flaky" && once.CompareAndSwap(false, true) {
 			t0 := time.Now()
 			s.etcd.Stop()
 			t.Logf("etcd stopped in %v", time.Since(t0))

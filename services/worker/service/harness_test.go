@@ -15,9 +15,9 @@ import (
 	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/worker/manager"
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/manager"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 	"github.com/batonrun/baton/services/worker/service"
 	"github.com/batonrun/baton/test/framework"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -181,7 +181,7 @@ func (s *stack) del(resource, name string) {
 // pods returns the pods of one owner from etcd, by name.
 func (s *stack) pods(ownerKind, ownerName string) map[string]*objects.Pod {
 	s.t.Helper()
-	st := objects.NewStore(s.cli, nil)
+	st := objects.NewClient(s.cli, nil)
 	items, err := objects.List[objects.Pod](s.t.Context(), st, objects.Prefix("pods", "default"), objects.OwnedBy{Namespace: "default", Kind: ownerKind, Name: ownerName})
 	if err != nil {
 		s.t.Fatal(err)
@@ -195,7 +195,7 @@ func (s *stack) pods(ownerKind, ownerName string) map[string]*objects.Pod {
 
 func get[T any](s *stack, resource, name string) *T {
 	s.t.Helper()
-	v, _, err := objects.Get[T](s.t.Context(), objects.NewStore(s.cli, nil), objects.Key(resource, "default", name))
+	v, _, err := objects.Get[T](s.t.Context(), objects.NewClient(s.cli, nil), objects.Key(resource, "default", name))
 	if err != nil {
 		return nil
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonrun/baton/services/worker/objects"
+	"github.com/batonrun/baton/sdk/objects"
 )
 
 // perQueue returns the reconciles recorded so far, by queue and key.
@@ -36,14 +36,14 @@ func (s *stack) settled(t *testing.T) {
 	})
 }
 
-// TestReconcilesFromNothing (issue 18): ReplicaSets converged from nothing
+// TestReconcilesFromNothing: ReplicaSets converged from nothing
 // cost at most 6 reconciles a set, its 3 pods included, because a
-// controller's own status write no longer brings its object back to it (the
+// controller's own status write does not bring its object back to it (the
 // reference declarations ignore their own status changes): each pod is
 // reconciled once (Pending → Running), each job pod twice (→ Running, then
 // → Succeeded after its duration, timed by a requeue), and the sets, a Job
-// and a Deployment's rollout still converge. Before, each pod cost two
-// reconciles and each job pod four.
+// and a Deployment's rollout still converge. Without ignoreOwnStatus each
+// pod costs two reconciles and each job pod four.
 func TestReconcilesFromNothing(t *testing.T) {
 	s := startStack(t)
 	rec := newCalls()
@@ -84,9 +84,10 @@ func TestReconcilesFromNothing(t *testing.T) {
 	}
 	// A set costs 3 reconciles of its pods and at most 5 of its own: its
 	// creation, the event of the pods it created, one per pod that starts
-	// (fewer when the queue collapses them). Before issue 18 it cost at
-	// least 9: 6 of its pods, and its own final status write came back to
-	// it after the reconciles that followed its creation.
+	// (fewer when the queue collapses them). Were a controller's own
+	// status writes announced back to it, a set would cost at least 9: 6
+	// of its pods, and its own final status write coming back to it after
+	// the reconciles that followed its creation.
 	if per := float64(total) / sets; per > 8 {
 		t.Errorf("%.1f reconciles per set of %d pods, want at most 8", per, replicas)
 	} else {

@@ -3,8 +3,9 @@
 // writing to etcd, with /metrics, /healthz and /readyz over HTTP. The worker
 // serves no gRPC: it is a client of the queue, the observer and etcd. Before
 // it leases, it publishes what each of its controllers watches (client/kinds'
-// built-in declarations, at /baton/rules/<queue>). The baton-worker binary
-// and the embedded dev stack both call Run.
+// built-in declarations, at /baton/rules/<queue>, and the garbage
+// collector's per kind). The baton-worker binary and the embedded dev stack
+// both call Run.
 package service
 
 import (
@@ -20,14 +21,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonrun/baton/client/kinds"
 	queueclient "github.com/batonrun/baton/client/queue"
-	"github.com/batonrun/baton/services/runtime/etcdconn"
+	"github.com/batonrun/baton/client/queue/limits"
+	"github.com/batonrun/baton/sdk/etcdconn"
+	"github.com/batonrun/baton/sdk/events"
+	"github.com/batonrun/baton/sdk/manager"
+	"github.com/batonrun/baton/sdk/objects"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/runtime/trust"
 	"github.com/batonrun/baton/services/worker/controllers"
-	"github.com/batonrun/baton/services/worker/manager"
-	"github.com/batonrun/baton/services/worker/objects"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -81,7 +85,7 @@ func DefaultConfig() Config {
 	return Config{
 		HTTPAddr: ":9092", QueueAddr: "127.0.0.1:7070", ObserverAddr: "127.0.0.1:7071",
 		EtcdEndpoints: []string{"http://127.0.0.1:2379"}, Controllers: "all", Concurrency: 16,
-		LeaseDuration: queueclient.DefaultLease, ReconcileTimeout: manager.DefaultReconcileTimeout, GracePeriod: 10 * time.Second,
+		LeaseDuration: limits.DefaultLease, ReconcileTimeout: manager.DefaultReconcileTimeout, GracePeriod: 10 * time.Second,
 		CallTimeout: objects.DefaultOpTimeout,
 	}
 }
@@ -217,14 +221,42 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	store := objects.NewStore(etcd, observer)
-	store.SetOpTimeout(cfg.CallTimeout)
-	registerReads(reg, store)
+	objs := objects.NewClient(etcd, observer)
+	objs.SetOpTimeout(cfg.CallTimeout)
+	registerReads(reg, objs)
+	// What the controllers do to their objects, recorded as Events with
+	// the worker's etcd client (its TLS and credentials); each controller
+	// records as its own component (controllers.Component).
+	rec, err := events.NewRecorder(etcd, events.Options{Component: "baton-worker", Logger: log, Registerer: reg, OpTimeout: cfg.CallTimeout})
+	if err != nil {
+		return err
+	}
 	// The manager publishes what each controller watches (its declaration
-	// in client/kinds) before it leases.
-	m := manager.New(queue, manager.Options{Worker: cfg.Worker, GracePeriod: cfg.GracePeriod, Logger: log, Registerer: reg, Etcd: etcd})
+	// in client/kinds) before it leases, and runs the recorder.
+	m := manager.New(queue, manager.Options{Worker: cfg.Worker, GracePeriod: cfg.GracePeriod, Logger: log, Registerer: reg, Etcd: etcd, Events: rec})
+	var gc *controllers.GarbageCollector
+	gcController := func(k kinds.Kind) manager.Controller {
+		d := gc.Declaration(k)
+		c := manager.Controller{Name: d.Queue, Reconciler: gc.Reconciler(k), For: d.For, IgnoreOwnStatus: d.IgnoreOwnStatus, Concurrency: cfg.Concurrency,
+			LeaseDuration: cfg.LeaseDuration, ReconcileTimeout: cfg.ReconcileTimeout}
+		if cfg.Wrap != nil {
+			c = cfg.Wrap(d.Queue, c)
+		}
+		return c
+	}
 	for _, n := range names {
-		r, err := controllers.New(n, controllers.Deps{Store: store, Log: log.With("controller", n)})
+		if n == controllers.GarbageCollectorName {
+			// A controller per kind it knows now; Learn adds one for
+			// each kind declared later.
+			gc = controllers.NewGarbageCollector(controllers.Deps{Objects: objs, Log: log.With("controller", n)})
+			for _, k := range gc.Kinds() {
+				if err := m.Add(gcController(k)); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		r, err := controllers.New(n, controllers.Deps{Objects: objs, Log: log.With("controller", n), Events: rec})
 		if err != nil {
 			return err
 		}
@@ -232,7 +264,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		c := manager.Controller{Name: n, Reconciler: r, For: decl.For, Owns: decl.Owns, IgnoreOwnStatus: decl.IgnoreOwnStatus, Concurrency: cfg.Concurrency,
+		c := manager.Controller{Name: n, Reconciler: r, For: decl.For, Owns: decl.Owns, IgnoreOwnStatus: decl.IgnoreOwnStatus,
+			Schema: decl.Schema, PrinterColumns: decl.PrinterColumns, Concurrency: cfg.Concurrency,
 			LeaseDuration: cfg.LeaseDuration, ReconcileTimeout: cfg.ReconcileTimeout}
 		if cfg.Wrap != nil {
 			c = cfg.Wrap(n, c)
@@ -272,6 +305,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			stopServe()
 		}
 	})
+	if gc != nil {
+		wg.Go(func() {
+			_ = gc.Learn(sctx, etcd, func(k kinds.Kind) error { return m.Add(gcController(k)) })
+		})
+	}
 	runErr = m.Run(sctx)
 	stopServe()
 	wg.Wait()
@@ -284,7 +322,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // every read when no observer is configured) or "cache" (the observer's).
 const ReadsMetric = "baton_worker_store_reads_total"
 
-func registerReads(reg prometheus.Registerer, st *objects.Store) {
+func registerReads(reg prometheus.Registerer, st *objects.Client) {
 	for _, src := range []string{"etcd", "cache"} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        ReadsMetric,

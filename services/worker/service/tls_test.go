@@ -3,7 +3,7 @@ package service_test
 import (
 	"testing"
 
-	"github.com/batonrun/baton/services/worker/objects"
+	"github.com/batonrun/baton/sdk/objects"
 	"github.com/batonrun/baton/test/framework"
 )
 

@@ -11,7 +11,9 @@ func TestHealthcheck(t *testing.T) {
 	ok := http.NewServeMux()
 	ok.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	bad := http.NewServeMux()
-	bad.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "not ready", 503) })
+	bad.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+	})
 	serveOn := func(h http.Handler) string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -59,13 +59,13 @@ import (
 	"github.com/batonrun/baton/client/kinds"
 	observerclient "github.com/batonrun/baton/client/observer"
 	queueclient "github.com/batonrun/baton/client/queue"
-	"github.com/batonrun/baton/services/runtime/etcdconn"
+	"github.com/batonrun/baton/sdk/etcdconn"
+	"github.com/batonrun/baton/sdk/manager"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/runtime/trust"
-	"github.com/batonrun/baton/services/worker/manager"
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -89,7 +89,7 @@ type Greeting = objects.Object[GreetingSpec, GreetingStatus]
 
 // Greeter reconciles Greetings.
 type Greeter struct {
-	Store *objects.Store
+	Objects *objects.Client
 }
 
 // Reconcile is level-based: it reads the current object, whatever change
@@ -101,7 +101,7 @@ func (g *Greeter) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	}
 	key := GreetingKind.Key(ns, name)
 	// Through the observer's cache, at least as new as this worker's writes.
-	g1, _, err := objects.Get[Greeting](ctx, g.Store, key)
+	g1, _, err := objects.Get[Greeting](ctx, g.Objects, key)
 	if errors.Is(err, objects.ErrNotFound) {
 		return reconcile.Result{}, nil // deleted: it owned nothing, nothing to clean up
 	}
@@ -114,7 +114,7 @@ func (g *Greeter) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	// A compare-and-swap on the stored object that re-reads and retries on a
 	// conflict, and writes nothing when the status is already right (so the
 	// write does not announce the key again for nothing).
-	return reconcile.Result{}, g.Store.UpdateStatus(ctx, key, g1.Metadata.UID, GreetingStatus{
+	return reconcile.Result{}, g.Objects.UpdateStatus(ctx, key, g1.Metadata.UID, GreetingStatus{
 		Message:            "hello, " + g1.Spec.Name,
 		ObservedGeneration: g1.Metadata.Generation,
 	})
@@ -139,7 +139,7 @@ type config struct {
 	// the greeter dials plaintext.
 	TLS trust.Config
 	// Etcd is how it reaches etcd: https:// with --etcd-cacert,
-	// --etcd-cert and --etcd-key, and a user (services/runtime/etcdconn).
+	// --etcd-cert and --etcd-key, and a user (sdk/etcdconn).
 	Etcd etcdconn.Config
 	// QueueWait bounds the wait at start for the queue to accept the
 	// connection (see awaitQueue); not a flag.
@@ -230,12 +230,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return nil // stopped while waiting
 	}
 
-	store := objects.NewStore(etcd, observer)
+	objs := objects.NewClient(etcd, observer)
 	// With etcd, the manager publishes the controllers' declarations
 	// before it leases.
 	m := manager.New(queue, manager.Options{Logger: log, Etcd: etcd})
 	if err := m.Add(manager.Controller{
-		Name: "greetings", Reconciler: &Greeter{Store: store}, Concurrency: 2,
+		Name: "greetings", Reconciler: &Greeter{Objects: objs}, Concurrency: 2,
 		// What it watches: Greetings, and the pods that name one as owner
 		// (a change of such a pod announces the Greeting's key).
 		For: GreetingKind, Owns: []kinds.Kind{kinds.MustBuiltin(kinds.Pod)},
