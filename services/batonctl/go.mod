@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/batonrun/baton/client => ../../client
 	github.com/batonrun/baton/proto => ../../proto
+	github.com/batonrun/baton/sdk => ../../sdk
 	github.com/batonrun/baton/services/etcdembed => ../etcdembed
 	github.com/batonrun/baton/services/runtime => ../runtime
 	github.com/batonrun/baton/test/framework => ../../test/framework
@@ -64,6 +65,7 @@ require (
 
 require (
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/sdk v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/test/framework v0.0.0-00010101000000-000000000000
 	github.com/coreos/go-semver v0.3.1 // indirect
@@ -71,7 +73,7 @@ require (
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
-	go.etcd.io/etcd/api/v3 v3.6.16 // indirect
+	go.etcd.io/etcd/api/v3 v3.6.16
 	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.0

@@ -16,75 +16,68 @@ import (
 	"github.com/batonrun/baton/services/runtime/flagenv"
 )
 
-const certsUsage = "usage: batonctl certs init DIR [--hosts H,…] [--days N] [--ca-days N] [--force|--keep] [--key-group GID] | " +
-	"batonctl certs issue --dir DIR --name NAME [--roles R,…] [--hosts H,…] [--days N] [--force]"
-
-// cmdCerts makes a deployment's certificates (package certs): init a CA
-// and one certificate per service and kind of user, issue one more.
-func cmdCerts(_ context.Context, a *app, args []string) error {
-	if len(args) == 0 {
-		return usagef(certsUsage)
-	}
-	switch args[0] {
-	case "init":
-		return certsInit(a, args[1:])
-	case "issue":
-		return certsIssue(a, args[1:])
-	}
-	return usagef("unknown certs command %q (%s)", args[0], certsUsage)
+// certsInitFlags are certs init's flags.
+type certsInitFlags struct {
+	hosts        string
+	days, caDays int
+	force, keep  bool
+	keyGroup     int
 }
 
-func certsInit(a *app, args []string) error {
-	fs := flag.NewFlagSet("certs init", flag.ContinueOnError)
-	hosts := fs.String("hosts", strings.Join(certs.DefaultHosts(), ","), "comma-separated DNS names and IP addresses every certificate is valid for")
-	days := fs.Int("days", certs.DefaultDays, "how many days each service's certificate is valid")
-	caDays := fs.Int("ca-days", certs.DefaultCADays, "how many days the CA is valid")
-	force := fs.Bool("force", false, "replace files that exist")
-	keep := fs.Bool("keep", false, "keep the CA and every certificate in DIR, and issue only those missing (for a one-shot that runs at every start)")
-	keyGroup := fs.Int("key-group", -1, "make the services' keys ("+strings.Join(certs.ServiceNames(), ", ")+") readable by this group (0640), for services that run as another user of it; the CA's and the users' keys stay 0600")
-	pos, err := parse(fs, args, a.Stderr)
-	if err != nil {
-		return err
+func setupCertsInit(fs *flag.FlagSet, a *app) runFunc {
+	var o certsInitFlags
+	fs.StringVar(&o.hosts, "hosts", strings.Join(certs.DefaultHosts(), ","), "comma-separated DNS names and IP addresses every certificate is valid for")
+	fs.IntVar(&o.days, "days", certs.DefaultDays, "how many days each service's certificate is valid")
+	fs.IntVar(&o.caDays, "ca-days", certs.DefaultCADays, "how many days the CA is valid")
+	fs.BoolVar(&o.force, "force", false, "replace files that exist")
+	fs.BoolVar(&o.keep, "keep", false, "keep the CA and every certificate in DIR, and issue only those missing (for a one-shot that runs at every start)")
+	fs.IntVar(&o.keyGroup, "key-group", -1, "make the services' keys ("+strings.Join(certs.ServiceNames(), ", ")+") readable by this group (0640), for services that run as another user of it; the CA's and the users' keys stay 0600")
+	return func(_ context.Context, pos []string) error {
+		if len(pos) != 1 {
+			return usagef("usage: batonctl certs init DIR [--hosts H,…] [--days N] [--ca-days N] [--force|--keep] [--key-group GID]")
+		}
+		return certsInit(a, pos[0], o)
 	}
-	if len(pos) != 1 {
-		return usagef("usage: batonctl certs init DIR [--hosts H,…] [--days N] [--ca-days N] [--force|--keep] [--key-group GID]")
-	}
-	if *force && *keep {
+}
+
+// certsInit writes a CA and a certificate for each service and kind of
+// user into dir (package certs).
+func certsInit(a *app, dir string, o certsInitFlags) error {
+	if o.force && o.keep {
 		return usagef("--force replaces every file and --keep none: give one")
 	}
-	if *keyGroup < -1 {
-		return usagef("--key-group %d: a group id is 0 or more", *keyGroup)
+	if o.keyGroup < -1 {
+		return usagef("--key-group %d: a group id is 0 or more", o.keyGroup)
 	}
-	dir := pos[0]
-	hostList, err := hostsFlag(*hosts)
+	hostList, err := hostsFlag(o.hosts)
 	if err != nil {
 		return err
 	}
 	if len(hostList) == 0 {
 		return usagef("--hosts is empty: the services' certificates need the names they are reached by (default %s)", strings.Join(certs.DefaultHosts(), ","))
 	}
-	if err := certs.ValidateDays(*days); err != nil {
+	if err := certs.ValidateDays(o.days); err != nil {
 		return usagef("--days: %v", err)
 	}
-	if err := certs.ValidateDays(*caDays); err != nil {
+	if err := certs.ValidateDays(o.caDays); err != nil {
 		return usagef("--ca-days: %v", err)
 	}
-	if *days > *caDays {
-		return usagef("--days %d is longer than the CA's --ca-days %d", *days, *caDays)
+	if o.days > o.caDays {
+		return usagef("--days %d is longer than the CA's --ca-days %d", o.days, o.caDays)
 	}
 	now := a.now()
-	leaves := certs.Defaults(hostList, *days)
+	leaves := certs.Defaults(hostList, o.days)
 	var written []certs.Written
-	if *keep {
-		written, err = certs.Complete(dir, *caDays, leaves, now)
+	if o.keep {
+		written, err = certs.Complete(dir, o.caDays, leaves, now)
 	} else {
 		var ca *certs.CA
-		if ca, err = certs.NewCA(*caDays, now); err == nil {
-			written, err = certs.Init(dir, ca, leaves, *force, now)
+		if ca, err = certs.NewCA(o.caDays, now); err == nil {
+			written, err = certs.Init(dir, ca, leaves, o.force, now)
 		}
 	}
 	if err == nil {
-		err = share(dir, written, *keyGroup)
+		err = share(dir, written, o.keyGroup)
 	}
 	if err != nil {
 		return err
@@ -126,41 +119,49 @@ func share(dir string, written []certs.Written, keyGroup int) error {
 	return certs.Share(written, uid, gid, groupKeys)
 }
 
-func certsIssue(a *app, args []string) error {
-	fs := flag.NewFlagSet("certs issue", flag.ContinueOnError)
-	dir := fs.String("dir", "", "the directory of the CA (ca.crt, ca.key) and of the files written (required)")
-	name := fs.String("name", "", "the certificate's name: its subject CN, and NAME.crt, NAME.key (required)")
-	roleFlag := fs.String("roles", "", "comma-separated roles, written baton:<role> ("+strings.Join(tlsfiles.KnownRoles(), ", ")+")")
-	hosts := fs.String("hosts", "", "comma-separated DNS names and IP addresses it is valid for as a server (none by default)")
-	days := fs.Int("days", certs.DefaultDays, "how many days it is valid")
-	force := fs.Bool("force", false, "replace NAME.crt and NAME.key if they exist")
-	pos, err := parse(fs, args, a.Stderr)
-	if err != nil {
-		return err
-	}
+// certsIssueFlags are certs issue's flags.
+type certsIssueFlags struct {
+	dir, name, roles, hosts string
+	days                    int
+	force                   bool
+}
+
+func setupCertsIssue(fs *flag.FlagSet, a *app) runFunc {
+	var o certsIssueFlags
+	fs.StringVar(&o.dir, "dir", "", "the directory of the CA (ca.crt, ca.key) and of the files written (required)")
+	fs.StringVar(&o.name, "name", "", "the certificate's name: its subject CN, and NAME.crt, NAME.key (required)")
+	fs.StringVar(&o.roles, "roles", "", "comma-separated roles, written baton:<role> ("+strings.Join(tlsfiles.KnownRoles(), ", ")+")")
+	fs.StringVar(&o.hosts, "hosts", "", "comma-separated DNS names and IP addresses it is valid for as a server (none by default)")
+	fs.IntVar(&o.days, "days", certs.DefaultDays, "how many days it is valid")
+	fs.BoolVar(&o.force, "force", false, "replace NAME.crt and NAME.key if they exist")
+	return func(_ context.Context, pos []string) error { return certsIssue(a, pos, o) }
+}
+
+// certsIssue issues one more certificate from the CA in o.dir.
+func certsIssue(a *app, pos []string, o certsIssueFlags) error {
 	const use = "usage: batonctl certs issue --dir DIR --name NAME [--roles R,…] [--hosts H,…] [--days N] [--force]"
 	switch {
 	case len(pos) > 0:
 		return usagef("certs issue takes no arguments, only flags: %q (%s)", pos[0], use)
-	case *dir == "":
+	case o.dir == "":
 		return usagef("--dir is required (%s)", use)
-	case *name == "":
+	case o.name == "":
 		return usagef("--name is required (%s)", use)
 	}
-	if err := certs.ValidateName(*name); err != nil {
+	if err := certs.ValidateName(o.name); err != nil {
 		return usagef("--name: %v", err)
 	}
-	roleList := flagenv.SplitList(*roleFlag)
+	roleList := flagenv.SplitList(o.roles)
 	for _, r := range roleList {
 		if err := certs.ValidateRole(r); err != nil {
 			return usagef("--roles: %v", err)
 		}
 	}
-	hostList, err := hostsFlag(*hosts)
+	hostList, err := hostsFlag(o.hosts)
 	if err != nil {
 		return err
 	}
-	if err := certs.ValidateDays(*days); err != nil {
+	if err := certs.ValidateDays(o.days); err != nil {
 		return usagef("--days: %v", err)
 	}
 	for _, r := range roleList {
@@ -169,7 +170,7 @@ func certsIssue(a *app, args []string) error {
 				r, strings.Join(tlsfiles.KnownRoles(), ", "))
 		}
 	}
-	w, err := certs.Issue(*dir, certs.Leaf{Name: *name, Roles: roleList, Hosts: hostList, Days: *days}, *force, a.now())
+	w, err := certs.Issue(o.dir, certs.Leaf{Name: o.name, Roles: roleList, Hosts: hostList, Days: o.days}, o.force, a.now())
 	if err != nil {
 		return err
 	}

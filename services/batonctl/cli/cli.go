@@ -2,17 +2,22 @@
 // etcdctl for Baton's objects in etcd and for its queue and observer.
 //
 //	batonctl apply -f examples/
-//	batonctl get deployments
-//	batonctl describe deployment web
+//	batonctl get deployments -w
+//	batonctl describe deployment/web
+//	batonctl scale deploy/web --replicas 5
+//	batonctl rollout status deploy/web
 //	batonctl queue stats
 //	batonctl watch
 //	batonctl status
 //	batonctl certs init certs/
+//	source <(batonctl completion bash)
 //
 // Main is the whole program behind a function, so tests drive it in-process
-// exactly as a user drives the binary. Every failure is printed to stderr
-// as one line per problem that names the file and line, the field, or the
-// endpoint that could not be reached, and Main returns non-zero.
+// exactly as a user drives the binary. The commands are one table
+// (commands.go) that dispatch, --help, "did you mean" and shell completion
+// read. Every failure is printed to stderr as one line per problem that
+// names the file and line, the field, or the endpoint that could not be
+// reached and why, and Main returns non-zero: 1, or 2 for a usage error.
 package cli
 
 import (
@@ -36,8 +41,8 @@ import (
 
 	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/client/tlsfiles"
+	"github.com/batonrun/baton/sdk/etcdconn"
 	"github.com/batonrun/baton/services/batonctl/internal/resource"
-	"github.com/batonrun/baton/services/runtime/etcdconn"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -77,37 +82,22 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 	if stdio.Stdin == nil {
 		stdio.Stdin = strings.NewReader("")
 	}
-	a := &app{IO: stdio, now: time.Now}
-	fs := flag.NewFlagSet("batonctl", flag.ContinueOnError)
-	fs.SetOutput(stdio.Stderr)
-	fs.StringVar(&a.etcdEndpoints, "etcd-endpoints", DefaultEtcdEndpoints, "etcd client URLs, comma-separated")
-	fs.StringVar(&a.queueAddr, "queue-addr", DefaultQueueAddr, "the queue's gRPC address (host:port), or its members' comma-separated, tried in turn")
-	fs.StringVar(&a.observerAddr, "observer-addr", DefaultObserverAddr, "the observer's gRPC address (host:port)")
-	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "how long to wait for a server before giving up")
-	fs.StringVar(&a.tlsFiles.CAFile, "cacert", "", "CA bundle (PEM) that verifies the queue's and the observer's certificates: TLS to them (also BATONCTL_CACERT)")
-	fs.StringVar(&a.tlsFiles.CertFile, "cert", "", "your certificate (PEM), presented to the queue and the observer (also BATONCTL_CERT)")
-	fs.StringVar(&a.tlsFiles.KeyFile, "key", "", "the key of --cert (PEM) (also BATONCTL_KEY)")
-	a.etcdConn.RegisterFlags(fs)
-	// The flag package would print its own line and the usage beside
-	// batonctl's one error line; -h prints the usage below.
-	fs.Usage = func() {}
-	fs.SetOutput(io.Discard)
-	lookup := stdio.Lookup
-	if lookup == nil {
-		lookup = os.LookupEnv
+	a := newApp(stdio)
+	if len(args) > 0 && args[0] == completeCommand {
+		// The words of a line being typed: the global flags among them
+		// are read as far as they go, not refused.
+		defer a.close()
+		return a.fail(cmdComplete(ctx, a, args[1:]))
 	}
-	withAliases := func(k string) (string, bool) {
-		if v, ok := lookup(k); ok {
-			return v, ok
-		}
-		if alias, ok := envAliases[k]; ok {
-			return lookup(alias)
-		}
-		return "", false
-	}
-	if err := flagenv.Parse(fs, EnvPrefix, hoistGlobals(fs, args), withAliases); err != nil {
+	// A command's own flag wins over a global flag of the same name that
+	// follows the command (rollout status --timeout is how long to wait
+	// for the rollout; a --timeout before the command is the global one).
+	_, words := hoistGlobals(a.globals, nil, args)
+	own, _ := flagsOf(walkPath(a.root, words), newApp(IO{}))
+	globals, rest := hoistGlobals(a.globals, own, args)
+	if err := flagenv.Parse(a.globals, EnvPrefix, append(globals, rest...), a.lookupWithAliases); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			usage(stdio.Stdout, fs)
+			writeRootHelp(stdio.Stdout, a)
 			return 0
 		}
 		fmt.Fprintf(stdio.Stderr, "error: %v (batonctl help lists the flags)\n", err)
@@ -118,91 +108,57 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 		fmt.Fprintf(stdio.Stderr, "error: %v\n", err)
 		return 2
 	}
-	if fs.NArg() == 0 {
-		usage(stdio.Stderr, fs)
-		return 2
-	}
-	cmd, rest := fs.Arg(0), fs.Args()[1:]
-	if cmd == "help" {
-		usage(stdio.Stdout, fs)
-		return 0
-	}
-	run, ok := commands[cmd]
-	if !ok {
-		fmt.Fprintf(stdio.Stderr, "error: unknown command %q (batonctl help lists the commands)\n", cmd)
-		return 2
-	}
-	err := run(ctx, a, rest)
-	var (
-		ue usageError
-		es exitStatus
-	)
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &es):
-		return int(es)
-	case errors.As(err, &ue):
-		fmt.Fprintf(stdio.Stderr, "error: %v\n", err)
-		return 2
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	default:
-		for _, line := range strings.Split(err.Error(), "\n") {
-			fmt.Fprintln(stdio.Stderr, "error:", line)
-		}
-		return 1
-	}
+	return a.dispatch(ctx, a.globals.Args())
 }
 
-var commands = map[string]func(context.Context, *app, []string) error{
-	"apply":      cmdApply,
-	"get":        cmdGet,
-	"delete":     cmdDelete,
-	"describe":   cmdDescribe,
-	"queue":      cmdQueue,
-	"watch":      cmdWatch,
-	"status":     cmdStatus,
-	"experiment": cmdExperiment,
-	"certs":      cmdCerts,
+// newApp returns an app whose global flags are defined, not yet parsed,
+// with the command tree.
+func newApp(stdio IO) *app {
+	a := &app{IO: stdio, now: time.Now, root: newTree()}
+	fs := flag.NewFlagSet("batonctl", flag.ContinueOnError)
+	fs.StringVar(&a.etcdEndpoints, "etcd-endpoints", DefaultEtcdEndpoints, "etcd client URLs, comma-separated")
+	fs.StringVar(&a.queueAddr, "queue-addr", DefaultQueueAddr, "the queue's gRPC address (host:port), or its members' comma-separated, tried in turn")
+	fs.StringVar(&a.queueHTTPAddr, "queue-http-addr", "", "the queue's HTTP address (/readyz, the dashboard), or its members' comma-separated in --queue-addr's order (default: each member's host with port "+queueHTTPPort+", where the hosts differ)")
+	fs.StringVar(&a.observerAddr, "observer-addr", DefaultObserverAddr, "the observer's gRPC address (host:port)")
+	fs.DurationVar(&a.timeout, "timeout", DefaultTimeout, "how long to wait for a server before giving up")
+	fs.StringVar(&a.tlsFiles.CAFile, "cacert", "", "CA bundle (PEM) that verifies the queue's and the observer's certificates: TLS to them (also BATONCTL_CACERT)")
+	fs.StringVar(&a.tlsFiles.CertFile, "cert", "", "your certificate (PEM), presented to the queue and the observer (also BATONCTL_CERT)")
+	fs.StringVar(&a.tlsFiles.KeyFile, "key", "", "the key of --cert (PEM) (also BATONCTL_KEY)")
+	a.etcdConn.RegisterFlags(fs)
+	// The flag package would print its own line and the usage beside
+	// batonctl's one error line; -h prints the help instead.
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	a.globals = fs
+	return a
 }
 
-func usage(w io.Writer, fs *flag.FlagSet) {
-	defer fs.SetOutput(fs.Output())
-	fs.SetOutput(w)
-	fmt.Fprint(w, `batonctl controls a Baton stack: objects in etcd, the queue and the observer.
-
-Usage: batonctl [global flags] <command> [flags] [args]
-
-Commands:
-  apply -f FILE|DIR|-            create or update objects from YAML or JSON manifests
-  get <resource> [name]          list objects (-o json|yaml, -n NS, -A)
-  delete <resource> <name>...    delete objects (or -f FILE|DIR)
-  describe <resource> <name>     an object, its queue item and its children
-  queue stats [queue]            every queue's counters
-  queue list <queue>             the keys a queue holds (--state pending|delayed|leased|parked)
-  queue inspect <queue> <key>    one key's state, attempts and last error
-  queue forget <queue> <key>...  drop keys from a queue
-  queue members                  the queue's members: name, addresses, leader, term, applied index
-  queue members add|remove NAME  change them (add: --peer-addr H:P, --client-addr H:P)
-  watch                          a live table of queue depth, rates and oldest age
-  status                         each service's health, the observer's revision and lag
-  experiment <name>              an investigation's experiment: burst, repeat, failure, clean (runs baton-experiment)
-  certs init DIR                 a CA and a certificate for each service and kind of user (--hosts, --days, --force)
-  certs issue --dir D --name N   one more certificate from D's CA (--roles, --hosts, --days, --force)
-
-Resources: deployments (deploy), replicasets (rs), statefulsets (sts), jobs, pods (po), all (get only)
-
-Global flags (also BATON_BATONCTL_<FLAG> in the environment):
-`)
-	fs.PrintDefaults()
+// lookupWithAliases reads the environment, with the certificate flags'
+// other names (envAliases).
+func (a *app) lookupWithAliases(k string) (string, bool) {
+	if v, ok := a.lookupEnv(k); ok {
+		return v, ok
+	}
+	if alias, ok := envAliases[k]; ok {
+		return a.lookupEnv(alias)
+	}
+	return "", false
 }
 
-// hoistGlobals moves the global flags that follow the command to the front,
-// so `batonctl get pods --etcd-endpoints URL` works as kubectl and etcdctl
-// do. Everything after "--" stays where it is.
-func hoistGlobals(fs *flag.FlagSet, args []string) []string {
-	var globals, rest []string
+// walkPath is the command path words name, from their first word that is
+// not a flag.
+func walkPath(root *command, words []string) path {
+	p, _ := walk(root, words)
+	return p
+}
+
+// hoistGlobals splits args into the global flags, wherever they are (so
+// `batonctl get pods --etcd-endpoints URL` works as kubectl and etcdctl
+// do), and the rest in order. After the command's first word, a flag that
+// own (the command's flags, if known) also defines is the command's.
+// Everything after "--" stays where it is.
+func hoistGlobals(fs, own *flag.FlagSet, args []string) (globals, rest []string) {
+	seenCommand := false
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
 		if arg == "--" {
@@ -210,10 +166,12 @@ func hoistGlobals(fs *flag.FlagSet, args []string) []string {
 			break
 		}
 		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
-		if !strings.HasPrefix(arg, "-") || name == "" || fs.Lookup(name) == nil {
+		if !strings.HasPrefix(arg, "-") || name == "" || fs.Lookup(name) == nil || (seenCommand && own != nil && own.Lookup(name) != nil) {
+			seenCommand = seenCommand || !strings.HasPrefix(arg, "-")
 			rest = append(rest, arg)
 			continue
 		}
+		// Every global flag takes a value.
 		globals = append(globals, "--"+name)
 		switch {
 		case hasValue:
@@ -223,7 +181,7 @@ func hoistGlobals(fs *flag.FlagSet, args []string) []string {
 			globals = append(globals, args[i])
 		}
 	}
-	return append(globals, rest...)
+	return globals, rest
 }
 
 // usageError is a mistake in the command line (exit status 2).
@@ -236,8 +194,13 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 // app holds the global settings and the lazily made connections.
 type app struct {
 	IO
+	// globals are the global flags; root is the command tree.
+	globals *flag.FlagSet
+	root    *command
+
 	etcdEndpoints string
 	queueAddr     string
+	queueHTTPAddr string
 	observerAddr  string
 	timeout       time.Duration
 	now           func() time.Time
@@ -250,6 +213,8 @@ type app struct {
 	etcdClient  *clientv3.Client
 	queueClient *queueclient.Client
 	obsClient   *observerclient.Client
+	// memberClients are clients of one member each (memberClient).
+	memberClients map[string]*queueclient.Client
 	// table is the command's kinds (see kinds).
 	table *resource.Table
 }
@@ -263,6 +228,9 @@ func (a *app) close() {
 	}
 	if a.obsClient != nil {
 		a.obsClient.Close()
+	}
+	for _, c := range a.memberClients {
+		c.Close()
 	}
 }
 
@@ -327,9 +295,16 @@ func (a *app) etcd(ctx context.Context) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)
 	}
+	// A TLS mismatch or an endpoint that does not answer would cost the
+	// whole --timeout (the client retries until then): probes meanwhile
+	// say why at once.
 	cctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	if _, err := c.Get(cctx, "health", clientv3.WithCountOnly()); err != nil {
+	err = callDiagnosed(cctx, a.etcdProbes(), func(ctx context.Context) error {
+		_, err := c.Get(ctx, "health", clientv3.WithCountOnly())
+		return err
+	})
+	if err != nil {
 		c.Close()
 		return nil, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)
 	}
@@ -343,17 +318,27 @@ func (a *app) queue() (*queueclient.Client, error) {
 	if a.queueClient != nil {
 		return a.queueClient, nil
 	}
-	src, err := a.tls()
+	addrs, err := a.queueAddrs()
 	if err != nil {
 		return nil, err
 	}
-	// One attempt per member: a command line answers now, it does not
-	// wait out a restart (the client's default retries Unavailable until
-	// the deadline), but a list of members is tried in turn, so a member
-	// that is down (the leader just killed, say) does not hide the others.
-	opts := []queueclient.Option{queueclient.WithBackoff(queueclient.Backoff{Attempts: 1, PerMember: true})}
-	if src != nil {
-		opts = append(opts, queueclient.WithTLS(src))
+	opts, err := a.queueOptions()
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) > 1 {
+		// A replicated queue: while its members elect a new leader (a
+		// second or two after the leader is lost), the ones up refuse
+		// calls UNAVAILABLE, and a command waits that out, within
+		// --timeout, as the Go client does. Only when no member listens
+		// at all, or they speak TLS where batonctl speaks plaintext (or
+		// the reverse), does it fail at once.
+		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+		defer cancel()
+		if err, definite := diagnose(ctx, a.grpcProbes("the queue", "--queue-addr", addrs...)); definite {
+			return nil, err
+		}
+		opts = append(opts, queueclient.WithBackoff(queueclient.Backoff{Initial: 50 * time.Millisecond, Max: electionRetryMax}))
 	}
 	c, err := queueclient.Dial(a.queueAddr, opts...)
 	if err != nil {
@@ -361,6 +346,29 @@ func (a *app) queue() (*queueclient.Client, error) {
 	}
 	a.queueClient = c
 	return c, nil
+}
+
+// electionRetryMax caps the wait between two tries of a call to a
+// replicated queue without a leader: an election takes about one
+// election timeout (1 s by default), and a command should not sleep much
+// past its end.
+const electionRetryMax = 250 * time.Millisecond
+
+// queueOptions are the options of every queue client batonctl dials.
+// One attempt per member: a command line answers now, it does not wait
+// out a restart (the client's default retries Unavailable until the
+// deadline), but a list of members is tried in turn, so a member that is
+// down (the leader just killed, say) does not hide the others.
+func (a *app) queueOptions() ([]queueclient.Option, error) {
+	src, err := a.tls()
+	if err != nil {
+		return nil, err
+	}
+	opts := []queueclient.Option{queueclient.WithBackoff(queueclient.Backoff{Attempts: 1, PerMember: true})}
+	if src != nil {
+		opts = append(opts, queueclient.WithTLS(src))
+	}
+	return opts, nil
 }
 
 func (a *app) observer() (*observerclient.Client, error) {
@@ -399,30 +407,49 @@ func refused(what, flagValue, flagName string, addrs ...string) error {
 			return nil
 		}
 	}
-	return &unreachableError{msg: fmt.Sprintf("connection refused: is %s running at %s? (set %s)", what, flagValue, flagName), err: syscall.ECONNREFUSED}
+	return refusedError(what, flagValue, flagName, syscall.ECONNREFUSED)
+}
+
+// refusedError says that nothing listens where flagName points.
+func refusedError(what, flagValue, flagName string, err error) error {
+	return &unreachableError{msg: fmt.Sprintf("connection refused: is %s running at %s? (set %s)", what, flagValue, flagName), err: err}
 }
 
 // unreachable words a connection failure so that it names the endpoint and
-// the flag that sets it. Errors that are not about reaching the server pass
+// the flag that sets it, and, for a Baton service, why it failed, as a
+// probe of its address finds (diagnose): nothing listening, no answer, or
+// TLS on one side only. Errors that are not about reaching the server pass
 // through unchanged.
 func (a *app) unreachable(what, addr, flagName string, err error) error {
-	if err == nil {
-		return nil
+	if err == nil || !isUnreachable(err) {
+		return err
 	}
-	if isUnreachable(err) {
-		if strings.Contains(err.Error(), "connection refused") {
-			return &unreachableError{msg: fmt.Sprintf("connection refused: is %s running at %s? (set %s)", what, addr, flagName), err: err}
+	if what != "etcd" { // etcd's probes ran while the first call waited
+		ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout+alertWait)
+		derr, _ := diagnose(ctx, a.grpcProbes(what, flagName, flagenv.SplitList(addr)...))
+		cancel()
+		if derr != nil {
+			return derr
 		}
-		msg := fmt.Sprintf("cannot reach %s at %s (set %s): %s", what, addr, flagName, flatten(err))
-		if what != "etcd" && a.tlsFiles.CertFile == "" {
-			// Something answers but the call fails: a service serving
-			// mutual TLS breaks off a plaintext or certificate-less
-			// handshake, which the client sees as a dropped connection.
-			msg += " (if it serves mutual TLS, give --cacert, --cert and --key)"
-		}
-		return &unreachableError{msg: msg, err: err}
 	}
-	return err
+	// With a list, a refusal may be one member's, or the dead leader's
+	// that a member handed a call on to: not "nothing runs there".
+	if strings.Contains(err.Error(), "connection refused") && !strings.Contains(addr, ",") {
+		return refusedError(what, addr, flagName, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+		// It accepts connections, in the protocol batonctl speaks, but
+		// does not answer in time.
+		return &unreachableError{msg: fmt.Sprintf("%s at %s did not answer within %s (--timeout; set %s if it runs elsewhere)", what, addr, a.timeout, flagName), err: err}
+	}
+	msg := fmt.Sprintf("cannot reach %s at %s (set %s): %s", what, addr, flagName, flatten(err))
+	if what != "etcd" && a.tlsFiles.CertFile == "" {
+		// Something answers but the call fails: a service serving
+		// mutual TLS breaks off a plaintext or certificate-less
+		// handshake, which the client sees as a dropped connection.
+		msg += " (if it serves mutual TLS, give --cacert, --cert and --key)"
+	}
+	return &unreachableError{msg: msg, err: err}
 }
 
 // unreachableError names the endpoint that could not be reached; its
@@ -464,20 +491,18 @@ type stringsFlag []string
 func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
 func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
 
-// parse parses a subcommand's flags wherever they appear among its
+// parse parses a command's flags wherever they appear among its
 // arguments (kubectl accepts `get deploy web -o yaml`), and returns the
-// positional arguments. "--" ends the flags.
-func parse(fs *flag.FlagSet, args []string, out io.Writer) ([]string, error) {
+// positional arguments. "--" ends the flags. -h is flag.ErrHelp, for the
+// caller to print the command's help.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	// The flag package would print its own line and the usage beside the
-	// one error line batonctl prints; -h prints the flags.
+	// one error line batonctl prints.
 	fs.SetOutput(io.Discard)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(out)
-				fmt.Fprintf(out, "Flags of batonctl %s:\n", fs.Name())
-				fs.PrintDefaults()
 				return nil, flag.ErrHelp
 			}
 			return nil, usageError{fmt.Sprintf("%v (batonctl %s -h lists its flags)", err, fs.Name())}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/services/batonctl/internal/manifest"
 )
 
 const webDeployment = `# the web tier
@@ -195,7 +197,25 @@ func TestObjects(t *testing.T) {
 	if r := e.run(t, "", "delete", "-f", stale); r.code != 1 || !strings.Contains(r.stderr, "stale.yaml:2: deployment/web: not deleted: apply: metadata.uid does not match") {
 		t.Errorf("delete -f with another uid: %+v", r)
 	}
-	e.run(t, "", "delete", "deploy", "web").mustSucceed(t)
+	// --cascade: a value of another name deletes nothing; orphan (with no
+	// collector running here to finish it) marks the object, and a second
+	// delete finds it being deleted.
+	if r := e.run(t, "", "delete", "deploy", "web", "--cascade=sideways"); r.code != 2 || !strings.Contains(r.stderr, `--cascade must be background, foreground or orphan, not "sideways"`) {
+		t.Errorf("delete --cascade=sideways: %+v", r)
+	}
+	if got := e.run(t, "", "delete", "deploy", "web", "--cascade=orphan").mustSucceed(t).stdout; got != "deployment/web marked for deletion\n" {
+		t.Errorf("delete --cascade=orphan: %q", got)
+	}
+	marked := getJSON(t, e, "deploy", "web")
+	if f := field(marked, "metadata", "finalizers"); fmt.Sprint(f) != "[orphan]" || field(marked, "metadata", "deletionTimestamp") == nil {
+		t.Errorf("after delete --cascade=orphan: finalizers %v, deletionTimestamp %v", f, field(marked, "metadata", "deletionTimestamp"))
+	}
+	if got := e.run(t, "", "delete", "deploy", "web", "--cascade=foreground").mustSucceed(t).stdout; got != "deployment/web already being deleted\n" {
+		t.Errorf("delete of an object being deleted: %q", got)
+	}
+	if _, err := etcd.Delete(t.Context(), "/registry/deployments/default/web"); err != nil {
+		t.Fatal(err)
+	}
 	if r := e.run(t, "", "delete", "deploy", "web", "--ignore-not-found"); r.code != 0 {
 		t.Errorf("delete --ignore-not-found: %+v", r)
 	}
@@ -218,15 +238,18 @@ func TestErrors(t *testing.T) {
 	}{
 		{name: "yaml syntax", e: live, file: "kind: Pod\nmetadata:\n  name: a\n bad: [\n", wantCode: 1, want: "bad.yaml:3: did not find expected key"},
 		{name: "unknown kind", e: live, file: "kind: Deploymnet\nmetadata: {name: a}\nspec: {}\n", wantCode: 1,
-			want: `bad.yaml:1:7: kind: unknown kind "Deploymnet" (known: Deployment, Job, Pod, ReplicaSet, StatefulSet)`},
-		{name: "missing name", e: live, file: "kind: Pod\nmetadata:\n  labels: {a: b}\nspec: {}\n", wantCode: 1, want: "bad.yaml:3:3: metadata.name: missing required field"},
+			want: `bad.yaml:1:7: kind: unknown kind "Deploymnet" (known: Deployment, `},
+		{name: "missing name", e: live, file: "kind: Pod\nmetadata:\n  labels: {a: b}\nspec: {}\n", wantCode: 1, want: `bad.yaml:3:3: The Pod "" is invalid: metadata.name: Required value`},
 		{name: "bad field type", e: live, file: strings.Replace(webDeployment, "replicas: 3", `replicas: "3"`, 1), wantCode: 1,
-			want: `bad.yaml:7:13: spec.replicas: must be an integer, got string "3"`},
+			want: `bad.yaml:7:13: The Deployment "web" is invalid: spec.replicas: Invalid value: "3": must be of type integer`},
 		{name: "unknown field", e: live, file: strings.Replace(webDeployment, "image:", "imgae:", 1), wantCode: 1,
-			want: `bad.yaml:10:12: spec.template.spec.imgae: unknown field (known: durationSeconds, exitCode, image)`},
+			want: `bad.yaml:10:12: The Deployment "web" is invalid: spec.template.spec.imgae: Unknown field: not in the schema of Deployment (known: durationSeconds, exitCode, image)`},
 		{name: "json", e: live, file: `{"kind": "Pod",` + "\n" + `"metadata": {"name": "a"}, "spec": {"exitCode": "1"}}`, wantCode: 1,
-			want: `bad.yaml:2:49: spec.exitCode: must be an integer, got string "1"`},
+			want: `bad.yaml:2:49: The Pod "a" is invalid: spec.exitCode: Invalid value: "1": must be of type integer`},
 		{name: "missing file", e: live, args: []string{"apply", "-f", dir + "/nope.yaml"}, wantCode: 1, want: "nope.yaml: no such file or directory"},
+		// Refused before etcd is dialed (dead: none is running).
+		{name: "manifest over the limit", e: dead, file: webDeployment + strings.Repeat("#", manifest.MaxFileBytes-len(webDeployment)) + "\n", wantCode: 1,
+			want: fmt.Sprintf("bad.yaml: larger than %d bytes (1.5 MiB), the most a manifest file may hold", manifest.MaxFileBytes)},
 		{name: "apply without -f", e: live, args: []string{"apply"}, wantCode: 2, want: "usage: batonctl apply -f"},
 		{name: "unreachable etcd", e: dead, args: []string{"apply", "-f", good}, wantCode: 1,
 			want: "connection refused: is etcd running at http://127.0.0.1:1? (set --etcd-endpoints)"},
@@ -234,6 +257,12 @@ func TestErrors(t *testing.T) {
 		{name: "unreachable queue", e: live, args: []string{"queue", "stats"}, wantCode: 1,
 			want: "connection refused: is the queue running at 127.0.0.1:1? (set --queue-addr)"},
 		{name: "unreachable queue on watch", e: live, args: []string{"watch", "--once"}, wantCode: 1, want: "connection refused: is the queue running at 127.0.0.1:1?"},
+		{name: "a member's address without a port", e: env{queue: deadAddr + ",queue-2"}, args: []string{"queue", "stats"}, wantCode: 2,
+			want: `--queue-addr: "queue-2" is not host:port`},
+		{name: "no member of a list listens", e: env{queue: deadAddr + ",127.0.0.1:2"}, args: []string{"queue", "members"}, wantCode: 1,
+			want: "connection refused: is the queue running at 127.0.0.1:1,127.0.0.1:2? (set --queue-addr)"},
+		{name: "no member of a list listens, status", e: env{queue: deadAddr + ",127.0.0.1:2"}, args: []string{"status", "--worker-http-addr", ""}, wantCode: 1,
+			want: "not healthy: etcd, queue, observer"},
 		{name: "unknown global flag", e: live, args: []string{"--bogus", "get", "pods"}, wantCode: 2, want: "flag provided but not defined: -bogus"},
 		{name: "unknown resource", e: live, args: []string{"get", "foos"}, wantCode: 2, want: `unknown resource "foos"`},
 		{name: "unknown command", e: live, args: []string{"frobnicate"}, wantCode: 2, want: `unknown command "frobnicate"`},
@@ -264,7 +293,7 @@ func TestErrors(t *testing.T) {
 
 	// One bad manifest in a folder stops the whole apply before any write.
 	writeFile(t, dir, "ok/zz-bad.yaml", "kind: Pod\nmetadata: {name: x}\nspec: {image: 3}\n")
-	if r := live.run(t, "", "apply", "-f", dir+"/ok"); r.code != 1 || !strings.Contains(r.stderr, "zz-bad.yaml:3:15: spec.image") {
+	if r := live.run(t, "", "apply", "-f", dir+"/ok"); r.code != 1 || !strings.Contains(r.stderr, `zz-bad.yaml:3:15: The Pod "x" is invalid: spec.image`) {
 		t.Errorf("folder with a bad file: %+v", r)
 	}
 	if r := live.run(t, "", "get", "deploy", "web"); r.code != 1 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -17,41 +18,38 @@ import (
 	"github.com/batonrun/baton/services/batonctl/internal/resource"
 )
 
-func cmdApply(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("apply", flag.ContinueOnError)
+func setupApply(fs *flag.FlagSet, a *app) runFunc {
 	var files stringsFlag
 	fs.Var(&files, "f", "a manifest file, a folder of them, or - for stdin (repeatable)")
 	recursive := fs.Bool("R", false, "read folders recursively")
 	ns := fs.String("n", "", "namespace for objects whose manifest names none (default \"default\")")
-	pos, err := parse(fs, args, a.Stderr)
-	if err != nil {
-		return err
-	}
-	if len(files) == 0 || len(pos) > 0 {
-		return usagef("usage: batonctl apply -f FILE|DIR|- [-R] [-n NAMESPACE]")
-	}
-	// Every manifest is checked before anything is written, so a typo in
-	// the third file does not leave the first two applied.
-	objs, err := manifest.Read(files, *recursive, a.Stdin, *ns, a.manifestKinds(ctx))
-	if err != nil {
-		return err
-	}
-	cli, err := a.etcd(ctx)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, o := range objs {
-		octx, cancel := a.opCtx(ctx)
-		outcome, err := apply.Apply(octx, cli, o.Key(), o.Value, a.now())
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %s: %w", o.Source, o.Ref(), a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)))
-			continue
+	return func(ctx context.Context, pos []string) error {
+		if len(files) == 0 || len(pos) > 0 {
+			return usagef("usage: batonctl apply -f FILE|DIR|- [-R] [-n NAMESPACE]")
 		}
-		fmt.Fprintf(a.Stdout, "%s %s\n", o.Ref(), outcome)
+		// Every manifest is checked before anything is written, so a typo
+		// in the third file does not leave the first two applied.
+		objs, err := manifest.Read(files, *recursive, a.Stdin, *ns, a.manifestKinds(ctx))
+		if err != nil {
+			return err
+		}
+		cli, err := a.etcd(ctx)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, o := range objs {
+			octx, cancel := a.opCtx(ctx)
+			outcome, err := apply.Apply(octx, cli, o.Key(), o.Value, a.now())
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %s: %w", o.Source, o.Ref(), a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)))
+				continue
+			}
+			fmt.Fprintf(a.Stdout, "%s %s\n", o.Ref(), outcome)
+		}
+		return errors.Join(errs...)
 	}
-	return errors.Join(errs...)
 }
 
 // kinds returns the command's table of kinds: the reference kinds, and the
@@ -88,9 +86,10 @@ func (a *app) lookup(ctx context.Context, word string) (resource.Type, error) {
 	return resource.Type{}, usageError{err.Error()}
 }
 
-// manifestKinds resolves the kinds of manifests through the command's table.
+// manifestKinds resolves the kinds of manifests, and their schemas,
+// through the command's table.
 func (a *app) manifestKinds(ctx context.Context) manifest.Kinds {
-	return func(kind string) (resource.Type, error) { return a.kinds().ByKind(ctx, kind) }
+	return manifest.TableKinds(ctx, a.kinds())
 }
 
 // getFlags are the flags shared by get, delete and describe.
@@ -121,119 +120,227 @@ func (s stored) name() string      { return printer.Str(s.value, "metadata", "na
 
 // list reads the objects of typ in ns ("" = all), in key order.
 func (a *app) list(ctx context.Context, cli *clientv3.Client, typ resource.Type, ns string) ([]stored, error) {
+	objs, _, err := a.read(ctx, cli, typ, typ.NamespacePrefix(ns), true)
+	return objs, err
+}
+
+// getOne reads one object; a NotFound error names it as kubectl does.
+func (a *app) getOne(ctx context.Context, cli *clientv3.Client, typ resource.Type, ns, name string) (stored, error) {
+	o, _, err := a.getOneAt(ctx, cli, typ, ns, name)
+	return o, err
+}
+
+// getOneAt is getOne, with the revision of etcd it read at.
+func (a *app) getOneAt(ctx context.Context, cli *clientv3.Client, typ resource.Type, ns, name string) (stored, int64, error) {
+	objs, rev, err := a.read(ctx, cli, typ, typ.Key(ns, name), false)
+	if err != nil {
+		return stored{}, 0, err
+	}
+	if len(objs) == 0 {
+		return stored{}, 0, notFound(typ, ns, name)
+	}
+	return objs[0], rev, nil
+}
+
+// notFound is the error of an object that does not exist, in kubectl's
+// words.
+func notFound(typ resource.Type, ns, name string) error {
+	return fmt.Errorf("%s %q not found in namespace %q", typ.Resource, name, ns)
+}
+
+// read reads the object of typ at key, or with prefix every one under it,
+// in key order, and the revision of etcd it read at (where a watch of the
+// same keys begins).
+func (a *app) read(ctx context.Context, cli *clientv3.Client, typ resource.Type, key string, prefix bool) ([]stored, int64, error) {
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
-	resp, err := cli.Get(octx, typ.NamespacePrefix(ns), clientv3.WithPrefix())
+	var opts []clientv3.OpOption
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	resp, err := cli.Get(octx, key, opts...)
 	if err != nil {
-		return nil, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)
+		return nil, 0, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)
 	}
 	out := make([]stored, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		v, err := apply.Decode(kv.Value)
 		if err != nil {
-			return nil, fmt.Errorf("%s: stored value is not a JSON object: %w", kv.Key, err)
+			return nil, 0, fmt.Errorf("%s: stored value is not a JSON object: %w", kv.Key, err)
 		}
 		out = append(out, stored{typ: typ, key: string(kv.Key), value: v})
 	}
-	return out, nil
+	return out, resp.Header.Revision, nil
 }
 
-// getOne reads one object; a NotFound error names it as kubectl does.
-func (a *app) getOne(ctx context.Context, cli *clientv3.Client, typ resource.Type, ns, name string) (stored, error) {
-	octx, cancel := a.opCtx(ctx)
-	defer cancel()
-	key := typ.Key(ns, name)
-	resp, err := cli.Get(octx, key)
-	if err != nil {
-		return stored{}, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return stored{}, fmt.Errorf("%s %q not found in namespace %q", typ.Resource, name, ns)
-	}
-	v, err := apply.Decode(resp.Kvs[0].Value)
-	if err != nil {
-		return stored{}, fmt.Errorf("%s: stored value is not a JSON object: %w", key, err)
-	}
-	return stored{typ: typ, key: key, value: v}, nil
+// objectRef is one object named on the command line.
+type objectRef struct {
+	typ  resource.Type
+	name string
 }
 
-func cmdGet(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("get", flag.ContinueOnError)
-	var g getFlags
-	g.register(fs, true)
-	pos, err := parse(fs, args, a.Stderr)
-	if err != nil {
-		return err
+func (r objectRef) String() string { return r.typ.Singular() + "/" + r.name }
+
+// objectRefs resolves the objects pos names, in either of kubectl's forms:
+// TYPE NAME… or TYPE/NAME… (the form -o name prints), which may name
+// several types. With the first form and no name, it returns the type
+// alone (refs is empty). Mixing the forms is a usage error.
+func (a *app) objectRefs(ctx context.Context, pos []string) (typ resource.Type, refs []objectRef, err error) {
+	if len(pos) == 0 {
+		return resource.Type{}, nil, usagef("no resource given")
 	}
-	if len(pos) < 1 || len(pos) > 2 {
-		return usagef("usage: batonctl get <resource> [name] [-n NAMESPACE | -A] [-o json|yaml|name]")
+	if !strings.Contains(pos[0], "/") {
+		if typ, err = a.lookup(ctx, pos[0]); err != nil {
+			return resource.Type{}, nil, err
+		}
+		for _, name := range pos[1:] {
+			if strings.Contains(name, "/") {
+				return resource.Type{}, nil, usagef("%q: give either TYPE NAME… or TYPE/NAME…, not both (a resource type was given first: %s)", name, pos[0])
+			}
+			refs = append(refs, objectRef{typ, name})
+		}
+		return typ, refs, nil
 	}
-	switch g.output {
-	case "", "json", "yaml", "name", "wide":
-	default:
-		return usagef("unknown output format %q (json, yaml or name)", g.output)
-	}
-	// "all" (the reference kinds, as kubectl's all leaves out custom
-	// resources) or a comma-separated list ("deploy,rs"), as kubectl.
-	var types []resource.Type
-	for _, word := range strings.Split(pos[0], ",") {
-		if strings.ToLower(word) == "all" {
-			types = append(types, resource.Reference()...)
-			continue
+	for _, arg := range pos {
+		word, name, ok := strings.Cut(arg, "/")
+		if !ok || word == "" || name == "" || strings.Contains(name, "/") {
+			return resource.Type{}, nil, usagef("%q is not TYPE/NAME (deploy/web): give every object as TYPE/NAME, or the type once and the names after it", arg)
 		}
 		t, err := a.lookup(ctx, word)
 		if err != nil {
-			return err
+			return resource.Type{}, nil, err
 		}
-		types = append(types, t)
+		refs = append(refs, objectRef{t, name})
 	}
-	if len(types) > 1 && len(pos) == 2 {
-		return usagef("a name needs exactly one resource, not %q", pos[0])
-	}
-	cli, err := a.etcd(ctx)
-	if err != nil {
-		return err
-	}
-	ns := g.ns
-	if g.all {
-		ns = ""
-	}
-	var objs []stored
-	if len(pos) == 2 {
-		if g.all {
-			return usagef("a name needs a namespace, not -A")
+	return refs[0].typ, refs, nil
+}
+
+func setupGet(fs *flag.FlagSet, a *app) runFunc {
+	var g getFlags
+	g.register(fs, true)
+	var w watchFlags
+	w.register(fs)
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) < 1 {
+			return usagef("usage: batonctl get <resource>[,<resource>…] [NAME…] | get TYPE/NAME… [-n NAMESPACE | -A] [-o json|yaml|name|wide] [-w]")
 		}
-		o, err := a.getOne(ctx, cli, types[0], ns, pos[1])
-		if err != nil {
-			return err
+		switch g.output {
+		case "", "json", "yaml", "name", "wide":
+		default:
+			return usagef("unknown output format %q (json, yaml, name or wide)", g.output)
 		}
-		objs = []stored{o}
-		if g.output == "json" {
-			return printer.JSON(a.Stdout, o.value)
+		if (w.only || w.events) && !w.watch {
+			w.watch = true // kubectl's --watch-only watches too
 		}
-		if g.output == "yaml" {
-			return printer.YAML(a.Stdout, o.value)
-		}
-	} else {
-		for _, t := range types {
-			l, err := a.list(ctx, cli, t, ns)
+		// "all" (the reference kinds, as kubectl's all leaves out custom
+		// resources), a comma-separated list ("deploy,rs"), as kubectl; or
+		// objects named.
+		var (
+			types []resource.Type
+			refs  []objectRef
+		)
+		if strings.Contains(pos[0], "/") || !strings.Contains(pos[0], ",") && strings.ToLower(pos[0]) != "all" {
+			t, r, err := a.objectRefs(ctx, pos)
 			if err != nil {
 				return err
 			}
-			objs = append(objs, l...)
+			types, refs = []resource.Type{t}, r
+			for _, ref := range r {
+				if !slices.ContainsFunc(types, func(t resource.Type) bool { return t.Kind == ref.typ.Kind }) {
+					types = append(types, ref.typ)
+				}
+			}
+		} else {
+			if len(pos) > 1 {
+				return usagef("a name needs exactly one resource, not %q", pos[0])
+			}
+			for _, word := range strings.Split(pos[0], ",") {
+				if strings.ToLower(word) == "all" {
+					types = append(types, resource.Reference()...)
+					continue
+				}
+				t, err := a.lookup(ctx, word)
+				if err != nil {
+					return err
+				}
+				types = append(types, t)
+			}
 		}
+		ns := g.ns
+		if g.all {
+			if len(refs) > 0 {
+				return usagef("a name needs a namespace, not -A")
+			}
+			ns = ""
+		}
+		cli, err := a.etcd(ctx)
+		if err != nil {
+			return err
+		}
+		var (
+			objs    []stored
+			targets []watchTarget
+			errs    []error
+		)
+		if len(refs) > 0 {
+			for _, r := range refs {
+				o, rev, err := a.getOneAt(ctx, cli, r.typ, ns, r.name)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				objs = append(objs, o)
+				targets = append(targets, watchTarget{typ: r.typ, key: o.key, rev: rev})
+			}
+			if len(objs) == 0 || w.watch && len(errs) > 0 {
+				return errors.Join(errs...)
+			}
+		} else {
+			for _, t := range types {
+				key := t.NamespacePrefix(ns)
+				l, rev, err := a.read(ctx, cli, t, key, true)
+				if err != nil {
+					return err
+				}
+				if isEvent(t.Kind) {
+					sortEvents(l)
+				}
+				objs = append(objs, l...)
+				targets = append(targets, watchTarget{typ: t, key: key, prefix: true, rev: rev})
+			}
+		}
+		if w.watch {
+			return a.watchObjects(ctx, cli, targets, objs, watchOutput{
+				format: g.output, events: w.events, skipList: w.only, withNamespace: g.all, qualify: len(types) > 1,
+			})
+		}
+		if err := a.printObjects(objs, g, ns, len(types) > 1, len(refs) == 1); err != nil {
+			return err
+		}
+		return errors.Join(errs...)
 	}
+}
+
+// printObjects prints what get read: a table per kind, the objects as a
+// List in JSON or YAML (the object itself when one was named), or their
+// names.
+func (a *app) printObjects(objs []stored, g getFlags, ns string, qualify, one bool) error {
 	switch g.output {
 	case "json", "yaml":
-		items := make([]any, len(objs))
-		for i, o := range objs {
-			items[i] = o.value
+		var v any
+		if one && len(objs) == 1 {
+			v = objs[0].value
+		} else {
+			items := make([]any, len(objs))
+			for i, o := range objs {
+				items[i] = o.value
+			}
+			v = map[string]any{"kind": "List", "items": items}
 		}
-		list := map[string]any{"kind": "List", "items": items}
 		if g.output == "json" {
-			return printer.JSON(a.Stdout, list)
+			return printer.JSON(a.Stdout, v)
 		}
-		return printer.YAML(a.Stdout, list)
+		return printer.YAML(a.Stdout, v)
 	case "name":
 		for _, o := range objs {
 			fmt.Fprintf(a.Stdout, "%s/%s\n", o.typ.Singular(), o.name())
@@ -241,19 +348,25 @@ func cmdGet(ctx context.Context, a *app, args []string) error {
 		return nil
 	}
 	if len(objs) == 0 {
-		if ns == "" {
-			fmt.Fprintln(a.Stderr, "No resources found.")
-		} else {
-			fmt.Fprintf(a.Stderr, "No resources found in %s namespace.\n", ns)
-		}
+		a.noResources(ns)
 		return nil
 	}
-	return a.printTables(objs, g.all, len(types) > 1)
+	return a.printTables(objs, g.all, qualify, g.output == "wide")
+}
+
+// noResources says, as kubectl does, that a list found nothing.
+func (a *app) noResources(ns string) {
+	if ns == "" {
+		fmt.Fprintln(a.Stderr, "No resources found.")
+	} else {
+		fmt.Fprintf(a.Stderr, "No resources found in %s namespace.\n", ns)
+	}
 }
 
 // printTables prints objects grouped by kind, one table each, with a
-// NAMESPACE column for -A and "kind/name" names for `get all`, as kubectl.
-func (a *app) printTables(objs []stored, withNamespace, qualify bool) error {
+// NAMESPACE column for -A and "kind/name" names for `get all`, as kubectl;
+// wide adds the columns a declaration gives for -o wide.
+func (a *app) printTables(objs []stored, withNamespace, qualify, wide bool) error {
 	first := true
 	for _, t := range a.kinds().Known() {
 		var rows []stored
@@ -269,14 +382,14 @@ func (a *app) printTables(objs []stored, withNamespace, qualify bool) error {
 			fmt.Fprintln(a.Stdout)
 		}
 		first = false
-		headers, row := printer.Columns(t.Kind, a.now())
+		headers, row := a.columns(t, wide)
 		if withNamespace {
 			headers = append([]string{"NAMESPACE"}, headers...)
 		}
 		tbl := printer.NewTable(a.Stdout, headers...)
 		for _, o := range rows {
 			cells := row(o.value)
-			if qualify {
+			if qualify && !isEvent(t.Kind) { // an event's row has no NAME
 				cells[0] = t.Singular() + "/" + cells[0]
 			}
 			if withNamespace {
@@ -291,94 +404,114 @@ func (a *app) printTables(objs []stored, withNamespace, qualify bool) error {
 	return nil
 }
 
-func cmdDelete(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
+func setupDelete(fs *flag.FlagSet, a *app) runFunc {
 	var g getFlags
 	g.register(fs, false)
 	var files stringsFlag
 	fs.Var(&files, "f", "delete the objects in these manifests (file, folder or -)")
 	recursive := fs.Bool("R", false, "read folders recursively")
 	ignore := fs.Bool("ignore-not-found", false, "treat a missing object as deleted")
-	pos, err := parse(fs, args, a.Stderr)
-	if err != nil {
-		return err
-	}
-	type target struct {
-		typ       resource.Type
-		ns, name  string
-		uid       string // from a manifest: delete only that object
-		describes string // for errors: where it came from
-	}
-	var targets []target
-	switch {
-	case len(files) > 0 && len(pos) == 0:
-		ns := ""
-		if fs.Lookup("n").Value.String() != resource.DefaultNamespace || fs.Lookup("namespace").Value.String() != resource.DefaultNamespace {
-			ns = g.ns
-		}
-		objs, err := manifest.Read(files, *recursive, a.Stdin, ns, a.manifestKinds(ctx))
+	cascadeFlag := fs.String("cascade", string(apply.Background), "what becomes of the objects it owns: background (the garbage collector deletes them after it), foreground (they go first; it waits, marked for deletion) or orphan (they stay, owned by nobody)")
+	return func(ctx context.Context, pos []string) error {
+		cascade, err := apply.ParseCascade(*cascadeFlag)
 		if err != nil {
-			return err
+			return usagef("%v", err)
 		}
-		for _, o := range objs {
-			uid := printer.Str(o.Value, "metadata", "uid")
-			targets = append(targets, target{o.Type, o.Namespace, o.Name, uid, o.Source.String() + ": "})
+		type target struct {
+			typ       resource.Type
+			ns, name  string
+			uid       string // from a manifest: delete only that object
+			describes string // for errors: where it came from
 		}
-	case len(files) == 0 && len(pos) >= 2:
-		t, err := a.lookup(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		for _, name := range pos[1:] {
-			targets = append(targets, target{t, g.ns, name, "", ""})
-		}
-	default:
-		return usagef("usage: batonctl delete <resource> <name>... [-n NAMESPACE] | delete -f FILE|DIR|-")
-	}
-	cli, err := a.etcd(ctx)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, t := range targets {
-		octx, cancel := a.opCtx(ctx)
-		err := apply.Delete(octx, cli, t.typ.Key(t.ns, t.name), t.uid)
-		cancel()
+		var targets []target
 		switch {
-		case errors.Is(err, apply.ErrNotFound) && *ignore:
-		case errors.Is(err, apply.ErrNotFound):
-			errs = append(errs, fmt.Errorf("%s%s %q not found in namespace %q", t.describes, t.typ.Resource, t.name, t.ns))
-		case errors.Is(err, apply.ErrUIDMismatch):
-			errs = append(errs, fmt.Errorf("%s%s/%s: not deleted: %w", t.describes, t.typ.Singular(), t.name, err))
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s%w", t.describes, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)))
+		case len(files) > 0 && len(pos) == 0:
+			ns := ""
+			if flagSet(fs, "n") || flagSet(fs, "namespace") {
+				ns = g.ns
+			}
+			objs, err := manifest.Read(files, *recursive, a.Stdin, ns, a.manifestKinds(ctx))
+			if err != nil {
+				return err
+			}
+			for _, o := range objs {
+				uid := printer.Str(o.Value, "metadata", "uid")
+				targets = append(targets, target{o.Type, o.Namespace, o.Name, uid, o.Source.String() + ": "})
+			}
+		case len(files) == 0 && len(pos) >= 1:
+			_, refs, err := a.objectRefs(ctx, pos)
+			if err != nil {
+				return err
+			}
+			if len(refs) == 0 {
+				return usagef("delete %s needs the names of the objects to delete (batonctl get %s lists them)", pos[0], pos[0])
+			}
+			for _, r := range refs {
+				targets = append(targets, target{r.typ, g.ns, r.name, "", ""})
+			}
 		default:
-			fmt.Fprintf(a.Stdout, "%s/%s deleted\n", t.typ.Singular(), t.name)
+			return usagef("usage: batonctl delete <resource> <name>… | delete TYPE/NAME… [-n NAMESPACE] | delete -f FILE|DIR|-")
 		}
+		cli, err := a.etcd(ctx)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, t := range targets {
+			octx, cancel := a.opCtx(ctx)
+			d, err := apply.Delete(octx, cli, t.typ.Key(t.ns, t.name), t.uid, cascade)
+			cancel()
+			switch {
+			case errors.Is(err, apply.ErrNotFound) && *ignore:
+			case errors.Is(err, apply.ErrNotFound):
+				errs = append(errs, fmt.Errorf("%s%w", t.describes, notFound(t.typ, t.ns, t.name)))
+			case errors.Is(err, apply.ErrUIDMismatch):
+				errs = append(errs, fmt.Errorf("%s%s/%s: not deleted: %w", t.describes, t.typ.Singular(), t.name, err))
+			case err != nil:
+				errs = append(errs, fmt.Errorf("%s%w", t.describes, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)))
+			default:
+				fmt.Fprintf(a.Stdout, "%s/%s %s\n", t.typ.Singular(), t.name, d)
+			}
+		}
+		return errors.Join(errs...)
 	}
-	return errors.Join(errs...)
 }
 
-func cmdDescribe(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("describe", flag.ContinueOnError)
+func setupDescribe(fs *flag.FlagSet, a *app) runFunc {
 	var g getFlags
 	g.register(fs, false)
-	pos, err := parse(fs, args, a.Stderr)
-	if err != nil {
-		return err
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) == 0 {
+			return usagef("usage: batonctl describe <resource> <name>… | describe TYPE/NAME… [-n NAMESPACE]")
+		}
+		_, refs, err := a.objectRefs(ctx, pos)
+		if err != nil {
+			return err
+		}
+		if len(refs) == 0 {
+			return usagef("describe %s needs the name of an object (batonctl get %s lists them)", pos[0], pos[0])
+		}
+		cli, err := a.etcd(ctx)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for i, r := range refs {
+			if i > 0 {
+				fmt.Fprintln(a.Stdout)
+			}
+			if err := a.describe(ctx, cli, r.typ, g.ns, r.name); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
 	}
-	if len(pos) != 2 {
-		return usagef("usage: batonctl describe <resource> <name> [-n NAMESPACE]")
-	}
-	typ, err := a.lookup(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	cli, err := a.etcd(ctx)
-	if err != nil {
-		return err
-	}
-	obj, err := a.getOne(ctx, cli, typ, g.ns, pos[1])
+}
+
+// describe prints one object, its queue item, its children and the events
+// about it.
+func (a *app) describe(ctx context.Context, cli *clientv3.Client, typ resource.Type, ns, name string) error {
+	obj, err := a.getOne(ctx, cli, typ, ns, name)
 	if err != nil {
 		return err
 	}
@@ -447,6 +580,11 @@ func cmdDescribe(ctx context.Context, a *app, args []string) error {
 			}
 		}
 	}
+
+	// What controllers recorded about it, last.
+	if err := a.describeEvents(ctx, cli, obj); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
 	return errors.Join(errs...)
 }
 
@@ -476,7 +614,7 @@ func (a *app) indentedTable(typ resource.Type, objs []stored) error {
 		fmt.Fprintln(a.Stdout, "  <none>")
 		return nil
 	}
-	headers, row := printer.Columns(typ.Kind, a.now())
+	headers, row := a.columns(typ, false)
 	var b strings.Builder
 	tbl := printer.NewTable(&b, headers...)
 	for _, o := range objs {

@@ -2,10 +2,14 @@ package cli
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,48 +21,57 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/batonctl/internal/printer"
 )
 
-func cmdQueue(ctx context.Context, a *app, args []string) error {
-	const use = "usage: batonctl queue stats [queue] | list <queue> [--state S] | inspect <queue> <key> | forget <queue> <key>... | members [add NAME --peer-addr H:P [--client-addr H:P] | remove NAME]"
-	if len(args) == 0 {
-		return usagef(use)
-	}
-	if args[0] == "members" {
-		return cmdQueueMembers(ctx, a, args[1:])
-	}
-	fs := flag.NewFlagSet("queue "+args[0], flag.ContinueOnError)
+// outputJSON defines -o for a command that prints a table or JSON, and
+// returns a check of its value.
+func outputJSON(fs *flag.FlagSet) (*string, func() error) {
 	output := fs.String("o", "", "output format: json (default: a table)")
-	state := fs.String("state", "", "list only keys in this state: pending, delayed, leased or parked")
-	pos, err := parse(fs, args[1:], a.Stderr)
-	if err != nil {
-		return err
+	return output, func() error {
+		if *output != "" && *output != "json" {
+			return usagef("unknown output format %q (json)", *output)
+		}
+		return nil
 	}
-	if *output != "" && *output != "json" {
-		return usagef("unknown output format %q (json)", *output)
-	}
+}
+
+// queueCall runs f with the queue's client within --timeout, its error
+// worded for the command line.
+func (a *app) queueCall(ctx context.Context, f func(ctx context.Context, q *queueclient.Client) error) error {
 	q, err := a.queue()
 	if err != nil {
 		return err
 	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
-	wrap := func(err error) error { return a.unreachable("the queue", a.queueAddr, "--queue-addr", err) }
+	if err := f(octx, q); err != nil {
+		return a.unreachable("the queue", a.queueAddr, "--queue-addr", err)
+	}
+	return nil
+}
 
-	switch args[0] {
-	case "stats":
+func setupQueueStats(fs *flag.FlagSet, a *app) runFunc {
+	output, checkOutput := outputJSON(fs)
+	return func(ctx context.Context, pos []string) error {
 		if len(pos) > 1 {
-			return usagef(use)
+			return usagef("usage: batonctl queue stats [queue] [-o json]")
+		}
+		if err := checkOutput(); err != nil {
+			return err
 		}
 		name := ""
 		if len(pos) == 1 {
 			name = pos[0]
 		}
-		stats, err := q.Stats(octx, name)
-		if err != nil {
-			return wrap(err)
+		var stats []*queuev1.QueueStats
+		if err := a.queueCall(ctx, func(ctx context.Context, q *queueclient.Client) (err error) {
+			stats, err = q.Stats(ctx, name)
+			return err
+		}); err != nil {
+			return err
 		}
 		if *output == "json" {
 			return writeProto(a.Stdout, &queuev1.StatsResponse{Queues: stats})
@@ -71,10 +84,21 @@ func cmdQueue(ctx context.Context, a *app, args []string) error {
 				n(s.GetFailuresTotal()), n(s.GetLeaseExpirationsTotal()), dur(s.GetOldestPendingAge()), dur(s.GetLongestLeaseAge()))
 		}
 		return tbl.Flush()
+	}
+}
 
-	case "list":
+// queueListLimit is how many keys queue list asks for.
+const queueListLimit = 1000
+
+func setupQueueList(fs *flag.FlagSet, a *app) runFunc {
+	output, checkOutput := outputJSON(fs)
+	state := fs.String("state", "", "list only keys in this state: pending, delayed, leased or parked")
+	return func(ctx context.Context, pos []string) error {
 		if len(pos) != 1 {
 			return usagef("usage: batonctl queue list <queue> [--state pending|delayed|leased|parked] [-o json]")
+		}
+		if err := checkOutput(); err != nil {
+			return err
 		}
 		st := queuev1.ItemState_ITEM_STATE_UNSPECIFIED
 		if *state != "" {
@@ -84,9 +108,12 @@ func cmdQueue(ctx context.Context, a *app, args []string) error {
 			}
 			st = queuev1.ItemState(v)
 		}
-		items, err := q.List(octx, pos[0], st, 1000)
-		if err != nil {
-			return wrap(err)
+		var items []*queuev1.Item
+		if err := a.queueCall(ctx, func(ctx context.Context, q *queueclient.Client) (err error) {
+			items, err = q.List(ctx, pos[0], st, queueListLimit)
+			return err
+		}); err != nil {
+			return err
 		}
 		if *output == "json" {
 			return writeProto(a.Stdout, &queuev1.ListResponse{Items: items})
@@ -102,14 +129,24 @@ func cmdQueue(ctx context.Context, a *app, args []string) error {
 				orDash(it.GetWorker()), since(it.GetPendingSince(), now), until(it.GetNotBefore(), now), orDash(short(it.GetLastError())))
 		}
 		return tbl.Flush()
+	}
+}
 
-	case "inspect":
+func setupQueueInspect(fs *flag.FlagSet, a *app) runFunc {
+	output, checkOutput := outputJSON(fs)
+	return func(ctx context.Context, pos []string) error {
 		if len(pos) != 2 {
 			return usagef("usage: batonctl queue inspect <queue> <key> [-o json]")
 		}
-		item, err := q.Inspect(octx, pos[0], pos[1])
-		if err != nil {
-			return wrap(err)
+		if err := checkOutput(); err != nil {
+			return err
+		}
+		var item *queuev1.Item
+		if err := a.queueCall(ctx, func(ctx context.Context, q *queueclient.Client) (err error) {
+			item, err = q.Inspect(ctx, pos[0], pos[1])
+			return err
+		}); err != nil {
+			return err
 		}
 		if *output == "json" {
 			return writeProto(a.Stdout, item)
@@ -117,81 +154,248 @@ func cmdQueue(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintf(a.Stdout, "%-14s%s\n%-14s%s\n", "Queue:", pos[0], "Key:", pos[1])
 		printItem(a.Stdout, "", item, a.now())
 		return nil
+	}
+}
 
-	case "forget":
+func setupQueueForget(_ *flag.FlagSet, a *app) runFunc {
+	return func(ctx context.Context, pos []string) error {
 		if len(pos) < 2 {
 			return usagef("usage: batonctl queue forget <queue> <key>...")
 		}
-		got, err := q.Forget(octx, pos[0], pos[1:])
-		if err != nil {
-			return wrap(err)
+		var got int
+		if err := a.queueCall(ctx, func(ctx context.Context, q *queueclient.Client) (err error) {
+			got, err = q.Forget(ctx, pos[0], pos[1:])
+			return err
+		}); err != nil {
+			return err
 		}
 		fmt.Fprintf(a.Stdout, "forgot %d of %d keys in queue %s\n", got, len(pos)-1, pos[0])
 		return nil
 	}
-	return usagef("unknown queue command %q; %s", args[0], use)
 }
 
-// cmdQueueMembers shows the queue's members (ClusterService MemberList) or
-// changes them (MemberAdd, MemberRemove). It has flags of its own, so it is
-// parsed apart from the other queue commands.
-func cmdQueueMembers(ctx context.Context, a *app, args []string) error {
-	const use = "usage: batonctl queue members [-o json] | members add NAME --peer-addr H:P [--client-addr H:P] | members remove NAME"
-	name := "queue members"
-	if len(args) > 0 && (args[0] == "add" || args[0] == "remove") {
-		name += " " + args[0]
-		args = args[1:]
+// setupQueueMembers shows the queue's members (ClusterService
+// MemberList); its subcommands add and remove change them (MemberAdd,
+// MemberRemove).
+func setupQueueMembers(fs *flag.FlagSet, a *app) runFunc {
+	output, checkOutput := outputJSON(fs)
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 0 {
+			return unknownCommand(a.pathOf("queue", "members"), pos[0])
+		}
+		if err := checkOutput(); err != nil {
+			return err
+		}
+		// The leader's list, whichever member answers first: only the
+		// leader knows which members it no longer hears from.
+		members, note, err := a.leaderList(ctx)
+		if err != nil {
+			return err
+		}
+		if note != "" {
+			fmt.Fprintln(a.Stderr, note)
+		}
+		return a.printMembers(members, *output)
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	output := fs.String("o", "", "output format: json (default: a table)")
-	var peerAddr, clientAddr *string
-	if name == "queue members add" {
-		peerAddr = fs.String("peer-addr", "", "host:port the new member's peers reach it at (its --peer-addr); required")
-		clientAddr = fs.String("client-addr", "", "host:port clients reach it at (its --advertise-addr); empty: learned when it starts")
+}
+
+func setupQueueMembersAdd(fs *flag.FlagSet, a *app) runFunc {
+	output, checkOutput := outputJSON(fs)
+	peerAddr := fs.String("peer-addr", "", "host:port the new member's peers reach it at (its --peer-addr); required")
+	clientAddr := fs.String("client-addr", "", "host:port clients reach it at (its --advertise-addr); empty: learned when it starts")
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 1 {
+			return usagef("usage: batonctl queue members add NAME --peer-addr H:P [--client-addr H:P] [-o json]")
+		}
+		if err := checkOutput(); err != nil {
+			return err
+		}
+		if *peerAddr == "" {
+			return usagef("queue members add needs --peer-addr H:P, the address the new member's peers reach it at")
+		}
+		return a.changeMembers(ctx, *output, func(ctx context.Context, q *queueclient.Client) ([]*queuev1.Member, error) {
+			return q.Cluster().MemberAdd(ctx, pos[0], *peerAddr, *clientAddr)
+		})
 	}
-	pos, err := parse(fs, args, a.Stderr)
-	if err != nil {
-		return err
+}
+
+func setupQueueMembersRemove(fs *flag.FlagSet, a *app) runFunc {
+	output, checkOutput := outputJSON(fs)
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 1 {
+			return usagef("usage: batonctl queue members remove NAME [-o json]")
+		}
+		if err := checkOutput(); err != nil {
+			return err
+		}
+		return a.changeMembers(ctx, *output, func(ctx context.Context, q *queueclient.Client) ([]*queuev1.Member, error) {
+			return q.Cluster().MemberRemove(ctx, pos[0])
+		})
 	}
-	if *output != "" && *output != "json" {
-		return usagef("unknown output format %q (json)", *output)
-	}
-	switch {
-	case name == "queue members" && len(pos) != 0:
-		return usagef("unknown queue members command %q; %s", pos[0], use)
-	case name != "queue members" && len(pos) != 1:
-		return usagef(use)
-	case peerAddr != nil && *peerAddr == "":
-		return usagef("queue members add needs --peer-addr H:P, the address the new member's peers reach it at")
-	}
+}
+
+// changeMembers makes a membership change and prints the members after
+// it; a refusal is printed as the queue worded it.
+func (a *app) changeMembers(ctx context.Context, output string, change func(context.Context, *queueclient.Client) ([]*queuev1.Member, error)) error {
 	q, err := a.queue()
 	if err != nil {
 		return err
 	}
 	octx, cancel := a.opCtx(ctx)
 	defer cancel()
+	members, err := change(octx, q)
+	if err != nil {
+		return serverError(a.unreachable("the queue", a.queueAddr, "--queue-addr", err))
+	}
+	return a.printMembers(members, output)
+}
 
-	var members []*queuev1.Member
-	switch name {
-	case "queue members":
-		members, err = q.Cluster().MemberList(octx)
-	case "queue members add":
-		members, err = q.Cluster().MemberAdd(octx, pos[0], *peerAddr, *clientAddr)
-	case "queue members remove":
-		members, err = q.Cluster().MemberRemove(octx, pos[0])
+// printMembers prints the members as a table, or as JSON.
+func (a *app) printMembers(members []*queuev1.Member, output string) error {
+	if output == "json" {
+		return writeProto(a.Stdout, &queuev1.MemberListResponse{Members: members})
+	}
+	// VOTER is false for a learner: a member added that has not joined yet.
+	// TERM and APPLIED are known for the member that answers (the leader,
+	// as a rule), LEVEL for every member the leader has heard from: each
+	// is - where it is not known. STATE is last, so that scripts reading
+	// the columns before it by position read what they did.
+	tbl := printer.NewTable(a.Stdout, "NAME", "CLIENT-ADDR", "PEER-ADDR", "LEADER", "TERM", "APPLIED", "VOTER", "LEVEL", "STATE")
+	for _, m := range members {
+		level := "-"
+		if m.GetFormatLevel() != 0 {
+			level = fmt.Sprint(m.GetFormatLevel())
+		}
+		// A term is never 0 for a member that said it: every term,
+		// a single member's epoch too, starts at 1.
+		term, applied := "-", "-"
+		if m.GetTerm() != 0 {
+			term, applied = n(m.GetTerm()), n(m.GetAppliedIndex())
+		}
+		tbl.Row(m.GetName(), orDash(m.GetClientAddr()), orDash(m.GetPeerAddr()), fmt.Sprint(m.GetLeader()), term, applied, fmt.Sprint(!m.GetLearner()), level, memberState(m))
+	}
+	return tbl.Flush()
+}
+
+// setupQueueMoveLeader hands the queue's leadership to another member
+// (ClusterService MoveLeader), etcd's move-leader: before a leader is
+// restarted on purpose, so that the queue is never without one.
+func setupQueueMoveLeader(fs *flag.FlagSet, a *app) runFunc {
+	to := fs.String("to", "", "the member to hand leadership to (default: the one whose log is furthest along)")
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 0 {
+			return usagef("usage: batonctl queue move-leader [--to NAME]")
+		}
+		q, err := a.queue()
+		if err != nil {
+			return err
+		}
+		octx, cancel := a.opCtx(ctx)
+		defer cancel()
+		leader, err := q.Cluster().MoveLeader(octx, *to)
+		if err != nil {
+			return serverError(a.unreachable("the queue", a.queueAddr, "--queue-addr", err))
+		}
+		if leader == "" {
+			fmt.Fprintln(a.Stdout, "leadership moved; the new leader is not known yet (batonctl queue members shows it)")
+			return nil
+		}
+		fmt.Fprintf(a.Stdout, "%s leads the queue\n", leader)
+		return nil
+	}
+}
+
+func setupQueueSnapshotSave(_ *flag.FlagSet, a *app) runFunc {
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 1 {
+			return usagef("usage: batonctl queue snapshot save FILE")
+		}
+		return a.snapshotSave(ctx, pos[0])
+	}
+}
+
+// snapshotSave saves a backup of every queue (ClusterService Snapshot) to
+// a file, which `baton-queue restore` seeds a new queue from. The file is
+// written beside its name, synced, checked whole (its checksum,
+// checkBackup), and only then renamed to its name: a save cut short leaves
+// no file that looks whole.
+func (a *app) snapshotSave(ctx context.Context, path string) error {
+	addrs, err := a.queueAddrs()
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.part")
+	if err != nil {
+		return fmt.Errorf("queue snapshot save: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // gone once renamed
+	// A backup of a large queue takes longer than a call's usual
+	// deadline: the command's own context bounds it. Each member is
+	// asked in turn until one that is up hands it on to the leader, the
+	// file begun again for each (a stream cut after its first byte is
+	// not retried by the client).
+	var n int64
+	for _, addr := range addrs {
+		var q *queueclient.Client
+		if q, err = a.memberClient(addr); err != nil {
+			break
+		}
+		if err = f.Truncate(0); err != nil {
+			break
+		}
+		if _, err = f.Seek(0, io.SeekStart); err != nil {
+			break
+		}
+		n, err = q.Cluster().Snapshot(ctx, f)
+		if err == nil || status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		return serverError(a.unreachable("the queue", a.queueAddr, "--queue-addr", err))
 	}
-	if *output == "json" {
-		return writeProto(a.Stdout, &queuev1.MemberListResponse{Members: members})
+	records, err := checkBackup(tmp)
+	if err != nil {
+		return fmt.Errorf("queue snapshot save: the file received does not check out, and was not kept: %w", err)
 	}
-	// VOTER is false for a learner: a member added that has not joined yet.
-	tbl := printer.NewTable(a.Stdout, "NAME", "CLIENT-ADDR", "PEER-ADDR", "LEADER", "TERM", "APPLIED", "VOTER")
-	for _, m := range members {
-		tbl.Row(m.GetName(), orDash(m.GetClientAddr()), orDash(m.GetPeerAddr()), fmt.Sprint(m.GetLeader()), n(m.GetTerm()), n(m.GetAppliedIndex()), fmt.Sprint(!m.GetLearner()))
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("queue snapshot save: %w", err)
 	}
-	return tbl.Flush()
+	fmt.Fprintf(a.Stdout, "saved %d records (%d bytes) to %s\n", records, n, path)
+	return nil
+}
+
+// checkBackup checks a backup file whole, as its format (the queue's
+// backup package) defines it: the header "BTNBAK" and two digits, then,
+// at the end, the footer "BTNBAKEN", the record count and the CRC-32C of
+// every byte before the footer. It returns the record count. The records
+// themselves are the queue's to decode: restore checks every frame again.
+func checkBackup(path string) (uint64, error) {
+	const (
+		magic  = "BTNBAK"
+		footer = "BTNBAKEN"
+		tail   = len(footer) + 8 + 4
+	)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	if len(b) < 8+tail || string(b[:len(magic)]) != magic || string(b[len(b)-tail:len(b)-tail+len(footer)]) != footer {
+		return 0, fmt.Errorf("%s is not a whole backup file (%d bytes)", path, len(b))
+	}
+	foot := b[len(b)-tail+len(footer):]
+	want := binary.BigEndian.Uint32(foot[8:])
+	if got := crc32.Checksum(b[:len(b)-tail], crc32.MakeTable(crc32.Castagnoli)); got != want {
+		return 0, fmt.Errorf("%s: checksum %08x, its footer says %08x", path, got, want)
+	}
+	return binary.BigEndian.Uint64(foot), nil
 }
 
 // serverError is the refusal a server gave, as it worded it: the status

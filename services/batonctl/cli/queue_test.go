@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,11 +80,13 @@ func TestQueueMembers(t *testing.T) {
 		{"add without --peer-addr", []string{"queue", "members", "add", "queue-b"}, 2,
 			"error: queue members add needs --peer-addr H:P, the address the new member's peers reach it at\n"},
 		{"add without a name", []string{"queue", "members", "add", "--peer-addr", "queue-b:7072"}, 2,
-			"error: usage: batonctl queue members [-o json] | members add NAME --peer-addr H:P [--client-addr H:P] | members remove NAME\n"},
+			"error: usage: batonctl queue members add NAME --peer-addr H:P [--client-addr H:P] [-o json]\n"},
 		{"remove two", []string{"queue", "members", "remove", "a", "b"}, 2,
-			"error: usage: batonctl queue members [-o json] | members add NAME --peer-addr H:P [--client-addr H:P] | members remove NAME\n"},
+			"error: usage: batonctl queue members remove NAME [-o json]\n"},
 		{"unknown subcommand", []string{"queue", "members", "promote", "a"}, 2,
-			`error: unknown queue members command "promote"; usage: batonctl queue members [-o json] | members add NAME --peer-addr H:P [--client-addr H:P] | members remove NAME` + "\n"},
+			`error: unknown queue members command "promote" (batonctl queue members --help lists them)` + "\n"},
+		{"mistyped subcommand", []string{"queue", "members", "remvoe", "a"}, 2,
+			`error: unknown queue members command "remvoe": did you mean remove? (batonctl queue members --help lists them)` + "\n"},
 		{"yaml", []string{"queue", "members", "-o", "yaml"}, 2, "error: unknown output format \"yaml\" (json)\n"},
 		{"--peer-addr on remove", []string{"queue", "members", "remove", "a", "--peer-addr", "x:1"}, 2,
 			"error: flag provided but not defined: -peer-addr (batonctl queue members remove -h lists its flags)\n"},
@@ -107,5 +111,43 @@ func TestQueueMembers(t *testing.T) {
 	dead := env{}.run(t, "", "queue", "members")
 	if dead.code != 1 || !strings.Contains(dead.stderr, "connection refused: is the queue running at 127.0.0.1:1? (set --queue-addr)") {
 		t.Errorf("queue members with no queue: exit %d, stderr %q", dead.code, dead.stderr)
+	}
+}
+
+// TestQueueSnapshotSave: batonctl queue snapshot save writes a backup of
+// the real baton-queue to the file named (checked whole before it is
+// renamed there, and saying how many records it holds); move-leader on a
+// queue of one member prints its refusal, exit 1.
+func TestQueueSnapshotSave(t *testing.T) {
+	q := framework.StartQueue(t, framework.QueueOptions{Args: []string{"--name", "queue-a"}})
+	e := env{queue: q.Addr}
+	if _, err := q.Client.Add(t.Context(), "jobs", []string{"default/a", "default/b"}, queueclient.AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "queue.bak")
+	out := e.run(t, "", "queue", "snapshot", "save", path).mustSucceed(t).stdout
+	// A Queue record and two Put records.
+	if !strings.Contains(out, "saved 3 records") || !strings.Contains(out, path) {
+		t.Fatalf("queue snapshot save: %q", out)
+	}
+	records, err := checkBackup(path)
+	if err != nil || records != 3 {
+		t.Fatalf("the saved file: %d records, %v", records, err)
+	}
+	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 1 {
+		t.Errorf("the save left %d files beside the backup", len(ents))
+	}
+	b, _ := os.ReadFile(path)
+	b[len(b)/2] ^= 0x10
+	bad := filepath.Join(t.TempDir(), "bad.bak")
+	if err := os.WriteFile(bad, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := checkBackup(bad); err == nil || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("checkBackup of a damaged file: %v, want its checksum refused", err)
+	}
+	r := e.run(t, "", "queue", "move-leader")
+	if r.code != 1 || !strings.Contains(r.stderr, "one member") {
+		t.Errorf("queue move-leader on a queue of one: exit %d, %q", r.code, r.stderr)
 	}
 }

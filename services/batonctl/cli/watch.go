@@ -12,24 +12,25 @@ import (
 	"github.com/batonrun/baton/services/batonctl/internal/printer"
 )
 
-// cmdWatch redraws a table of every queue until the context ends (Ctrl-C):
-// depth by state, rates since the previous sample, and the age of the oldest
-// pending key. On a terminal it redraws in place; otherwise it appends one
-// table per sample, so it can be piped to a file.
-func cmdWatch(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
+// setupWatch redraws a table of every queue until the context ends
+// (Ctrl-C): depth by state, rates since the previous sample, and the age
+// of the oldest pending key. On a terminal it redraws in place; otherwise
+// it appends one table per sample, so it can be piped to a file.
+func setupWatch(fs *flag.FlagSet, a *app) runFunc {
 	interval := fs.Duration("interval", 2*time.Second, "time between samples")
 	once := fs.Bool("once", false, "print one sample and exit")
-	pos, err := parse(fs, args, a.Stderr)
-	if err != nil {
-		return err
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) > 1 {
+			return usagef("usage: batonctl watch [queue] [--interval D] [--once]")
+		}
+		if *interval <= 0 {
+			return usagef("--interval must be positive")
+		}
+		return a.watchQueues(ctx, pos, *interval, *once)
 	}
-	if len(pos) > 1 {
-		return usagef("usage: batonctl watch [queue] [--interval D] [--once]")
-	}
-	if *interval <= 0 {
-		return usagef("--interval must be positive")
-	}
+}
+
+func (a *app) watchQueues(ctx context.Context, pos []string, interval time.Duration, once bool) error {
 	name := ""
 	if len(pos) == 1 {
 		name = pos[0]
@@ -38,11 +39,11 @@ func cmdWatch(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	clear := stdoutIsTerminal(a.Stdout) && !*once
+	clear := stdoutIsTerminal(a.Stdout) && !once
 	var (
 		prev   map[string]*queuev1.QueueStats
 		prevAt time.Time
-		tick   = time.NewTicker(*interval)
+		tick   = time.NewTicker(interval)
 	)
 	defer tick.Stop()
 	for {
@@ -55,7 +56,7 @@ func cmdWatch(ctx context.Context, a *app, args []string) error {
 		}
 		if err != nil {
 			err = a.unreachable("the queue", a.queueAddr, "--queue-addr", err)
-			if *once {
+			if once {
 				return err
 			}
 		}
@@ -63,7 +64,7 @@ func cmdWatch(ctx context.Context, a *app, args []string) error {
 		if clear {
 			b.WriteString("\x1b[H\x1b[2J")
 		}
-		fmt.Fprintf(&b, "queue %s   %s   every %s, Ctrl-C to quit\n\n", a.queueAddr, now.Format("15:04:05"), *interval)
+		fmt.Fprintf(&b, "queue %s   %s   every %s, Ctrl-C to quit\n\n", a.queueAddr, now.Format("15:04:05"), interval)
 		if err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
 		} else {
@@ -80,7 +81,7 @@ func cmdWatch(ctx context.Context, a *app, args []string) error {
 		if _, werr := io.WriteString(a.Stdout, b.String()); werr != nil {
 			return werr
 		}
-		if *once {
+		if once {
 			return nil
 		}
 		select {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,6 +87,42 @@ func TestMergeUIDMismatch(t *testing.T) {
 		obj(t, `{"kind":"Pod","metadata":{"name":"a","uid":"u2"},"spec":{}}`), time.Now())
 	if err == nil {
 		t.Fatal("Merge accepted a different uid")
+	}
+}
+
+// A manifest neither sets nor clears metadata.deletionTimestamp, and adds
+// no finalizer to an object being deleted; removing one is its to do.
+func TestMergeKeepsTheDeleteProtocol(t *testing.T) {
+	now := time.Now()
+	created, _, err := Merge(nil, obj(t, `{"kind":"Pod","metadata":{"name":"a","deletionTimestamp":"2026-01-01T00:00:00Z"},"spec":{}}`), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := created["metadata"].(map[string]any)["deletionTimestamp"]; ok {
+		t.Errorf("a created object took the manifest's deletionTimestamp: %v", created["metadata"])
+	}
+	deleting := obj(t, `{"kind":"Pod","metadata":{"name":"a","uid":"u1","generation":1,"deletionTimestamp":"2026-01-01T00:00:00Z","finalizers":["a/keep","b/keep"]},"spec":{}}`)
+	out, _, err := Merge(deleting, obj(t, `{"kind":"Pod","metadata":{"name":"a","deletionTimestamp":null,"finalizers":["a/keep"]},"spec":{}}`), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := out["metadata"].(map[string]any)
+	if m["deletionTimestamp"] != "2026-01-01T00:00:00Z" {
+		t.Errorf("the manifest cleared or changed deletionTimestamp: %v", m)
+	}
+	if f, _ := m["finalizers"].([]any); len(f) != 1 || f[0] != "a/keep" {
+		t.Errorf("finalizers after removing one: %v", m["finalizers"])
+	}
+	if _, _, err := Merge(deleting, obj(t, `{"kind":"Pod","metadata":{"name":"a","finalizers":["a/keep","b/keep","c/new"]},"spec":{}}`), now); !errors.Is(err, ErrFinalizerOnDeleting) {
+		t.Errorf("adding a finalizer to an object being deleted: %v, want ErrFinalizerOnDeleting", err)
+	}
+	alive := obj(t, `{"kind":"Pod","metadata":{"name":"a","uid":"u1","generation":1},"spec":{}}`)
+	out, _, err = Merge(alive, obj(t, `{"kind":"Pod","metadata":{"name":"a","deletionTimestamp":"2026-01-01T00:00:00Z","finalizers":["c/new"]},"spec":{}}`), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := out["metadata"].(map[string]any)["deletionTimestamp"]; ok {
+		t.Errorf("a manifest marked a live object for deletion: %v", out["metadata"])
 	}
 }
 
@@ -183,14 +220,183 @@ func TestDelete(t *testing.T) {
 		{"gone", "", ErrNotFound},
 	}
 	for _, tc := range tests {
-		if err := Delete(ctx, cli, key, tc.uid); !errors.Is(err, tc.want) && err != tc.want {
+		if _, err := Delete(ctx, cli, key, tc.uid, Background); !errors.Is(err, tc.want) && err != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
 	if _, err := cli.Put(ctx, key, `{}`); err != nil {
 		t.Fatal(err)
 	}
-	if err := Delete(ctx, cli, key, ""); err != nil {
+	if _, err := Delete(ctx, cli, key, "", Background); err != nil {
 		t.Errorf("delete without a uid precondition: %v", err)
+	}
+}
+
+// TestDeleteCascade: foreground and orphan mark the object with
+// deletionTimestamp and their finalizer and keep everything else as
+// stored; an object that holds a finalizer is marked even in the
+// background; one already being deleted is left as it is; and a cascade
+// of another name writes nothing.
+func TestDeleteCascade(t *testing.T) {
+	srv := etcdembed.StartForTest(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := t.Context()
+	const key = "/registry/deployments/default/web"
+	stored := func() map[string]any {
+		t.Helper()
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		return obj(t, string(resp.Kvs[0].Value))
+	}
+	const web = `{"kind":"Deployment","metadata":{"name":"web","uid":"u1","labels":{"app":"x"}},"spec":{"replicas":3},"status":{"replicas":3}}`
+	tests := []struct {
+		name, value string
+		cascade     Cascade
+		want        Deletion
+		finalizers  []any // nil: removed
+	}{
+		{"background", web, Background, Removed, nil},
+		{"foreground", web, Foreground, Marked, []any{"foregroundDeletion"}},
+		{"orphan", web, Orphan, Marked, []any{"orphan"}},
+		{"a finalizer holds it", `{"kind":"Deployment","metadata":{"name":"web","finalizers":["example.com/x"]}}`, Background, Marked, []any{"example.com/x"}},
+		{"a finalizer and foreground", `{"kind":"Deployment","metadata":{"name":"web","finalizers":["example.com/x"]}}`, Foreground, Marked, []any{"example.com/x", "foregroundDeletion"}},
+		{"already being deleted", `{"kind":"Deployment","metadata":{"name":"web","deletionTimestamp":"2026-01-01T00:00:00Z","finalizers":["example.com/x"]}}`, Orphan, AlreadyDeleting, []any{"example.com/x"}},
+		{"being deleted, no finalizer left", `{"kind":"Deployment","metadata":{"name":"web","deletionTimestamp":"2026-01-01T00:00:00Z"}}`, Foreground, Removed, nil},
+	}
+	for _, tc := range tests {
+		if _, err := cli.Put(ctx, key, tc.value); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Delete(ctx, cli, key, "", tc.cascade)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %q, %v, want %q", tc.name, got, err, tc.want)
+			continue
+		}
+		after := stored()
+		if tc.finalizers == nil {
+			if after != nil {
+				t.Errorf("%s: still stored: %v", tc.name, after)
+			}
+			continue
+		}
+		meta, _ := after["metadata"].(map[string]any)
+		if fmt.Sprint(meta["finalizers"]) != fmt.Sprint(tc.finalizers) {
+			t.Errorf("%s: finalizers %v, want %v", tc.name, meta["finalizers"], tc.finalizers)
+		}
+		if ts, _ := meta["deletionTimestamp"].(string); ts == "" {
+			t.Errorf("%s: no deletionTimestamp", tc.name)
+		} else if _, err := time.Parse(time.RFC3339, ts); err != nil {
+			t.Errorf("%s: deletionTimestamp %q: %v", tc.name, ts, err)
+		}
+		if tc.value == web {
+			before := obj(t, web)
+			delete(meta, "deletionTimestamp")
+			delete(meta, "finalizers")
+			if b, a := fmt.Sprint(before), fmt.Sprint(after); a != b {
+				t.Errorf("%s: stored %s, want all else kept: %s", tc.name, a, b)
+			}
+		}
+		if tc.want == AlreadyDeleting && meta["deletionTimestamp"] != "2026-01-01T00:00:00Z" {
+			t.Errorf("%s: deletionTimestamp changed to %v", tc.name, meta["deletionTimestamp"])
+		}
+		cli.Delete(ctx, key)
+	}
+	if _, err := cli.Put(ctx, key, web); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Delete(ctx, cli, key, "", "cascading"); err == nil || !strings.Contains(err.Error(), "background, foreground or orphan") {
+		t.Errorf("an unknown cascade: %v", err)
+	}
+	if s := stored(); s == nil || s["metadata"].(map[string]any)["deletionTimestamp"] != nil {
+		t.Errorf("an unknown cascade changed the object: %v", s)
+	}
+}
+
+// TestUpdate: an update (what scale does) bumps the generation with the
+// spec, keeps the status a controller writes meanwhile, returns change's
+// error with nothing written, and ErrNotFound for no object.
+func TestUpdate(t *testing.T) {
+	srv := etcdembed.StartForTest(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := t.Context()
+	const key = "/registry/deployments/default/web"
+	if _, err := Update(ctx, cli, key, time.Now(), func(map[string]any) error { return nil }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("update of nothing: %v, want ErrNotFound", err)
+	}
+	if _, err := Apply(ctx, cli, key, obj(t, `{"kind":"Deployment","metadata":{"name":"web","namespace":"default"},"spec":{"replicas":1}}`), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	setReplicas := func(n int) func(map[string]any) error {
+		return func(o map[string]any) error {
+			o["spec"].(map[string]any)["replicas"] = json.Number(fmt.Sprint(n))
+			return nil
+		}
+	}
+	const rounds = 20
+	var wg sync.WaitGroup
+	statusWrites := 0
+	wg.Go(func() {
+		for statusWrites < rounds {
+			resp, err := cli.Get(ctx, key)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			o, _ := Decode(resp.Kvs[0].Value)
+			o["status"] = map[string]any{"replicas": statusWrites + 1}
+			b, _ := json.Marshal(o)
+			txn, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
+				Then(clientv3.OpPut(key, string(b))).Commit()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if txn.Succeeded {
+				statusWrites++
+			}
+		}
+	})
+	for i := 2; i <= rounds+1; i++ {
+		if out, err := Update(ctx, cli, key, time.Now(), setReplicas(i)); err != nil || out != Configured {
+			t.Fatalf("update %d: %v %v", i, out, err)
+		}
+	}
+	wg.Wait()
+	if out, err := Update(ctx, cli, key, time.Now(), setReplicas(rounds+1)); err != nil || out != Unchanged {
+		t.Errorf("update to the same replicas: %v %v, want unchanged", out, err)
+	}
+	refused := errors.New("not this one")
+	before, _ := cli.Get(ctx, key)
+	if _, err := Update(ctx, cli, key, time.Now(), func(o map[string]any) error {
+		o["spec"] = map[string]any{"replicas": 0}
+		return refused
+	}); err != refused {
+		t.Errorf("change's error came back as %v", err)
+	}
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Kvs[0].ModRevision != before.Kvs[0].ModRevision {
+		t.Error("an update whose change failed wrote")
+	}
+	final, _ := Decode(resp.Kvs[0].Value)
+	b, _ := json.Marshal(map[string]any{"spec": final["spec"], "status": final["status"], "generation": final["metadata"].(map[string]any)["generation"]})
+	want := fmt.Sprintf(`{"generation":%d,"spec":{"replicas":%d},"status":{"replicas":%d}}`, rounds+1, rounds+1, rounds)
+	if string(b) != want {
+		t.Errorf("final %s, want %s", b, want)
 	}
 }

@@ -1,12 +1,13 @@
 // Package manifest reads batonctl's input: YAML or JSON files holding one or
 // more objects (multi-document YAML, a top-level list, or a {"kind": "List",
 // "items": [...]} wrapper), from files, folders or stdin. Every object is
-// checked against its kind's schema before anything is written (a strict one
-// for the reference kinds; any spec mapping for a kind a controller
-// declares), and every
-// problem is reported with the file, line, column and field path, so
+// defaulted and checked against its kind's structural schema
+// (client/schema: a reference kind's built-in one, or the one its
+// controller's declaration carries) before anything is written, and every
+// problem is reported with the file, line, column and field path, in the
+// API server's words, so
 //
-//	web.yaml:7:13: spec.replicas: must be an integer, got string "three"
+//	web.yaml:7:13: The Deployment "web" is invalid: spec.replicas: Invalid value: "three": must be of type integer
 //
 // tells the user exactly what to fix. JSON is read by the YAML parser (JSON
 // is YAML's flow style), which gives both formats line numbers.
@@ -29,6 +30,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/batonrun/baton/client/schema"
 	"github.com/batonrun/baton/services/batonctl/internal/resource"
 )
 
@@ -89,6 +91,13 @@ func (e *Error) Error() string {
 
 // Stdin is the file name that means standard input.
 const Stdin = "-"
+
+// MaxFileBytes is the most one manifest file, or stdin, may hold: etcd's
+// default limit of a request (its --max-request-bytes, 1.5 MiB), which no
+// object of a larger file could have been stored under anyway. Reading
+// stops there, so a file that never ends (a link to /dev/zero) costs no
+// more.
+const MaxFileBytes = 1536 << 10
 
 // Read decodes every manifest in paths: files, folders (their .yaml, .yml and
 // .json files, in name order; recursive descends into sub-folders) or "-" for
@@ -178,25 +187,43 @@ func expand(p string, recursive bool) ([]string, error) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// Kinds resolves a manifest's kind field, or says why it cannot (naming
-// the known kinds). A command passes its resource.Table's ByKind, which
-// discovers the kinds controllers declare.
-type Kinds func(kind string) (resource.Type, error)
+// Kinds resolves a manifest's kind field: its type and the validator of
+// its objects (resource.Table's Validator), or says why it cannot (naming
+// the known kinds). A command passes its resource.Table's, which
+// discovers the kinds controllers declare and their schemas.
+type Kinds func(kind string) (resource.Type, *schema.Validator, error)
+
+// TableKinds resolves kinds through t: ByKind, then Validator.
+func TableKinds(ctx context.Context, t *resource.Table) Kinds {
+	return func(kind string) (resource.Type, *schema.Validator, error) {
+		typ, err := t.ByKind(ctx, kind)
+		if err != nil {
+			return resource.Type{}, nil, err
+		}
+		v, err := t.Validator(typ)
+		return typ, v, err
+	}
+}
 
 // referenceKinds resolves the reference kinds only.
-func referenceKinds(kind string) (resource.Type, error) {
-	return resource.NewTable(nil).ByKind(context.Background(), kind)
+func referenceKinds(kind string) (resource.Type, *schema.Validator, error) {
+	return TableKinds(context.Background(), resource.NewTable(nil))(kind)
 }
 
 // Decode reads every object in one input named file (for messages). kinds
-// resolves their kinds; nil knows the reference kinds only.
+// resolves their kinds; nil knows the reference kinds only. An input of more
+// than MaxFileBytes is an error naming file and the limit, and no more than
+// that is read of it.
 func Decode(file string, r io.Reader, namespace string, kinds Kinds) ([]Object, error) {
 	if kinds == nil {
 		kinds = referenceKinds
 	}
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes (1.5 MiB), the most a manifest file may hold: etcd takes no larger request", file, MaxFileBytes)
 	}
 	if t := bytes.TrimSpace(data); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
 		// JSON: a tab is whitespace there but may not indent YAML. Tabs
@@ -303,14 +330,16 @@ func decodeObject(file string, n *yaml.Node, namespace string, kinds Kinds) (Obj
 	if kn.Kind != yaml.ScalarNode || kn.Tag != "!!str" {
 		return Object{}, at(kn, "kind", "must be a string, got %s", describe(kn))
 	}
-	typ, err := kinds(kn.Value)
+	typ, v, err := kinds(kn.Value)
 	if err != nil {
 		return Object{}, at(kn, "kind", "%v", err)
 	}
-	v := &validator{file: file}
-	v.check(n, objectSchema(specSchema(typ.Kind)), "")
-	if err := errors.Join(v.errs...); err != nil {
-		return Object{}, err
+	value, _ := toValue(n).(map[string]any)
+	// status has one writer, the controller: apply ignores a manifest's
+	// (so that get -o yaml round-trips), and it is not checked either.
+	delete(value, "status")
+	if err := v.Admit(value); err != nil {
+		return Object{}, invalid(file, n, err)
 	}
 	md := lookup(n, "metadata")
 	nameNode := lookup(md, "name")
@@ -327,149 +356,12 @@ func decodeObject(file string, n *yaml.Node, namespace string, kinds Kinds) (Obj
 	if ns == "" {
 		ns = resource.DefaultNamespace
 	}
-	value, _ := toValue(n).(map[string]any)
 	meta, _ := value["metadata"].(map[string]any)
 	meta["namespace"] = ns
 	return Object{
 		Type: typ, Namespace: ns, Name: nameNode.Value, Value: value,
 		Source: Source{File: file, Line: n.Line},
 	}, nil
-}
-
-// validator collects schema violations of one object.
-type validator struct {
-	file string
-	errs []error
-}
-
-func (v *validator) fail(n *yaml.Node, path, format string, args ...any) {
-	v.errs = append(v.errs, &Error{File: v.file, Line: n.Line, Column: n.Column, Field: path, Msg: fmt.Sprintf(format, args...)})
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-func (v *validator) check(n *yaml.Node, f *field, path string) {
-	n = deref(n)
-	if n.Tag == "!!null" && f.typ != typObject {
-		return // null means unset, as in Kubernetes
-	}
-	switch f.typ {
-	case typAny:
-	case typString:
-		v.scalar(n, "!!str", f, path)
-	case typBool:
-		v.scalar(n, "!!bool", f, path)
-	case typInt:
-		if !v.scalar(n, "!!int", f, path) {
-			return
-		}
-		var i int64
-		if err := n.Decode(&i); err != nil {
-			v.fail(n, path, "must be an integer, got %s", describe(n))
-			return
-		}
-		if f.min != nil && i < *f.min {
-			v.fail(n, path, "must be at least %d, got %d", *f.min, i)
-		}
-	case typNumber:
-		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
-			v.fail(n, path, "must be a number, got %s", describe(n))
-			return
-		}
-		var x float64
-		if err := n.Decode(&x); err != nil {
-			v.fail(n, path, "must be a number, got %s", describe(n))
-			return
-		}
-		if f.min != nil && x < float64(*f.min) {
-			v.fail(n, path, "must be at least %d, got %s", *f.min, n.Value)
-		}
-	case typIntOrPercent:
-		if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
-			p, ok := strings.CutSuffix(n.Value, "%")
-			if pct, err := strconv.Atoi(p); !ok || err != nil || pct < 0 {
-				v.fail(n, path, "must be %s, got %s", f.typ, describe(n))
-			}
-			return
-		}
-		v.check(n, &field{typ: typInt, min: f.min}, path)
-	case typList:
-		if n.Kind != yaml.SequenceNode {
-			v.fail(n, path, "must be a list, got %s", describe(n))
-			return
-		}
-		for i, e := range n.Content {
-			v.check(e, f.elem, fmt.Sprintf("%s[%d]", path, i))
-		}
-	case typStringMap:
-		if n.Kind != yaml.MappingNode {
-			v.fail(n, path, "must be %s, got %s", f.typ, describe(n))
-			return
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], deref(n.Content[i+1])
-			if val.Kind != yaml.ScalarNode || val.Tag != "!!str" {
-				v.fail(val, join(path, k.Value), "must be a string, got %s (quote it)", describe(val))
-			}
-		}
-	case typObject:
-		if n.Kind != yaml.MappingNode {
-			if n.Tag == "!!null" {
-				v.fail(n, path, "must be a mapping, got null")
-			} else {
-				v.fail(n, path, "must be a mapping, got %s", describe(n))
-			}
-			return
-		}
-		if f.open {
-			return
-		}
-		seen := map[string]bool{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
-				v.fail(k, path, "field names must be strings, got %s", describe(k))
-				continue
-			}
-			sub, ok := f.fields[k.Value]
-			if !ok {
-				v.fail(k, join(path, k.Value), "unknown field (known: %s)", strings.Join(keys(f.fields), ", "))
-				continue
-			}
-			if deref(val).Tag != "!!null" {
-				seen[k.Value] = true
-			}
-			v.check(val, sub, join(path, k.Value))
-		}
-		for _, r := range f.required {
-			if !seen[r] {
-				v.fail(n, join(path, r), "missing required field")
-			}
-		}
-	}
-}
-
-// scalar checks that n is a scalar with tag and reports it if not.
-func (v *validator) scalar(n *yaml.Node, tag string, f *field, path string) bool {
-	if n.Kind == yaml.ScalarNode && n.Tag == tag {
-		return true
-	}
-	v.fail(n, path, "must be %s, got %s", f.typ, describe(n))
-	return false
-}
-
-func keys(m map[string]*field) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // describe names a node's type and, for scalars, its value.

@@ -2,6 +2,8 @@ package manifest
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,24 +88,25 @@ func TestDecodeErrors(t *testing.T) {
 		want     []string // substrings of the error
 	}{
 		{"syntax", "kind: Pod\nmetadata:\n  name: a\n bad: [\n", []string{"in.yaml:3: did not find expected key"}},
-		{"unknown kind", "kind: Deploymnet\nmetadata: {name: a}\nspec: {}\n", []string{`in.yaml:1:7: kind: unknown kind "Deploymnet" (known: Deployment, Job, Pod, ReplicaSet, StatefulSet)`}},
+		{"unknown kind", "kind: Deploymnet\nmetadata: {name: a}\nspec: {}\n", []string{`in.yaml:1:7: kind: unknown kind "Deploymnet" (known: Deployment, `}},
 		{"missing kind", "metadata: {name: a}\nspec: {}\n", []string{"in.yaml:1:1: kind: missing required field"}},
-		{"missing name", "kind: Pod\nmetadata:\n  labels: {a: b}\nspec: {}\n", []string{"in.yaml:3:3: metadata.name: missing required field"}},
-		{"missing metadata", "kind: Pod\nspec: {}\n", []string{"in.yaml:1:1: metadata: missing required field"}},
-		{"missing template", "kind: ReplicaSet\nmetadata: {name: a}\nspec:\n  replicas: 1\n", []string{"in.yaml:4:3: spec.template: missing required field"}},
-		{"bad int", deploymentWith("replicas: 3", `replicas: "three"`), []string{`in.yaml:6:13: spec.replicas: must be an integer, got string "three"`}},
-		{"float", deploymentWith("replicas: 3", `replicas: 2.5`), []string{`spec.replicas: must be an integer, got number 2.5`}},
-		{"negative", deploymentWith("replicas: 3", `replicas: -1`), []string{`in.yaml:6:13: spec.replicas: must be at least 0, got -1`}},
-		{"unknown field", deploymentWith("replicas: 3", `replcias: 3`), []string{`in.yaml:6:3: spec.replcias: unknown field (known: replicas, revisionHistoryLimit, strategy, template)`}},
-		{"label not string", deploymentWith("{app: web}", "{version: 2}"), []string{`in.yaml:4:21: metadata.labels.version: must be a string, got integer 2 (quote it)`}},
-		{"image not string", deploymentWith(`image: "nginx:1.27"`, `image: [a]`), []string{`in.yaml:10:19: spec.template.spec.image: must be a string, got a list`}},
+		{"missing name", "kind: Pod\nmetadata:\n  labels: {a: b}\nspec: {}\n", []string{`in.yaml:3:3: The Pod "" is invalid: metadata.name: Required value`}},
+		{"missing metadata", "kind: Pod\nspec: {}\n", []string{`in.yaml:1:1: The Pod "" is invalid: metadata: Required value`}},
+		{"missing template", "kind: ReplicaSet\nmetadata: {name: a}\nspec:\n  replicas: 1\n", []string{`in.yaml:4:3: The ReplicaSet "a" is invalid: spec.template: Required value`}},
+		{"bad int", deploymentWith("replicas: 3", `replicas: "three"`), []string{`in.yaml:6:13: The Deployment "web" is invalid: spec.replicas: Invalid value: "three": must be of type integer`}},
+		{"float", deploymentWith("replicas: 3", `replicas: 2.5`), []string{`spec.replicas: Invalid value: 2.5: must be of type integer`}},
+		{"negative", deploymentWith("replicas: 3", `replicas: -1`), []string{`in.yaml:6:13: The Deployment "web" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0`}},
+		{"unknown field", deploymentWith("replicas: 3", `replcias: 3`), []string{`in.yaml:6:3: The Deployment "web" is invalid: spec.replcias: Unknown field: not in the schema of Deployment (known: replicas, revisionHistoryLimit, strategy, template)`}},
+		{"label not string", deploymentWith("{app: web}", "{version: 2}"), []string{`in.yaml:4:21: The Deployment "web" is invalid: metadata.labels[version]: Invalid value: 2: must be of type string`}},
+		{"image not string", deploymentWith(`image: "nginx:1.27"`, `image: [a]`), []string{`in.yaml:10:19: The Deployment "web" is invalid: spec.template.spec.image: Invalid value: ["a"]: must be of type string`}},
 		{"bad name", "kind: Pod\nmetadata: {name: Web_1}\nspec: {}\n", []string{`in.yaml:2:18: metadata.name: "Web_1" is not a valid name`}},
 		{"not a mapping", "- 3\n", []string{"in.yaml:1:3: an object must be a mapping, got integer 3"}},
-		{"bad percent", deploymentWith("maxSurge: 1", `maxSurge: "lots"`), []string{`spec.strategy.maxSurge: must be an integer or a percentage such as "25%", got string "lots"`}},
-		{"negative duration", "kind: Pod\nmetadata: {name: a}\nspec: {durationSeconds: -0.5}\n", []string{"spec.durationSeconds: must be at least 0, got -0.5"}},
+		{"bad percent", deploymentWith("maxSurge: 1", `maxSurge: "lots"`), []string{`in.yaml:7:24: The Deployment "web" is invalid: spec.strategy.maxSurge: Invalid value: "lots": must match the pattern '^[0-9]+%$'`}},
+		{"negative duration", "kind: Pod\nmetadata: {name: a}\nspec: {durationSeconds: -0.5}\n", []string{"spec.durationSeconds: Invalid value: -0.5: must be greater than or equal to 0"}},
 		{"two errors", "kind: Pod\nmetadata: {name: a}\nspec: {image: 3, exitCode: x}\n",
-			[]string{"spec.image: must be a string, got integer 3", `spec.exitCode: must be an integer, got string "x"`}},
-		{"json error line", "{\"kind\": \"Pod\",\n \"metadata\": {\"name\": \"a\"},\n \"spec\": {\"durationSeconds\": \"5\"}}", []string{`in.yaml:3:30: spec.durationSeconds: must be a number, got string "5"`}},
+			[]string{`in.yaml:3:15: The Pod "a" is invalid: spec.image: Invalid value: 3: must be of type string
+in.yaml:3:28: The Pod "a" is invalid: spec.exitCode: Invalid value: "x": must be of type integer`}},
+		{"json error line", "{\"kind\": \"Pod\",\n \"metadata\": {\"name\": \"a\"},\n \"spec\": {\"durationSeconds\": \"5\"}}", []string{`in.yaml:3:30: The Pod "a" is invalid: spec.durationSeconds: Invalid value: "5": must be of type number`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,5 +169,67 @@ func TestReadFolder(t *testing.T) {
 	}
 	if _, err := Read([]string{"-"}, false, strings.NewReader(""), "", nil); err == nil || !strings.Contains(err.Error(), "no objects") {
 		t.Errorf("empty stdin: %v", err)
+	}
+}
+
+// endless is a reader that never ends; it fails the read once it has
+// given more than max bytes, so a reader without a bound fails the test
+// instead of exhausting memory.
+type endless struct{ n, max int }
+
+func (r *endless) Read(p []byte) (int, error) {
+	if r.n > r.max {
+		return 0, fmt.Errorf("read %d bytes and still reading", r.n)
+	}
+	for i := range p {
+		p[i] = '#'
+	}
+	r.n += len(p)
+	return len(p), nil
+}
+
+// TestReadLimit: a manifest file, or stdin, of more than MaxFileBytes is
+// refused naming it and the limit, after reading no more than the limit;
+// one of exactly MaxFileBytes is read.
+func TestReadLimit(t *testing.T) {
+	dir := t.TempDir()
+	pad := func(body string, n int) []byte {
+		return []byte(body + strings.Repeat("#", n-len(body)-1) + "\n")
+	}
+	atLimit := filepath.Join(dir, "limit.yaml")
+	if err := os.WriteFile(atLimit, pad(deployment, MaxFileBytes), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if objs, err := Read([]string{atLimit}, false, nil, "", nil); err != nil || len(objs) != 1 {
+		t.Errorf("a file of exactly MaxFileBytes: %d objects, %v", len(objs), err)
+	}
+	over := filepath.Join(dir, "over.yaml")
+	if err := os.WriteFile(over, pad(deployment, MaxFileBytes+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero.yaml")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	limit := fmt.Sprintf("larger than %d bytes", MaxFileBytes)
+	for _, tc := range []struct {
+		name  string
+		path  string
+		stdin io.Reader
+		want  string
+	}{
+		{"a file over the limit", over, nil, over + ": " + limit},
+		{"a link to /dev/zero", zero, nil, zero + ": " + limit},
+		{"stdin without an end", Stdin, &endless{max: 64 << 20}, "<stdin>: " + limit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Read([]string{tc.path}, false, tc.stdin, "", nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Read = %d objects, %v; want an error with %q", len(objs), err, tc.want)
+			}
+			if r, ok := tc.stdin.(*endless); ok && r.n > MaxFileBytes+64<<10 {
+				t.Errorf("read %d bytes of stdin, limit %d", r.n, MaxFileBytes)
+			}
+		})
 	}
 }

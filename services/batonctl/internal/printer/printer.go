@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -85,8 +86,48 @@ func Columns(kind string, now time.Time) ([]string, func(obj map[string]any) []s
 			}
 			return []string{name(o), phase, orDash(Str(o, "spec", "image")), orDash(Owner(o)), age(o)}
 		}
+	case "Event":
+		// kubectl's, which has no NAME: an event's name is a hash.
+		return []string{"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"}, func(o map[string]any) []string {
+			return []string{EventAge(o, now), Str(o, "type"), Str(o, "reason"), InvolvedObject(o), OneLine(Str(o, "message"))}
+		}
 	}
 	return []string{"NAME", "AGE"}, func(o map[string]any) []string { return []string{name(o), age(o)} }
+}
+
+// EventAge is how long ago an Event was last recorded, and for a repeated
+// one how often since when, as kubectl shows it: "2m", "2m (x5 over 10m)".
+func EventAge(o map[string]any, now time.Time) string {
+	last := Str(o, "lastTimestamp")
+	if last == "" {
+		last = Str(o, "metadata", "creationTimestamp")
+	}
+	age := Age(last, now)
+	if n := Int(o, "count"); n > 1 {
+		age += fmt.Sprintf(" (x%d over %s)", n, Age(Str(o, "firstTimestamp"), now))
+	}
+	return age
+}
+
+// InvolvedObject is the object an Event is about, as kubectl names it:
+// "replicaset/web".
+func InvolvedObject(o map[string]any) string {
+	kind, name := Str(o, "involvedObject", "kind"), Str(o, "involvedObject", "name")
+	if kind == "" && name == "" {
+		return "-"
+	}
+	return strings.ToLower(kind) + "/" + name
+}
+
+// OneLine puts s on one line of a table: its line breaks and tabs become
+// spaces.
+func OneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // Replicas is spec.replicas, 1 when unset (Kubernetes' default).
@@ -252,4 +293,71 @@ func yamlable(v any) any {
 		return f
 	}
 	return v
+}
+
+// Stream prints a table a row at a time, for output that grows while it is
+// read (get -w): each cell is padded to the widest cell seen so far in its
+// column, so rows line up with those above them until a wider one comes.
+// Columns are three spaces apart, as Table's.
+type Stream struct {
+	w       io.Writer
+	headers []string
+	widths  []int
+	headed  bool
+}
+
+// NewStream returns a stream of rows under headers; nothing is printed
+// until Header or Row.
+func NewStream(w io.Writer, headers ...string) *Stream {
+	s := &Stream{w: w, headers: headers, widths: make([]int, len(headers))}
+	s.Fit(headers...)
+	return s
+}
+
+// Fit widens the columns to hold cells, printing nothing: called with the
+// rows known at the start, it aligns them all.
+func (s *Stream) Fit(cells ...string) {
+	for i, c := range cells {
+		if i < len(s.widths) {
+			s.widths[i] = max(s.widths[i], utf8.RuneCountInString(c))
+		}
+	}
+}
+
+// Headed reports whether the header has been printed.
+func (s *Stream) Headed() bool { return s.headed }
+
+// Header prints the header, once.
+func (s *Stream) Header() error {
+	if s.headed {
+		return nil
+	}
+	s.headed = true
+	return s.line(s.headers)
+}
+
+// Row prints one row, after the header if it has not been printed.
+func (s *Stream) Row(cells ...string) error {
+	if err := s.Header(); err != nil {
+		return err
+	}
+	s.Fit(cells...)
+	return s.line(cells)
+}
+
+func (s *Stream) line(cells []string) error {
+	var b strings.Builder
+	for i := range s.widths {
+		c := ""
+		if i < len(cells) {
+			c = cells[i]
+		}
+		b.WriteString(c)
+		if i < len(s.widths)-1 {
+			b.WriteString(strings.Repeat(" ", s.widths[i]-utf8.RuneCountInString(c)+3))
+		}
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(s.w, b.String())
+	return err
 }

@@ -79,3 +79,35 @@ func TestYAMLNumbers(t *testing.T) {
 		t.Errorf("YAML:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A stream aligns the rows it was fitted to, as a Table would, and pads
+// later rows to the same widths, widening a column only for a wider cell.
+func TestStream(t *testing.T) {
+	var b strings.Builder
+	s := NewStream(&b, "NAME", "READY", "AGE")
+	s.Fit("web", "3/3", "2m")
+	s.Fit("cache-long-name", "1/1", "5s")
+	if s.Headed() {
+		t.Fatal("Fit printed the header")
+	}
+	s.Row("web", "3/3", "2m")
+	s.Row("cache-long-name", "1/1", "5s")
+	s.Row("db", "0/1", "0s")
+	s.Row("a-much-longer-name-than-any", "1/1", "1s")
+	want := "NAME              READY   AGE\n" +
+		"web               3/3     2m\n" +
+		"cache-long-name   1/1     5s\n" +
+		"db                0/1     0s\n" +
+		"a-much-longer-name-than-any   1/1     1s\n"
+	if b.String() != want {
+		t.Errorf("stream:\n%s\nwant:\n%s", b.String(), want)
+	}
+	var tb strings.Builder
+	tbl := NewTable(&tb, "NAME", "READY", "AGE")
+	tbl.Row("web", "3/3", "2m")
+	tbl.Row("cache-long-name", "1/1", "5s")
+	_ = tbl.Flush()
+	if !strings.HasPrefix(b.String(), tb.String()) {
+		t.Errorf("a stream's rows differ from a table's:\n%s\nwant:\n%s", b.String(), tb.String())
+	}
+}

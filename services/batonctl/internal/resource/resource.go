@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/batonrun/baton/client/kinds"
+	"github.com/batonrun/baton/client/schema"
+	"github.com/batonrun/baton/services/batonctl/internal/suggest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -39,6 +41,8 @@ type Table struct {
 	// done is set once discovery has run; err is what it failed with.
 	done bool
 	err  error
+	// validators are the declared kinds' validators, compiled once.
+	validators map[string]*schema.Validator
 }
 
 // NewTable returns the reference kinds; discover, if not nil, is asked
@@ -73,9 +77,42 @@ func (t *Table) Lookup(ctx context.Context, name string) (Type, error) {
 		return k, nil
 	}
 	if derr := t.Discover(ctx); derr != nil {
-		return Type{}, fmt.Errorf("%w; %w", err, derr)
+		return Type{}, fmt.Errorf("%w; %w", t.unknown(name), derr)
 	}
-	return t.set.Lookup(name)
+	if k, err := t.set.Lookup(name); err == nil {
+		return k, nil
+	}
+	return Type{}, t.unknown(name)
+}
+
+// unknown is the error of a name no known kind answers to: it names the
+// known resources, each with its shortest alias, and the names the word
+// was probably meant to be.
+func (t *Table) unknown(name string) error {
+	known := make([]string, 0, len(t.set.All()))
+	for _, k := range t.set.All() {
+		s := k.Resource
+		if len(k.Aliases) > 0 {
+			s += " (" + k.Aliases[len(k.Aliases)-1] + ")"
+		}
+		known = append(known, s)
+	}
+	msg := fmt.Sprintf("unknown resource %q", name)
+	if p := suggest.Phrase(suggest.Closest(name, t.Names())); p != "" {
+		msg += ": " + p
+	}
+	return fmt.Errorf("%s (known: %s)", msg, strings.Join(known, ", "))
+}
+
+// Names returns every name the kinds known so far answer to on a command
+// line (each kind's resource, singular and aliases), in the order of
+// Known.
+func (t *Table) Names() []string {
+	var out []string
+	for _, k := range t.set.All() {
+		out = append(out, k.Names()...)
+	}
+	return out
 }
 
 // ByKind returns the type whose Kind is kind (case-sensitive, as in a

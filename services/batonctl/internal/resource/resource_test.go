@@ -81,7 +81,7 @@ func TestDiscovery(t *testing.T) {
 	for _, k := range tbl.Known() {
 		names = append(names, k.Kind)
 	}
-	if !slices.Equal(names, []string{"Deployment", "ReplicaSet", "StatefulSet", "Job", "Pod", "Greeting"}) {
+	if !slices.Equal(names, []string{"Deployment", "ReplicaSet", "StatefulSet", "Job", "Pod", "Event", "Greeting"}) {
 		t.Errorf("Known() = %v", names)
 	}
 	if n := len(Reference()); n != 5 {
@@ -128,5 +128,26 @@ func TestDeclared(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Queue != "greeters" || got[0].For.Kind != "Greeting" {
 		t.Errorf("Declared = %+v, want only the valid record", got)
+	}
+}
+
+// A mistyped resource is answered with the names it was probably meant to
+// be, declared kinds included, and the list of known resources.
+func TestLookupSuggests(t *testing.T) {
+	tbl := NewTable(func(context.Context) ([]kinds.Declaration, error) {
+		return []kinds.Declaration{greetings}, nil
+	})
+	for _, tc := range []struct{ in, want string }{
+		{"deploymnets", `unknown resource "deploymnets": did you mean deployments or deployment? (known: deployments (deploy), `},
+		{"greetngs", `unknown resource "greetngs": did you mean greetings or greeting? (known: `},
+		{"frobs", `unknown resource "frobs" (known: deployments (deploy), replicasets (rs), `},
+	} {
+		_, err := tbl.Lookup(t.Context(), tc.in)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("Lookup(%q) = %v, want an error beginning %q", tc.in, err, tc.want)
+		}
+	}
+	if _, err := tbl.Lookup(t.Context(), "frobs"); err == nil || !strings.Contains(err.Error(), "greetings (gr)") {
+		t.Errorf("the known resources leave out the declared ones: %v", err)
 	}
 }
