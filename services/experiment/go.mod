@@ -5,22 +5,18 @@ go 1.26.0
 replace (
 	github.com/batonrun/baton/client => ../../client
 	github.com/batonrun/baton/proto => ../../proto
-	github.com/batonrun/baton/services/batonctl => ../batonctl
-	github.com/batonrun/baton/services/dev => ../dev
+	github.com/batonrun/baton/sdk => ../../sdk
 	github.com/batonrun/baton/services/etcdembed => ../etcdembed
-	github.com/batonrun/baton/services/observer => ../observer
-	github.com/batonrun/baton/services/queue => ../queue
 	github.com/batonrun/baton/services/runtime => ../runtime
-	github.com/batonrun/baton/services/worker => ../worker
 	github.com/batonrun/baton/test/framework => ../../test/framework
 )
 
 require (
 	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
-	github.com/batonrun/baton/services/dev v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/sdk v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
-	github.com/batonrun/baton/services/worker v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/test/framework v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/client/v3 v3.6.16
 	go.uber.org/zap v1.27.0
 	google.golang.org/grpc v1.85.0
@@ -28,8 +24,6 @@ require (
 
 require (
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000 // indirect
-	github.com/batonrun/baton/services/observer v0.0.0-00010101000000-000000000000 // indirect
-	github.com/batonrun/baton/services/queue v0.0.0-00010101000000-000000000000 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

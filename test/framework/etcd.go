@@ -157,7 +157,7 @@ func newEtcdClient(t testing.TB, endpoints []string) *clientv3.Client {
 }
 
 // newEtcdClientWith is a client presenting src's certificate (as
-// services/runtime/etcdconn configures the binaries') and logged in as
+// sdk/etcdconn configures the binaries') and logged in as
 // user, if set.
 func newEtcdClientWith(t testing.TB, endpoints []string, src *tlsfiles.Source, user, password string) *clientv3.Client {
 	t.Helper()

@@ -225,3 +225,37 @@ func TestSecureEtcd(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueCluster: three members form one replicated queue; a key added
+// through the client of every member is there after the leader is
+// SIGKILLed, another member leads, and the killed one, started again,
+// serves again on its addresses.
+func TestQueueCluster(t *testing.T) {
+	c := StartQueueCluster(t, QueueClusterOptions{})
+	if len(c.Members) != 3 || c.Addrs() != c.Members[0].Addr+","+c.Members[1].Addr+","+c.Members[2].Addr {
+		t.Fatalf("members %d, Addrs %q", len(c.Members), c.Addrs())
+	}
+	ctx := t.Context()
+	for i, m := range c.Members {
+		st, err := m.Client.Cluster().Status(ctx)
+		if err != nil || st.GetMember().GetName() != fmt.Sprintf("queue-%d", i+1) || m.Name != st.GetMember().GetName() || st.GetMemberCount() != 3 || st.GetLeaderName() == "" {
+			t.Fatalf("member %d's status: %v %v", i, st, err)
+		}
+	}
+	if _, err := c.Client.Add(ctx, "things", []string{"default/a"}, queueclient.AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lead := c.Leader(t, 30*time.Second)
+	c.Members[lead].Kill()
+	next := c.Leader(t, 30*time.Second)
+	if next == lead {
+		t.Fatalf("queue-%d leads after it was killed", lead+1)
+	}
+	if _, err := c.Client.Inspect(ctx, "things", "default/a"); err != nil {
+		t.Fatalf("the key after the leader's loss: %v", err)
+	}
+	c.Members[lead].Start()
+	if _, err := c.Members[lead].Client.Cluster().Status(ctx); err != nil {
+		t.Errorf("the restarted member: %v", err)
+	}
+}

@@ -36,6 +36,9 @@ type Queue struct {
 	Addr, HTTPAddr string
 	// DataDir holds the write-ahead log and snapshots.
 	DataDir string
+	// Name and PeerAddr are a replicated queue's member's --name and
+	// --peer-addr (StartQueueCluster); empty for a queue of one member.
+	Name, PeerAddr string
 	// Client is a client of this queue, closed when the test ends.
 	Client *queueclient.Client
 }

@@ -16,9 +16,9 @@ import (
 	observerclient "github.com/batonrun/baton/client/observer"
 	queueclient "github.com/batonrun/baton/client/queue"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/worker/manager"
-	"github.com/batonrun/baton/services/worker/objects"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/manager"
+	"github.com/batonrun/baton/sdk/objects"
+	"github.com/batonrun/baton/sdk/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -44,7 +44,7 @@ type (
 // toy reconciles Greetings and remembers, per key, how often and whether it
 // saw a pod that names the Greeting as owner.
 type toy struct {
-	store *objects.Store
+	store *objects.Client
 
 	mu         sync.Mutex
 	reconciles map[string]int
@@ -108,7 +108,7 @@ func runToy(t *testing.T, s *running) *toy {
 	}
 	t.Cleanup(func() { queue.Close() })
 
-	g := &toy{store: objects.NewStore(etcd, observer), reconciles: map[string]int{}, sawPod: map[string]bool{}}
+	g := &toy{store: objects.NewClient(etcd, observer), reconciles: map[string]int{}, sawPod: map[string]bool{}}
 	m := manager.New(queue, manager.Options{Worker: "toy", GracePeriod: 2 * time.Second, Etcd: etcd})
 	if err := m.Add(manager.Controller{Name: "greetings", Reconciler: g, Concurrency: 2,
 		PollWait: 500 * time.Millisecond, LeaseDuration: 5 * time.Second,

@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonrun/baton/client/kinds"
+	observerclient "github.com/batonrun/baton/client/observer"
 	queueclient "github.com/batonrun/baton/client/queue"
+	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 )
 
 // pythonWorker is examples/python-worker, a worker written in Python.
@@ -94,61 +97,128 @@ func (e *etcdGateway) post(t *testing.T, path string, req, resp any) {
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
+func (e *etcdGateway) put(t *testing.T, key, value string) {
+	t.Helper()
+	var resp map[string]any
+	e.post(t, "/v3/kv/put", map[string]string{"key": b64(key), "value": b64(value)}, &resp)
+}
+
 func (e *etcdGateway) putGreeting(t *testing.T, name, spec string, generation int) {
 	t.Helper()
-	obj := fmt.Sprintf(`{"kind":"Greeting","metadata":{"name":%q,"namespace":"default","uid":"uid-%s","generation":%d},"spec":%s}`,
-		name, name, generation, spec)
-	var resp map[string]any
-	e.post(t, "/v3/kv/put", map[string]string{"key": b64("/registry/greetings/default/" + name), "value": b64(obj)}, &resp)
+	e.put(t, pythonGreeting.Key("default", name),
+		fmt.Sprintf(`{"kind":"Greeting","metadata":{"name":%q,"namespace":"default","uid":"uid-%s","generation":%d},"spec":%s}`,
+			name, name, generation, spec))
+}
+
+// get returns the value at key and its mod revision (0: no such key).
+func (e *etcdGateway) get(t *testing.T, key string) (string, int64) {
+	t.Helper()
+	var resp struct {
+		Kvs []struct {
+			Value       []byte `json:"value"` // base64 in JSON
+			ModRevision int64  `json:"mod_revision,string"`
+		} `json:"kvs"`
+	}
+	e.post(t, "/v3/kv/range", map[string]string{"key": b64(key)}, &resp)
+	if len(resp.Kvs) == 0 {
+		return "", 0
+	}
+	return string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
 }
 
 // status returns the status of a Greeting as JSON ("" if it has none).
 func (e *etcdGateway) status(t *testing.T, name string) string {
 	t.Helper()
-	var resp struct {
-		Kvs []struct {
-			Value []byte `json:"value"` // base64 in JSON
-		} `json:"kvs"`
-	}
-	e.post(t, "/v3/kv/range", map[string]string{"key": b64("/registry/greetings/default/" + name)}, &resp)
-	if len(resp.Kvs) == 0 {
+	v, _ := e.get(t, pythonGreeting.Key("default", name))
+	if v == "" {
 		return ""
 	}
 	var obj struct {
 		Status json.RawMessage `json:"status"`
 	}
-	if err := json.Unmarshal(resp.Kvs[0].Value, &obj); err != nil {
+	if err := json.Unmarshal([]byte(v), &obj); err != nil {
 		t.Fatal(err)
 	}
 	return string(obj.Status)
 }
 
-// pythonSetup generates the worker's stubs from proto/ into dir/gen with
-// its generate.sh, from scratch as a user would, and writes a rules file
-// that watches /registry/greetings/ for the queue greetings; it returns
-// both paths.
-func pythonSetup(t *testing.T, ctx context.Context, python, dir string) (stubs, rules string) {
+// pythonGreeting is the kind worker.py reconciles: the stack knows it only
+// from the worker's declaration.
+var pythonGreeting = kinds.Kind{Kind: "Greeting", Resource: "greetings", Aliases: []string{"greeting"}}
+
+// pythonDeclaration is the declaration worker.py must publish, encoded as
+// the Go SDK publishes it: the Go greeter's, For Greeting, Owns Pod, on the
+// queue greetings.
+func pythonDeclaration(t *testing.T) (key, value string) {
 	t.Helper()
-	stubs = filepath.Join(dir, "gen")
+	d := kinds.Declaration{Queue: "greetings", For: pythonGreeting, Owns: []kinds.Kind{kinds.MustBuiltin(kinds.Pod)}}
+	b, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Key(), string(b)
+}
+
+// declaredByPython polls until etcd holds exactly pythonDeclaration and the
+// observer executes it: both of its rules in force, from that declaration,
+// and the declaration not refused. It returns the declaration's mod revision.
+func declaredByPython(t *testing.T, etcd *etcdGateway, observer *observerclient.Client) int64 {
+	t.Helper()
+	key, want := pythonDeclaration(t)
+	var rev int64
+	eventually(t, 60*time.Second, "worker.py's declaration in etcd and in force in the observer", func() (bool, string) {
+		var got string
+		got, rev = etcd.get(t, key)
+		if got != want {
+			return false, fmt.Sprintf("%s holds %q, want %q", key, got, want)
+		}
+		st, err := observer.Status(t.Context())
+		if err != nil {
+			return false, err.Error()
+		}
+		var own, owned, inForce bool
+		var saw []string
+		for _, r := range st.GetRules() {
+			saw = append(saw, fmt.Sprintf("rule %s %s %q %s %s", r.GetQueue(), r.GetPrefix(), r.GetOwnerKind(), r.GetSource(), r.GetDeclarationKey()))
+			if r.GetQueue() != "greetings" || r.GetSource() != observerv1.RuleSource_RULE_SOURCE_DECLARATION || r.GetDeclarationKey() != key {
+				continue
+			}
+			own = own || (r.GetPrefix() == pythonGreeting.Prefix() && r.GetOwnerKind() == "")
+			owned = owned || (r.GetPrefix() == kinds.MustBuiltin(kinds.Pod).Prefix() && r.GetOwnerKind() == pythonGreeting.Kind)
+		}
+		for _, d := range st.GetDeclarations() {
+			saw = append(saw, fmt.Sprintf("declaration %s revision %d in force %d refused %q", d.GetKey(), d.GetModRevision(), d.GetInForceRevision(), d.GetRefused()))
+			inForce = inForce || (d.GetKey() == key && d.GetModRevision() == rev && d.GetInForceRevision() == rev && d.GetRefused() == "")
+		}
+		return own && owned && inForce, strings.Join(saw, "\n")
+	})
+	return rev
+}
+
+// pythonSetup generates the worker's stubs from proto/ into dir/gen with
+// its generate.sh, from scratch as a user would, and returns their folder.
+func pythonSetup(t *testing.T, ctx context.Context, python, dir string) string {
+	t.Helper()
+	stubs := filepath.Join(dir, "gen")
 	gen := exec.CommandContext(ctx, "bash", filepath.Join(pythonWorker, "generate.sh"), stubs)
 	gen.Env = append(os.Environ(), "PYTHON="+python)
 	if out, err := gen.CombinedOutput(); err != nil {
 		t.Fatalf("generate.sh: %v\n%s", err, out)
 	}
-	rules = filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(rules, []byte("rules:\n  - queue: greetings\n    prefix: /registry/greetings/\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return stubs, rules
+	return stubs
 }
 
 // TestPythonWorker runs examples/python-worker/worker.py, a worker in
-// another language than the servers', against the embedded stack: the stubs
-// are generated from proto/ by its generate.sh, the observer announces
-// Greetings from etcd, and the Python process leases, reconciles (through
-// the observer's cache, writing status with a compare-and-swap), heartbeats
-// a reconcile longer than its lease, acks one malformed object as terminal,
-// and stops cleanly on SIGTERM.
+// another language than the servers', against the embedded stack as make
+// run starts it but for the experiments' rules: the stubs are generated from
+// proto/ by its generate.sh; the worker declares what it watches with
+// declare.py, the very bytes the Go SDK publishes, and the observer, which
+// knows Greetings from nothing else, executes the declaration: Greetings
+// written before the worker started and changes since are announced, and so
+// is the Greeting that a Pod names as owner. The Python process leases,
+// reconciles (through the observer's cache, writing status with a
+// compare-and-swap), heartbeats a reconcile longer than its lease, acks one
+// malformed object as terminal, and stops cleanly on SIGTERM.
 func TestPythonWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole stack and a Python process")
@@ -158,8 +228,8 @@ func TestPythonWorker(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 
-	stubs, rules := pythonSetup(t, ctx, python, dir)
-	s := startStack(t, filepath.Join(dir, "stack"), func(c *Config) { c.Observer.RulesFile = rules })
+	stubs := pythonSetup(t, ctx, python, dir)
+	s := startStack(t, filepath.Join(dir, "stack")) // the built-in rules: no Greetings
 	etcd := s.ep.Etcd
 	gw := plainEtcd(etcd)
 
@@ -202,6 +272,13 @@ func TestPythonWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
+	observer, err := observerclient.Dial(s.ep.ObserverGRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer observer.Close()
+	declared := declaredByPython(t, gw, observer)
+
 	stats := func() string {
 		st, err := q.Stats(ctx, "greetings")
 		if err != nil || len(st) != 1 {
@@ -247,6 +324,35 @@ func TestPythonWorker(t *testing.T) {
 		"bad": `{"message":"hello, fixed","observedGeneration":2}`,
 	}, 0))
 
+	// The declaration's Owns: a Pod that names Greeting hi as owner
+	// announces hi again, once everything else has gone quiet.
+	leases := func() (uint64, string) {
+		st, err := q.Stats(ctx, "greetings")
+		if err != nil || len(st) != 1 {
+			return 0, fmt.Sprintf("stats: %v", err)
+		}
+		return st[0].GetLeasesTotal(), fmt.Sprintf("pending=%d delayed=%d leased=%d leases_total=%d",
+			st[0].GetPending(), st[0].GetDelayed(), st[0].GetLeased(), st[0].GetLeasesTotal())
+	}
+	var before uint64
+	eventually(t, converge, "the queue drained and the observer with nothing left to announce", func() (bool, string) {
+		o, err := observer.Status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		n, st := leases()
+		before = n
+		return o.GetOutboxSize() == 0 && strings.HasPrefix(st, "pending=0 delayed=0 leased=0 "),
+			fmt.Sprintf("%s outbox=%d", st, o.GetOutboxSize())
+	})
+	gw.put(t, kinds.MustBuiltin(kinds.Pod).Key("default", "hi-pod"),
+		`{"kind":"Pod","metadata":{"name":"hi-pod","namespace":"default","uid":"uid-hi-pod",`+
+			`"ownerReferences":[{"kind":"Greeting","name":"hi","uid":"uid-hi"}]},"spec":{"image":"busybox"}}`)
+	eventually(t, converge, "the owned pod announcing greeting hi", func() (bool, string) {
+		n, st := leases()
+		return n > before, fmt.Sprintf("%s (%d before the pod)", st, before)
+	})
+
 	// SIGTERM: it stops leasing and exits 0.
 	if err := worker.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -263,9 +369,15 @@ func TestPythonWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"acked key=default/hi outcome=success", "terminal key=default/bad: spec.name is empty", "stopped"} {
+	for _, want := range []string{"declared what a controller watches: queue=greetings key=/baton/rules/greetings for=Greeting owns=1",
+		"acked key=default/hi outcome=success", "terminal key=default/bad: spec.name is empty", "stopped"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("worker.py's log lacks %q", want)
 		}
+	}
+	// The declaration describes the controller, not the process: it stays.
+	key, want := pythonDeclaration(t)
+	if got, rev := gw.get(t, key); got != want || rev != declared {
+		t.Errorf("after worker.py stopped, %s holds %q at revision %d; want %q at %d", key, got, rev, want, declared)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	observerclient "github.com/batonrun/baton/client/observer"
 	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/client/tlsfiles"
 )
@@ -103,12 +104,14 @@ func newEtcdTLS(t *testing.T, endpoint, certs string) *etcdGateway {
 
 // TestPythonWorkerMutualTLS runs examples/python-worker/worker.py against
 // the embedded stack with mutual TLS on every link (make run TLS=1's
-// stack, with an observer that watches /registry/greetings/): with the CA
-// alone, the queue refuses it and it says so while it retries; with the
-// worker's certificate (the flags) and etcd's client certificate (the
-// BATON_ETCD_* environment) it leases, reads through the observer, writes
-// the status through etcd's https:// JSON gateway, acks a malformed
-// Greeting as terminal, and stops cleanly on SIGTERM.
+// stack, but for the experiments' rules). Each run declares what the worker
+// watches through etcd's https:// JSON gateway with etcd's client
+// certificate (the BATON_ETCD_* environment), and the observer executes it:
+// with the CA alone, the queue refuses the worker and it says so while it
+// retries; with the worker's certificate (the flags) it leases, reads
+// through the observer, writes the status through the gateway, acks a
+// malformed Greeting as terminal, and stops cleanly on SIGTERM. The second
+// run finds its declaration in place and writes nothing.
 func TestPythonWorkerMutualTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole stack and a Python process")
@@ -118,8 +121,8 @@ func TestPythonWorkerMutualTLS(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 
-	stubs, rules := pythonSetup(t, ctx, python, dir)
-	s := startStack(t, filepath.Join(dir, "stack"), func(c *Config) { c.Observer.RulesFile = rules; c.TLS = true })
+	stubs := pythonSetup(t, ctx, python, dir)
+	s := startStack(t, filepath.Join(dir, "stack"), func(c *Config) { c.TLS = true })
 	certs := s.ep.Certs
 	if certs == "" || !strings.HasPrefix(s.ep.Etcd, "https://") {
 		t.Fatalf("the stack is not TLS: %+v", s.ep)
@@ -138,6 +141,11 @@ func TestPythonWorkerMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
+	observer, err := observerclient.Dial(s.ep.ObserverGRPC, observerclient.WithTLS(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer observer.Close()
 
 	addrs := []string{"--queue-addr", s.ep.QueueGRPC, "--observer-addr", s.ep.ObserverGRPC, "--etcd-endpoints", s.ep.Etcd,
 		"--stubs", stubs, "--lease-duration", "2"}
@@ -146,6 +154,7 @@ func TestPythonWorkerMutualTLS(t *testing.T) {
 	// The CA but no certificate: the handshake is refused, every Lease.
 	refused := startWorkerPy(t, ctx, python, filepath.Join(dir, "refused.log"), etcdEnv,
 		append(addrs, "--worker", "python-no-cert", "--cacert", file("ca.crt"))...)
+	declared := declaredByPython(t, etcd, observer)
 	eventually(t, 30*time.Second, "worker.py without a certificate refused", func() (bool, string) {
 		out := refused.output()
 		return strings.Contains(out, "lease failed: UNAVAILABLE"), out
@@ -191,5 +200,12 @@ func TestPythonWorkerMutualTLS(t *testing.T) {
 	}
 	if strings.Contains(out, "lease failed") {
 		t.Error("worker.py with its certificate had a Lease refused")
+	}
+	key, want := pythonDeclaration(t)
+	if got, rev := etcd.get(t, key); got != want || rev != declared {
+		t.Errorf("after a second run, %s holds %q at revision %d; want %q still at %d", key, got, rev, want, declared)
+	}
+	if strings.Contains(out, "declared what a controller watches") {
+		t.Error("worker.py declared again what was declared already")
 	}
 }

@@ -35,10 +35,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonrun/baton/sdk/etcdconn"
 	"github.com/batonrun/baton/services/etcdembed"
 	observerservice "github.com/batonrun/baton/services/observer/service"
 	queueservice "github.com/batonrun/baton/services/queue/service"
-	"github.com/batonrun/baton/services/runtime/etcdconn"
 	"github.com/batonrun/baton/services/runtime/serve"
 	workerservice "github.com/batonrun/baton/services/worker/service"
 )
@@ -264,8 +264,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	ep := Endpoints{Etcd: etcd.Endpoints()[0], DataDir: cfg.DataDir, Certs: certsDir}
 	log.Info("started", "part", "etcd", "client", ep.Etcd, "dir", etcd.Dir())
 
-	// The queue.
+	// The queue. Its dashboard shows the observer, which listens only
+	// after the queue does: the address reaches it once known.
 	qc.DataDir = filepath.Join(cfg.DataDir, "queue")
+	var observerAddr atomic.Pointer[string]
+	if qc.ObserverAddr == "" && qc.ObserverAddrFunc == nil {
+		qc.ObserverAddrFunc = func() string {
+			if a := observerAddr.Load(); a != nil {
+				return *a
+			}
+			return ""
+		}
+	}
 	qListening := make(chan struct{})
 	qc.OnListen = func(g, h net.Addr) {
 		ep.QueueGRPC, ep.QueueHTTP = serve.LocalAddr(g.String()), serve.LocalAddr(h.String())
@@ -280,6 +290,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	oListening := make(chan struct{})
 	oc.OnListen = func(g, h net.Addr) {
 		ep.ObserverGRPC, ep.ObserverHTTP = serve.LocalAddr(g.String()), serve.LocalAddr(h.String())
+		a := ep.ObserverGRPC
+		observerAddr.Store(&a)
 		close(oListening)
 	}
 	if err := start("observer", func(ctx context.Context) error { return observerservice.Run(ctx, oc, log.With("part", "observer")) }, oListening); err != nil {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/batonrun/baton/client/certs"
+	"github.com/batonrun/baton/sdk/etcdconn"
 	"github.com/batonrun/baton/services/etcdembed"
-	"github.com/batonrun/baton/services/runtime/etcdconn"
 	"github.com/batonrun/baton/services/runtime/trust"
 )
 

@@ -24,8 +24,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonrun/baton/sdk/etcdconn"
 	"github.com/batonrun/baton/services/experiment/internal/experiment"
-	"github.com/batonrun/baton/services/runtime/etcdconn"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 	"github.com/batonrun/baton/services/runtime/trust"
 )

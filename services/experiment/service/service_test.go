@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	queueclient "github.com/batonrun/baton/client/queue"
-	"github.com/batonrun/baton/services/dev/stack"
+	"github.com/batonrun/baton/test/framework"
 )
+
+func TestMain(m *testing.M) { os.Exit(framework.RunTests(m)) }
 
 // result is one run of baton-experiment.
 type result struct {
@@ -54,41 +57,27 @@ func (r result) mustSucceed(t *testing.T) result {
 	return r
 }
 
-// startStack runs the embedded stack on free ports with the experiments'
-// rules until the test ends.
-func startStack(t *testing.T) stack.Endpoints {
+// stack is what a test's baton-experiment runs against.
+type stack struct {
+	target
+	queue *framework.Queue
+}
+
+// startStack runs an etcd, and the baton-queue, baton-observer (with the
+// experiments' rules) and baton-worker (every reference controller)
+// binaries as child processes (test/framework: this module links no
+// service's server code), until the test ends.
+func startStack(t *testing.T) stack {
 	t.Helper()
-	cfg := stack.DefaultConfig()
-	cfg.FreePorts()
-	cfg.DataDir = t.TempDir()
-	cfg.UnsafeNoFsync = true
-	cfg.Observer.RulesFile = "../rules.yaml"
-	cfg.Queue.GracePeriod, cfg.Observer.GracePeriod, cfg.Worker.GracePeriod = 5*time.Second, 5*time.Second, 5*time.Second
-	ready := make(chan stack.Endpoints, 1)
-	cfg.OnReady = func(e stack.Endpoints) { ready <- e }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- stack.Run(ctx, cfg, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("stack: %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("stack did not stop within 60s")
-		}
-	})
-	select {
-	case ep := <-ready:
-		return ep
-	case err := <-done:
-		t.Fatalf("stack did not start: %v", err)
-	case <-time.After(90 * time.Second):
-		t.Fatal("stack not ready after 90s")
+	rules, err := os.ReadFile("../rules.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return stack.Endpoints{}
+	etcd := framework.StartEtcd(t)
+	q := framework.StartQueue(t, framework.QueueOptions{})
+	o := framework.StartObserver(t, framework.ObserverOptions{EtcdEndpoints: etcd.Endpoints(), QueueAddr: q.Addr, Rules: string(rules)})
+	framework.StartWorker(t, framework.WorkerOptions{EtcdEndpoints: etcd.Endpoints(), QueueAddr: q.Addr, ObserverAddr: o.Addr})
+	return stack{target: target{etcd: etcd.Endpoints()[0], queue: q.Addr, observer: o.Addr}, queue: q}
 }
 
 // hasRow reports whether table has a line whose whitespace-separated cells
@@ -114,11 +103,11 @@ func hasRow(table string, cells ...string) bool {
 }
 
 // TestCommand drives baton-experiment as a user (or batonctl) does,
-// against the embedded stack: the tables, -o json, and the errors. The
+// against a running stack: the tables, -o json, and the errors. The
 // experiments' own outcomes are tested in internal/experiment.
 func TestCommand(t *testing.T) {
-	ep := startStack(t)
-	tg := target{etcd: ep.Etcd, queue: ep.QueueGRPC, observer: ep.ObserverGRPC}
+	s := startStack(t)
+	tg := s.target
 
 	out := tg.run(t, "repeat").mustSucceed(t).stdout
 	if !hasRow(out, "Notifications", "observed", "3", "3") || !hasRow(out, "Reconciles", "3", "1") || !hasRow(out, "Correct", "number", "needed", "1", "1") ||
@@ -196,12 +185,7 @@ func TestCommand(t *testing.T) {
 
 	// A queue that already holds keys is refused, not mixed into the
 	// experiment's numbers.
-	q, err := queueclient.Dial(ep.QueueGRPC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	if _, err := q.Add(t.Context(), "experiment-repeat", []string{"left/over"}, queueclient.AddOptions{}); err != nil {
+	if _, err := s.queue.Client.Add(t.Context(), "experiment-repeat", []string{"left/over"}, queueclient.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	r = tg.run(t, "repeat")
@@ -215,11 +199,11 @@ func TestCommand(t *testing.T) {
 	}
 
 	// Nothing answers: the error names the endpoint and its flag.
-	r = target{etcd: ep.Etcd}.run(t, "repeat")
+	r = target{etcd: tg.etcd}.run(t, "repeat")
 	if r.code != 1 || !strings.Contains(r.stderr, "connection refused: is the queue running at "+deadAddr+"? (set --queue-addr)") {
 		t.Errorf("no queue: exit %d, stderr %q", r.code, r.stderr)
 	}
-	r = target{etcd: ep.Etcd, queue: ep.QueueGRPC}.run(t, "repeat")
+	r = target{etcd: tg.etcd, queue: tg.queue}.run(t, "repeat")
 	if r.code != 1 || !strings.Contains(r.stderr, "connection refused: is the observer running at "+deadAddr+"? (set --observer-addr)") {
 		t.Errorf("no observer: exit %d, stderr %q", r.code, r.stderr)
 	}

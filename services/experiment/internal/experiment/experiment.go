@@ -46,8 +46,8 @@ import (
 	queueclient "github.com/batonrun/baton/client/queue"
 	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
-	"github.com/batonrun/baton/services/worker/manager"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/manager"
+	"github.com/batonrun/baton/sdk/reconcile"
 )
 
 // Unwatched is where the experiments keep what must reach no queue: the

@@ -4,77 +4,44 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	observerclient "github.com/batonrun/baton/client/observer"
 	queueclient "github.com/batonrun/baton/client/queue"
-	"github.com/batonrun/baton/services/dev/stack"
+	"github.com/batonrun/baton/test/framework"
 )
+
+func TestMain(m *testing.M) { os.Exit(framework.RunTests(m)) }
 
 // rulesFile is the repository's rules file for the experiments.
 const rulesFile = "../../rules.yaml"
 
-// startEnv runs the embedded stack (etcd, the queue, the observer with
-// rules, a worker with the reference controllers) on free ports until the
-// test ends, and returns the experiments' view of it; configure adjusts the
-// stack's settings.
-func startEnv(t *testing.T, rules string, configure ...func(*stack.Config)) Env {
+// readRules returns the text of the repository's rules file.
+func readRules(t *testing.T) string {
 	t.Helper()
-	cfg := stack.DefaultConfig()
-	cfg.FreePorts()
-	cfg.DataDir = t.TempDir()
-	cfg.UnsafeNoFsync = true
-	cfg.Observer.RulesFile = rules
-	cfg.Queue.GracePeriod, cfg.Observer.GracePeriod, cfg.Worker.GracePeriod = 5*time.Second, 5*time.Second, 5*time.Second
-	for _, f := range configure {
-		f(&cfg)
-	}
-	ready := make(chan stack.Endpoints, 1)
-	cfg.OnReady = func(e stack.Endpoints) { ready <- e }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- stack.Run(ctx, cfg, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("stack: %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("stack did not stop within 60s")
-		}
-	})
-	var ep stack.Endpoints
-	select {
-	case ep = <-ready:
-	case err := <-done:
-		t.Fatalf("stack did not start: %v", err)
-	case <-time.After(90 * time.Second):
-		t.Fatal("stack not ready after 90s")
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{ep.Etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	b, err := os.ReadFile(rulesFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	q, err := queueclient.Dial(ep.QueueGRPC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
-	o, err := observerclient.Dial(ep.ObserverGRPC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { o.Close() })
-	return Env{Etcd: c, Queue: q, Observer: o, ObserverAddr: ep.ObserverGRPC}
+	return string(b)
+}
+
+// startEnv runs what the experiments run against, as users run it: an
+// etcd, and the baton-queue, baton-observer (with rules, the text of a
+// rules file) and baton-worker (every reference controller) binaries as
+// child processes (test/framework: this module links no service's server
+// code), until the test ends. It returns the experiments' view of them;
+// queue configures the queue.
+func startEnv(t *testing.T, rules string, queue framework.QueueOptions) Env {
+	t.Helper()
+	etcd := framework.StartEtcd(t)
+	q := framework.StartQueue(t, queue)
+	o := framework.StartObserver(t, framework.ObserverOptions{EtcdEndpoints: etcd.Endpoints(), QueueAddr: q.Addr, Rules: rules})
+	framework.StartWorker(t, framework.WorkerOptions{EtcdEndpoints: etcd.Endpoints(), QueueAddr: q.Addr, ObserverAddr: o.Addr})
+	return Env{Etcd: etcd.Client, Queue: q.Client, Observer: o.Client, ObserverAddr: o.Addr}
 }
 
 // assertClean checks that a run left no object and no queue key behind.
@@ -98,11 +65,11 @@ func assertClean(t *testing.T, e Env, queue string) {
 	}
 }
 
-// TestExperiments runs each experiment against one embedded stack whose
-// observer has the repository's rules file, and checks the outcome each is
-// meant to show.
+// TestExperiments runs each experiment against one stack whose observer
+// has the repository's rules file, and checks the outcome each is meant to
+// show.
 func TestExperiments(t *testing.T) {
-	e := startEnv(t, rulesFile)
+	e := startEnv(t, readRules(t), framework.QueueOptions{})
 
 	t.Run("repeat", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -277,11 +244,7 @@ func TestExperiments(t *testing.T) {
 // cleans up.
 func TestWithoutRulesAndParked(t *testing.T) {
 	rules := "builtin: true\nrules:\n  - queue: experiment-failure\n    prefix: /registry/experiment-failure/\n"
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(rules), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e := startEnv(t, path, func(c *stack.Config) { c.Queue.MaxAttempts = 2 })
+	e := startEnv(t, rules, framework.QueueOptions{MaxAttempts: 2})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
@@ -301,11 +264,7 @@ func TestWithoutRulesAndParked(t *testing.T) {
 // TestRulesFile checks that the shipped rules file names exactly the
 // experiments' Watches and keeps the built-in rules.
 func TestRulesFile(t *testing.T) {
-	data, err := os.ReadFile(rulesFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
+	text := readRules(t)
 	if !strings.Contains(text, "\nbuiltin: true\n") {
 		t.Errorf("%s does not keep the built-in rules (builtin: true)", rulesFile)
 	}
