@@ -5,19 +5,17 @@ go 1.26.0
 replace (
 	github.com/batonrun/baton/client => ../client
 	github.com/batonrun/baton/proto => ../proto
+	github.com/batonrun/baton/sdk => ../sdk
 	github.com/batonrun/baton/services/etcdembed => ../services/etcdembed
 	github.com/batonrun/baton/services/observer => ../services/observer
 	github.com/batonrun/baton/services/queue => ../services/queue
-	github.com/batonrun/baton/services/runtime => ../services/runtime
-	github.com/batonrun/baton/services/worker => ../services/worker
-	github.com/batonrun/baton/test/framework => ../test/framework
 )
 
 require (
 	github.com/batonrun/baton/client v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/proto v0.0.0-00010101000000-000000000000
+	github.com/batonrun/baton/sdk v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/services/etcdembed v0.0.0-00010101000000-000000000000
-	github.com/batonrun/baton/services/worker v0.0.0-00010101000000-000000000000
 	github.com/google/pprof v0.0.0-20250403155104-27863c87afa6
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0

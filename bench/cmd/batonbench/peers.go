@@ -432,7 +432,7 @@ func (b *bench) sideTargets() []report.Target {
 		add(report.Target{Name: "cycle, batch 1000 (best of 1 and 64 callers) vs " + p.name, Measured: bc, Limit: p.factor * pc, Unit: "keys/s", AtLeast: true,
 			Basis: fmt.Sprintf("%g × %s", p.factor, p.name)}, ok, ok2)
 	}
-	// Single keys through the work stream (issue 18), each against the
+	// Single keys through the work stream, each against the
 	// peer's figure of the same shape in this run.
 	for _, p := range []struct {
 		callers int

@@ -96,7 +96,7 @@ func (b *bench) openReplicated(ctx context.Context, name string, leaseFor time.D
 	return nil, peers.FailoverSpec{}, nil, fmt.Errorf("unknown contender %q", name)
 }
 
-// replicated is the replicated queue's workloads (issue 17): workload 1's
+// replicated is the replicated queue's workloads: workload 1's
 // cycle shapes against each three-member contender (baton-r3 also through
 // the work stream), then the failover workload against baton-r3 and
 // nats-r3.
@@ -160,7 +160,7 @@ func (b *bench) failover(ctx context.Context, name string) error {
 	return nil
 }
 
-// replicatedTargets judges issue 17's targets.
+// replicatedTargets judges the replicated queue's targets.
 func (b *bench) replicatedTargets() []report.Target {
 	var ts targetList
 	add := ts.add

@@ -50,7 +50,7 @@ const (
 	wHeap         = "heap per pending key (11-byte keys)"
 	wRestartEmpty = "restart of an empty queue (SIGKILL, exec → SERVING)"
 
-	// The mTLS target's name, as the issue states it.
+	// The mTLS target's name, as docs/benchmarks.md's targets list it.
 	tCycleTLS = "cycle in batches over mTLS"
 
 	mRate = "rate"

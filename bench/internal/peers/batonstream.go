@@ -9,6 +9,7 @@ import (
 	"time"
 
 	queueclient "github.com/batonrun/baton/client/queue"
+	"github.com/batonrun/baton/client/queue/limits"
 )
 
 // BatonStream adapts a baton-queue client to Queue through the work stream
@@ -74,7 +75,7 @@ func (b *BatonStream) stream(ctx context.Context, worker string, first int) (*wo
 	if inFlight <= 0 {
 		inFlight = first
 	}
-	inFlight = min(max(inFlight, 1), queueclient.MaxBatch)
+	inFlight = min(max(inFlight, 1), limits.MaxBatch)
 	d := b.LeaseFor
 	if d == 0 {
 		d = time.Minute

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	queueclient "github.com/batonrun/baton/client/queue"
-	"github.com/batonrun/baton/services/worker/manager"
-	"github.com/batonrun/baton/services/worker/reconcile"
+	"github.com/batonrun/baton/sdk/manager"
+	"github.com/batonrun/baton/sdk/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

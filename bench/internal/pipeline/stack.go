@@ -1,5 +1,5 @@
-// Package pipeline measures Baton's whole path from etcd to a worker, issue
-// 6's workload 7: the latency from an etcd put to the start of the reconcile
+// Package pipeline measures Baton's whole path from etcd to a worker,
+// workload 7 of `make bench`: the latency from an etcd put to the start of the reconcile
 // it causes, beside etcd's own put → watch event latency measured on the same
 // puts; and a cold start of thousands of ReplicaSets through the reference
 // controllers, beside the time etcd alone needs for the same writes.
@@ -9,8 +9,8 @@
 // and baton-observer (and, for the cold start, baton-worker) are the built
 // binaries run as child processes on loopback, so each has its own runtime
 // and garbage collector, as deployed. Only the latency probe's worker runs in
-// the bench process, through the worker SDK (services/worker/manager), so
-// that "reconcile start" is read on the same clock as the put.
+// the bench process, through the worker SDK (sdk/manager), so that
+// "reconcile start" is read on the same clock as the put.
 package pipeline
 
 import (
