@@ -17,16 +17,24 @@ generate: ## Regenerates the protobuf Go code from scratch with pinned tools.
 	@scripts/generate.sh
 
 .PHONY: verify
-verify: ## Fails on stale generated code, untidy go.mod, buf lint, vet, gofmt.
+verify: ## Fails on stale generated code, untidy go.mod, buf lint, vet, staticcheck, gofmt.
 	@scripts/verify.sh
 
 .PHONY: test
-test: verify ## Runs make verify, then every module's tests under -race, then test-etcd-compat.
+test: verify ## Runs make verify, then every module's tests under -race, then test-etcd-compat and test-monitoring's promtool checks.
 	@scripts/test.sh
 
 .PHONY: test-etcd-compat
 test-etcd-compat: ## The observer's tests against etcd v3.5 and v3.7 (pinned in test/etcdcompat).
 	@scripts/etcd-compat.sh
+
+.PHONY: test-monitoring
+test-monitoring: ## Checks deploy/monitoring: promtool check rules and test rules (promtool pinned), then the rules' and the dashboard's metrics against a running stack.
+	@scripts/monitoring.sh
+
+.PHONY: test-robustness
+test-robustness: ## The replicated queue's robustness suite: three members, clients and seeded faults, a power loss of all three, checked with porcupine (ROBUSTNESS_DURATION=30m for a long run, ROBUSTNESS_SEED=N to replay).
+	@scripts/robustness.sh
 
 .PHONY: test-k8s
 test-k8s: ## Applies deploy/kubernetes/ server-side to a kube-apiserver and kube-controller-manager built from k8s.io/kubernetes (pinned in test/k8s).

@@ -17,6 +17,11 @@ TOOLS_BIN="$ROOT/.tools/bin"
 BUF_VERSION=v1.75.0
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.0
+STATICCHECK_VERSION=v0.8.2
+# promtool checks and unit-tests deploy/monitoring's rules. Prometheus tags
+# its Go module v0.3MM.P for its release v3.MM.P: this is Prometheus 3.16.0.
+# Its first build takes about ten minutes on two cores; later ones are kept.
+PROMTOOL_VERSION=v0.316.0
 
 # Every Go module of the workspace, in dependency order.
 modules() {

@@ -30,6 +30,9 @@ for m in $(modules); do
 done
 # The observer against other etcd releases than the embedded one.
 "$ROOT/scripts/etcd-compat.sh" || failed+=("services/observer (etcd compatibility)")
+# The Prometheus rules: promtool check rules and their unit tests (the Go
+# tests of deploy/monitoring ran above, in services/dev).
+MONITORING_GO_TEST=0 "$ROOT/scripts/monitoring.sh" || failed+=("deploy/monitoring (promtool)")
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED modules: ${failed[*]}" >&2
   exit 1

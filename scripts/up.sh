@@ -7,8 +7,9 @@
 # buildx plugin BuildKit needs (scripts/buildx.sh) and the build stage's Go
 # image where no registry answers (scripts/base-image.sh). Extra arguments go
 # to `compose up`. The stack runs mutual TLS with the certificates its certs
-# service writes into ./certs; the message at the end gives the batonctl
-# flags that reach it as admin.
+# service writes into ./certs; the message at the end (scripts/endpoints.sh,
+# which prints it again whenever run) gives every queue member's address
+# and dashboard and the batonctl flags that reach it as admin.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 TIMEOUT=${BATON_UP_TIMEOUT:-300} # seconds to wait for health once started
@@ -59,32 +60,5 @@ mkdir -p bin
 (cd services/batonctl && CGO_ENABLED=0 go build -trimpath -o "$ROOT/bin/batonctl" ./cmd/batonctl)
 (cd services/experiment && CGO_ENABLED=0 go build -trimpath -o "$ROOT/bin/baton-experiment" ./cmd/baton-experiment)
 
-port() { compose port "$1" "$2" 2>/dev/null | sed 's/^0\.0\.0\.0:/127.0.0.1:/'; }
-queue=$(port queue 7070) observer=$(port observer 7071) etcd=$(port etcd 2379) dash=$(port queue 9090) ohttp=$(port observer 9091)
-# As admin, to the services and to etcd (whose client-certificate check
-# accepts any certificate of the CA).
-flags=" --cacert $ROOT/certs/ca.crt --cert $ROOT/certs/admin.crt --key $ROOT/certs/admin.key"
-flags+=" --etcd-endpoints https://$etcd --etcd-cacert $ROOT/certs/ca.crt --etcd-cert $ROOT/certs/admin.crt --etcd-key $ROOT/certs/admin.key"
-status=""
-[ "$queue" = 127.0.0.1:7070 ] || flags+=" --queue-addr $queue"
-[ "$observer" = 127.0.0.1:7071 ] || flags+=" --observer-addr $observer"
-[ "$dash" = 127.0.0.1:9090 ] || status+=" --queue-http-addr $dash"
-[ "$ohttp" = 127.0.0.1:9091 ] || status+=" --observer-http-addr $ohttp"
-cat <<MSG
-
-Baton is up (every service healthy), mutual TLS everywhere, certificates in $ROOT/certs:
-  etcd      https://$etcd
-  queue     $queue   dashboard https://$dash/ (as viewer or admin: certs/admin.crt)
-  observer  $observer
-  workers   $(compose ps -q worker | wc -l) (scale with: $(compose_name) up -d --scale worker=3)
-
-batonctl reaches it (as admin) with these flags:
-
-  alias batonctl='$ROOT/bin/batonctl$flags'
-
-Try:
-  batonctl apply -f examples/deployment.yaml
-  batonctl get deploy,rs,pods
-  batonctl status$status
-  make down        # stops the stack and removes its volumes (keeps the images)
-MSG
+printf '\nBaton is up: every service is healthy.\n'
+"$ROOT/scripts/endpoints.sh"

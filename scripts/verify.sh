@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails on anything a reviewer should never have to point out: stale
-# generated code or go.work, an untidy go.mod, buf lint, go vet or gofmt.
+# generated code or go.work, an untidy go.mod, buf lint, go vet, staticcheck or gofmt.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 fail=0
@@ -42,11 +42,14 @@ if [ -n "$unformatted" ]; then
 fi
 
 for m in $(modules); do
-  log "go mod tidy, go vet: $m"
+  log "go mod tidy, go vet, staticcheck: $m"
   if ! (cd "$m" && go mod tidy -diff >/dev/null); then
     echo "verify: $m/go.mod is not tidy: run 'go mod tidy' in $m" >&2
     fail=1
   fi
   (cd "$m" && go vet ./...) || fail=1
+  # staticcheck's default checks, clean; a finding kept on purpose carries
+  # a //lint:ignore with its reason.
+  (cd "$m" && "$TOOLS_BIN/staticcheck" ./...) || fail=1
 done
 exit $fail

@@ -58,7 +58,7 @@ var binaries = map[string]binary{
 	"baton-queue": {prefix: "BATON_QUEUE", flags: map[string]string{
 		"grpc-addr": ":7070", "http-addr": ":9090", "data-dir": "./data/queue",
 		"backoff-base": "5ms", "backoff-max": "1000s", "max-attempts": "0", "default-lease": "30s",
-		"peer-addr": ":7072", "initial-cluster": "",
+		"peer-addr": ":7072", "initial-cluster": "", "initial-cluster-state": "new", "observer-addr": "",
 	}},
 	"baton-observer": {prefix: "BATON_OBSERVER", flags: map[string]string{
 		"grpc-addr": ":7071", "http-addr": ":9091", "etcd-endpoints": "http://127.0.0.1:2379",

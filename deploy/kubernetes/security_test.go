@@ -280,7 +280,8 @@ var (
 
 // wantLinks is docs/design.md's diagram, link by link (the observer and the
 // workers dial etcd, the observer adds to the queue, workers lease from it
-// and read the observer's cache, etcd's members talk to each other), plus
+// and read the observer's cache, the queue's dashboard asks the observer
+// its status, etcd's members talk to each other), plus
 // DNS for the pods that dial by name and the scrapers' access to every HTTP
 // port. A pod of the same workload stands for "another replica of it", as
 // the queue's members, which dial each other on the peer port.
@@ -292,6 +293,7 @@ var wantLinks = []link{
 	{"observer", "queue", 7070, "TCP"},
 	{"worker", "queue", 7070, "TCP"},
 	{"worker", "observer", 7071, "TCP"},
+	{"queue", "observer", 7071, "TCP"},
 	{"monitoring", "etcd", 2381, "TCP"},
 	{"monitoring", "queue", 9090, "TCP"},
 	{"monitoring", "observer", 9091, "TCP"},
