@@ -109,9 +109,11 @@ func (r *replicated) settle() {
 	}
 }
 
-// runningLearners returns the names of the running members that a member's
-// MemberList shows as learners or leaves out, or every running member's
-// when no member answers (none when the test has no clients of its own).
+// runningLearners returns the names of the running members that some
+// running member's MemberList shows as learners or leaves out, or every
+// running member's when one does not answer (none when the test has no
+// clients of its own). Every member's view counts: one that has not
+// applied a promotion yet still takes the others alone for the voters.
 func (r *replicated) runningLearners() []string {
 	if len(r.ccs) == 0 {
 		return nil // TLS: the test dials, and waits as it needs
@@ -122,6 +124,7 @@ func (r *replicated) runningLearners() []string {
 			want = append(want, fmt.Sprintf("m%d", i+1))
 		}
 	}
+	var learners []string
 	for i, cc := range r.ccs {
 		if !r.procs[i].running() {
 			continue
@@ -130,17 +133,15 @@ func (r *replicated) runningLearners() []string {
 		ml, err := cc.MemberList(ctx, &queuev1.MemberListRequest{})
 		cancel()
 		if err != nil {
-			continue
+			return want
 		}
-		var learners []string
 		for _, name := range want {
-			if !slices.ContainsFunc(ml.GetMembers(), func(m *queuev1.Member) bool { return m.GetName() == name && !m.GetLearner() }) {
+			if !slices.Contains(learners, name) && !slices.ContainsFunc(ml.GetMembers(), func(m *queuev1.Member) bool { return m.GetName() == name && !m.GetLearner() }) {
 				learners = append(learners, name)
 			}
 		}
-		return learners
 	}
-	return want
+	return learners
 }
 
 // notLeader reports whether err is a member's refusal for not leading, or

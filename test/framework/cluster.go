@@ -117,18 +117,22 @@ func StartQueueCluster(t testing.TB, o QueueClusterOptions) *QueueCluster {
 	t.Cleanup(func() { cl.Close() })
 	c.Client = cl
 	// A member that found the queue in use as it started (the others
-	// elected a leader first) rejoined as a learner, a voter once it has
-	// caught up: the queue survives the loss of a member only then.
-	WaitFor(t, 30*time.Second, "every member of the queue a voter", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		ms, err := cl.Cluster().MemberList(ctx)
-		if err != nil || len(ms) != len(c.Members) {
-			return false
-		}
-		for _, m := range ms {
-			if m.GetLearner() {
+	// elected a leader before it asked) rejoined as a learner, a voter
+	// once it has caught up: the queue survives the loss of a member only
+	// then, and only once every member has applied the promotion (a
+	// member that has not still counts the others alone as voters).
+	WaitFor(t, 30*time.Second, "every member of the queue a voter, as every member sees it", func() bool {
+		for _, m := range c.Members {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			ms, err := m.Client.Cluster().MemberList(ctx)
+			cancel()
+			if err != nil || len(ms) != len(c.Members) {
 				return false
+			}
+			for _, m := range ms {
+				if m.GetLearner() {
+					return false
+				}
 			}
 		}
 		return true

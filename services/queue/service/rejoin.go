@@ -94,7 +94,10 @@ func writeID(dir, file string, id uint64) error {
 type membership struct {
 	id, cluster uint64
 	join        bool
-	members     []replica.Member
+	// bootstrap: the log was empty and every member answered empty, so
+	// this member forms the queue with the others (replica.Rejoin).
+	bootstrap bool
+	members   []replica.Member
 }
 
 // decideMember finds this member's Raft id, the cluster id and the
@@ -165,7 +168,7 @@ func decideMember(ctx context.Context, cfg Config, dir string, rlog *store.RaftL
 		// one would hide that.
 		return membership{}, fmt.Errorf("the raft log in %s holds a term but no entry, as a member that joined a queue in use leaves it, and every other member answers empty: the queue that member joined is lost; remove %s to start a new one", dir, dir)
 	}
-	d.id, d.cluster = memberID(cfg.Name), rj.ClusterID
+	d.id, d.cluster, d.bootstrap = memberID(cfg.Name), rj.ClusterID, rj.Bootstrap
 	if !rj.Bootstrap {
 		d.id, d.join, d.members = rj.ID, true, rj.Members
 	}
@@ -329,5 +332,27 @@ func forcedAgain(ctx context.Context, jc replica.JoinConfig, log *slog.Logger) (
 			return false, fmt.Errorf("--force-new-cluster: asking the other members whether they hold the queue: %w", ctx.Err())
 		case <-tick.C:
 		}
+	}
+}
+
+// holdElection is what a member that bootstraps a new queue with others
+// holds its first election with (replica.Config.HoldElection), released
+// once every other member answers from its node or after bound, whichever
+// comes first; nil for a member that does not bootstrap or has no others.
+// release starts the wait, once the node serves.
+func holdElection(ctx context.Context, d membership, jc replica.JoinConfig, bound time.Duration, log *slog.Logger) (hold <-chan struct{}, release func()) {
+	if !d.bootstrap || len(jc.Peers) == 0 {
+		return nil, func() {}
+	}
+	c := make(chan struct{})
+	return c, func() {
+		go func() {
+			defer close(c)
+			wctx, cancel := context.WithTimeout(ctx, bound)
+			defer cancel()
+			if err := replica.AwaitStarted(wctx, jc); err != nil && ctx.Err() == nil {
+				log.Warn("a member that formed the new queue elects without hearing every other member start", "err", err)
+			}
+		}()
 	}
 }

@@ -542,6 +542,10 @@ func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []ser
 		rlog.Close()
 		return nil, err
 	}
+	// Ten election timeouts: long enough for a member slow to start on a
+	// loaded machine. Every member answered moments ago, so one that never
+	// comes is rare, and it only delays the new queue's first leader.
+	hold, release := holdElection(ctx, d, joinConfig(cfg, peers, tlsSrc, log), 10*cfg.ElectionTimeout, log)
 	addrs := make(map[uint64]string, len(d.members))
 	names := make(map[uint64]string, len(d.members))
 	for _, m := range d.members {
@@ -553,6 +557,7 @@ func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []ser
 		Peers:         addrs,
 		Names:         names,
 		Join:          d.join,
+		HoldElection:  hold,
 		Log:           rlog,
 		TickInterval:  cfg.HeartbeatInterval,
 		HeartbeatTick: 1,
@@ -565,5 +570,6 @@ func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []ser
 		rlog.Close()
 		return nil, err
 	}
+	release()
 	return b, nil
 }

@@ -36,7 +36,9 @@ func (n *Node) loop(tick <-chan time.Time) error {
 		case <-n.stop:
 			return errClosedByCaller
 		case <-tick:
-			n.rn.Tick()
+			if !n.holding() {
+				n.rn.Tick()
+			}
 			n.captureProgress()
 		case m := <-n.recvc:
 			if err := n.step(m); err != nil {
@@ -605,4 +607,23 @@ func (n *Node) captureProgress() {
 	n.statusMu.Unlock()
 	n.writeLevel.Store(uint32(n.ClusterLevel()))
 	n.promoteCaughtUp(st)
+}
+
+// holding reports whether the election clock is still held
+// (Config.HoldElection): until the hold is released or a leader is known.
+// Messages are stepped meanwhile, so a member that holds still votes for
+// one that does not.
+func (n *Node) holding() bool {
+	if n.hold == nil {
+		return false
+	}
+	select {
+	case <-n.hold:
+	default:
+		if n.rn.BasicStatus().Lead == raft.None {
+			return true
+		}
+	}
+	n.hold = nil
+	return false
 }

@@ -67,6 +67,17 @@ type Config struct {
 	// leader to send it the log. Peers are then the members Replace
 	// returned.
 	Join bool
+	// HoldElection, when set, keeps a member that bootstraps a new queue
+	// from counting toward an election (no Raft ticks) until it is closed
+	// or the member hears of a leader. Members started together must all
+	// have started their nodes before any election ends: one slower to ask
+	// whether the queue is new (Rejoin) would otherwise find it in use and
+	// rejoin under a new id, and the new queue would then have two voters,
+	// not three, until it caught up. The caller closes it once every other
+	// member answers from its node (AwaitStarted), or after a bound, so
+	// that a member that never comes does not keep the queue from
+	// electing. nil holds nothing.
+	HoldElection <-chan struct{}
 	// Log is the member's durable Raft log, opened by the caller, who
 	// closes it after Close. The node is its only writer.
 	Log *store.RaftLog
@@ -191,6 +202,9 @@ type Node struct {
 	// which each member was last heard from (captureProgress).
 	ticks   uint64
 	heardAt map[uint64]uint64
+	// hold is Config.HoldElection until it is closed or a leader is
+	// known, then nil (holding).
+	hold <-chan struct{}
 	// promoting is the learner a promotion is under way for, 0 if none
 	// (promoteCaughtUp).
 	promoting atomic.Uint64
@@ -320,6 +334,7 @@ func New(cfg Config, sm StateMachine) (*Node, error) {
 		done:        make(chan struct{}),
 		inflight:    map[uint64]*batch{},
 		heardAt:     map[uint64]uint64{},
+		hold:        cfg.HoldElection,
 		confState:   cs,
 	}
 	n.noteLearners(cs)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -97,8 +98,8 @@ type JoinConfig struct {
 	Existing bool
 	// Retry is the pause between rounds; 0 means 100 ms. Members started
 	// together must each see the others empty before the first election
-	// ends (an election timeout at least), or the later ones find the
-	// queue in use and rejoin under a new id: harmless, but not needed.
+	// ends, or the later ones find the queue in use and rejoin under a
+	// new id; the first election waits for them (Config.HoldElection).
 	Retry  time.Duration
 	Logger *slog.Logger
 }
@@ -242,6 +243,42 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 				return Decision{}, fmt.Errorf("replica: waiting to tell whether the queue is new: %w (last round: %w)", ctx.Err(), errors.Join(lastErrs...))
 			}
 			return Decision{}, fmt.Errorf("replica: waiting to tell whether the queue is new: %w", ctx.Err())
+		case <-time.After(retry):
+		}
+	}
+}
+
+// AwaitStarted asks every other member, in rounds, until each answers
+// from its node rather than from the empty responder (its answer names
+// the cluster, or says its log is in use), or ctx ends. A member that
+// bootstraps a new queue waits for it before its first election counts
+// (Config.HoldElection): until then another member may still be asking
+// whether the queue is new, and must hear that it is.
+func AwaitStarted(ctx context.Context, cfg JoinConfig) error {
+	retry := cfg.Retry
+	if retry <= 0 {
+		retry = 100 * time.Millisecond
+	}
+	a := newAsker(cfg)
+	defer a.close()
+	waiting := make(map[string]string, len(cfg.Peers))
+	for name, addr := range cfg.Peers {
+		waiting[name] = addr
+	}
+	for {
+		for name, addr := range waiting {
+			resp, err := a.ask(ctx, addr, false)
+			if err == nil && (resp.GetClusterId() != 0 || resp.GetInitialized()) {
+				delete(waiting, name)
+			}
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			names := slices.Sorted(maps.Keys(waiting))
+			return fmt.Errorf("replica: waiting for %s to start: %w", strings.Join(names, ","), ctx.Err())
 		case <-time.After(retry):
 		}
 	}
