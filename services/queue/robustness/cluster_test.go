@@ -382,7 +382,8 @@ func (c *cluster) awaitHealthyOr(ctx context.Context, limit time.Duration, stop 
 	return stop()
 }
 
-// health returns "" when the cluster is whole, else what is missing.
+// health returns "" when the cluster is whole (every member runs, knows
+// one leader and lists three voters), else what is missing.
 func (c *cluster) health(ctx context.Context) string {
 	leader := ""
 	for i, p := range c.procs {
@@ -402,10 +403,10 @@ func (c *cluster) health(ctx context.Context) string {
 			return fmt.Sprintf("leaders differ: %s and %s", leader, st.GetLeaderName())
 		}
 	}
+	// Every member's own list, not the leader's alone: a member that has
+	// not applied a promotion yet still counts the old voters only, and
+	// the loss of the leader then leaves it no majority to elect with.
 	for i, p := range c.procs {
-		if p.name != leader {
-			continue
-		}
 		lctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		ml, err := c.ccs[i].MemberList(lctx, &queuev1.MemberListRequest{})
 		cancel()
