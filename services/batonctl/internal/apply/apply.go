@@ -52,6 +52,38 @@ const maxAttempts = 50
 // one's metadata and spec, keeping its status. now stamps
 // metadata.creationTimestamp on creation.
 func Apply(ctx context.Context, kv clientv3.KV, key string, desired map[string]any, now time.Time) (Outcome, error) {
+	return mergeCAS(ctx, kv, key, now, "applying", func(map[string]any, bool) (map[string]any, error) {
+		return desired, nil
+	})
+}
+
+// Update changes the stored object at key as change says, and stores it as
+// Apply would store the result: metadata.generation bumped when spec
+// changed, the status kept, in a compare-and-swap on the revision read,
+// retried (change called again on a fresh read) when another write came in
+// between. It returns ErrNotFound when there is no object at key, and
+// change's error as it is, nothing written.
+func Update(ctx context.Context, kv clientv3.KV, key string, now time.Time, change func(obj map[string]any) error) (Outcome, error) {
+	return mergeCAS(ctx, kv, key, now, "updating", func(stored map[string]any, exists bool) (map[string]any, error) {
+		if !exists {
+			return nil, ErrNotFound
+		}
+		desired := deepCopy(stored)
+		if err := change(desired); err != nil {
+			return nil, err
+		}
+		return desired, nil
+	})
+}
+
+// mergeCAS is Apply's and Update's loop: read the object at key, ask
+// desiredOf for what to store over it (stored is nil when exists is
+// false; its error is returned as it is), Merge, and write the result in
+// a compare-and-swap on the revision read, again on a fresh read after a
+// short, growing pause while another write wins (a controller writing
+// status), at most maxAttempts times. doing names the operation in the
+// conflict error.
+func mergeCAS(ctx context.Context, kv clientv3.KV, key string, now time.Time, doing string, desiredOf func(stored map[string]any, exists bool) (map[string]any, error)) (Outcome, error) {
 	var lastErr error
 	for attempt := range maxAttempts {
 		if attempt > 0 {
@@ -70,15 +102,18 @@ func Apply(ctx context.Context, kv clientv3.KV, key string, desired map[string]a
 		}
 		var (
 			stored map[string]any
-			cmp    clientv3.Cmp
+			cmp    = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 		)
-		if len(resp.Kvs) == 0 {
-			cmp = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-		} else {
+		exists := len(resp.Kvs) > 0
+		if exists {
 			if stored, err = Decode(resp.Kvs[0].Value); err != nil {
 				return "", fmt.Errorf("stored object at %s: %w", key, err)
 			}
 			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
+		}
+		desired, err := desiredOf(stored, exists)
+		if err != nil {
+			return "", err
 		}
 		merged, outcome, err := Merge(stored, desired, now)
 		if err != nil {
@@ -98,64 +133,7 @@ func Apply(ctx context.Context, kv clientv3.KV, key string, desired map[string]a
 		if txn.Succeeded {
 			return outcome, nil
 		}
-		lastErr = fmt.Errorf("write %s: conflict: the object changed while applying", key)
-	}
-	return "", fmt.Errorf("%w (gave up after %d attempts)", lastErr, maxAttempts)
-}
-
-// Update changes the stored object at key as change says, and stores it as
-// Apply would store the result: metadata.generation bumped when spec
-// changed, the status kept, in a compare-and-swap on the revision read,
-// retried (change called again on a fresh read) when another write came in
-// between. It returns ErrNotFound when there is no object at key, and
-// change's error as it is, nothing written.
-func Update(ctx context.Context, kv clientv3.KV, key string, now time.Time, change func(obj map[string]any) error) (Outcome, error) {
-	var lastErr error
-	for attempt := range maxAttempts {
-		if attempt > 0 {
-			t := time.NewTimer(time.Duration(attempt) * 5 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return "", errors.Join(lastErr, ctx.Err())
-			case <-t.C:
-			}
-		}
-		resp, err := kv.Get(ctx, key)
-		if err != nil {
-			return "", fmt.Errorf("get %s: %w", key, err)
-		}
-		if len(resp.Kvs) == 0 {
-			return "", ErrNotFound
-		}
-		stored, err := Decode(resp.Kvs[0].Value)
-		if err != nil {
-			return "", fmt.Errorf("stored object at %s: %w", key, err)
-		}
-		desired := deepCopy(stored)
-		if err := change(desired); err != nil {
-			return "", err
-		}
-		merged, outcome, err := Merge(stored, desired, now)
-		if err != nil {
-			return "", err
-		}
-		if outcome == Unchanged {
-			return Unchanged, nil
-		}
-		val, err := json.Marshal(merged)
-		if err != nil {
-			return "", fmt.Errorf("encode %s: %w", key, err)
-		}
-		txn, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
-			Then(clientv3.OpPut(key, string(val))).Commit()
-		if err != nil {
-			return "", fmt.Errorf("write %s: %w", key, err)
-		}
-		if txn.Succeeded {
-			return outcome, nil
-		}
-		lastErr = fmt.Errorf("write %s: conflict: the object changed while updating", key)
+		lastErr = fmt.Errorf("write %s: conflict: the object changed while %s", key, doing)
 	}
 	return "", fmt.Errorf("%w (gave up after %d attempts)", lastErr, maxAttempts)
 }
