@@ -261,10 +261,7 @@ func AwaitStarted(ctx context.Context, cfg JoinConfig) error {
 	}
 	a := newAsker(cfg)
 	defer a.close()
-	waiting := make(map[string]string, len(cfg.Peers))
-	for name, addr := range cfg.Peers {
-		waiting[name] = addr
-	}
+	waiting := maps.Clone(cfg.Peers) // the members not heard from their node yet
 	for {
 		for name, addr := range waiting {
 			resp, err := a.ask(ctx, addr, false)
