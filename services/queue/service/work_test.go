@@ -234,8 +234,20 @@ func TestWorkAndUnaryNeverShareAKey(t *testing.T) {
 		return len(seen) == n
 	}
 	s := openWork(t, ctx, h, q, 16)
+	// Whichever side sees the last key asks the stream to drain: the stream
+	// then answers its outstanding acks and ends, so the loop below never
+	// waits on a lease that the unary side took.
+	var drain sync.Once
+	drained := func() {
+		drain.Do(func() {
+			if err := s.Drain(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		defer drained()
 		for !done() {
 			ls, err := h.c.Lease(ctx, q, queueclient.LeaseOptions{Worker: "unary", MaxItems: 7, Wait: 50 * time.Millisecond})
 			if err != nil {
@@ -262,8 +274,11 @@ func TestWorkAndUnaryNeverShareAKey(t *testing.T) {
 		}
 	})
 	acked := 0
-	for !done() {
+	for {
 		ev, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,6 +287,9 @@ func TestWorkAndUnaryNeverShareAKey(t *testing.T) {
 			note(ev.Lease.Key)
 			if err := s.Ack(queueclient.Ack{Key: ev.Lease.Key, Token: ev.Lease.Token, Outcome: queueclient.Success()}); err != nil {
 				t.Fatal(err)
+			}
+			if done() {
+				drained()
 			}
 		case ev.Ack != nil:
 			if ev.Ack.Status != queueclient.OK {
