@@ -487,7 +487,46 @@ func stateOf(m *objects.ObjectMeta) ownerState {
 // its own, otherwise as its own finalizers say (orphan, foreground) or in
 // the background. An owner of a kind no declaration names yet leaves it
 // alone (errUnknownKind) unless another owner lives.
+//
+// obj may be older than etcd's copy (read through the cache, or listed as
+// a dependent): when its delete meets a newer revision it is read again
+// from etcd and judged again, up to maxRejudge times, and past that the
+// error makes the queue retry. It cannot leave the newer copy to be
+// judged under its own key: a change of status alone is not announced to
+// the collector (its declarations ignore status), so nothing else would
+// look at the object again.
 func (gc *GarbageCollector) attemptToDelete(ctx context.Context, r *resolver, obj item) error {
+	for range maxRejudge {
+		err := gc.judge(ctx, r, obj)
+		if !errors.Is(err, errChanged) {
+			return err
+		}
+		raw, err := gc.d.Objects.GetDirect(ctx, obj.raw.Key)
+		if errors.Is(err, objects.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		m, err := decodeMeta(raw)
+		if err != nil || m.UID != obj.meta.UID {
+			return nil // replaced: its creation is announced and judged on its own
+		}
+		obj = item{kind: obj.kind, raw: raw, meta: m}
+	}
+	return fmt.Errorf("%s changed %d times while it was judged: %w", obj, maxRejudge, errChanged)
+}
+
+// maxRejudge bounds how often attemptToDelete reads an object again that
+// changed while it was judged, before it leaves it to the queue's retry.
+const maxRejudge = 3
+
+// errChanged says that an object changed between its read and a
+// conditional write of the collector.
+var errChanged = errors.New("the object changed since it was read")
+
+// judge is one look of attemptToDelete at obj as read.
+func (gc *GarbageCollector) judge(ctx context.Context, r *resolver, obj item) error {
 	if len(obj.meta.OwnerReferences) == 0 || obj.meta.IsDeleting() {
 		return nil
 	}
@@ -558,13 +597,17 @@ func sameRef(a, b objects.OwnerReference) bool {
 }
 
 // delete deletes obj with propagation prop, only as it was read: if it
-// changed since, its change is announced and judged again.
+// changed since, it answers errChanged, for its caller to judge it again
+// (the change may be one of status alone, which the collector's queues do
+// not hear of).
 func (gc *GarbageCollector) delete(ctx context.Context, obj item, prop objects.Propagation) error {
 	d, err := gc.d.Objects.DeleteFrom(ctx, obj.raw, objects.DeleteOptions{Propagation: prop, UID: obj.meta.UID, ModRevision: obj.raw.ModRevision})
 	switch {
-	case errors.Is(err, objects.ErrConflict), errors.Is(err, objects.ErrPrecondition), errors.Is(err, objects.ErrNotFound):
-		// Changed, replaced or gone since it was read: whatever it is now
-		// was announced, and is judged on its own.
+	case errors.Is(err, objects.ErrConflict):
+		return fmt.Errorf("delete %s: %w", obj, errChanged)
+	case errors.Is(err, objects.ErrPrecondition), errors.Is(err, objects.ErrNotFound):
+		// Replaced or gone since it was read: a new object under its name
+		// is announced as created, and judged on its own.
 		return nil
 	case err != nil:
 		return err

@@ -426,3 +426,40 @@ func TestGarbageCollectorQueue(t *testing.T) {
 		t.Errorf("long resources: %q and %q", a, b)
 	}
 }
+
+// TestCollectorDependentChangedSinceRead: a ReplicaSet's pod changes its
+// status after the collector's cache last saw it, then the set goes. The
+// collector, judging the set's key, finds the pod through the cache and its
+// conditional delete meets the newer revision. Its own queue for pods does
+// not hear of status-only changes, so nothing would judge the pod again:
+// it must read the pod afresh and delete it then.
+func TestCollectorDependentChangedSinceRead(t *testing.T) {
+	w := newWorld(t)
+	ctx := t.Context()
+	set := &objects.ReplicaSet{Kind: objects.KindReplicaSet, Metadata: objects.ObjectMeta{Name: "web", Namespace: "default", UID: objects.NewUID()}}
+	if _, err := w.st.Create(ctx, objects.Key("replicasets", "default", "web"), set); err != nil {
+		t.Fatal(err)
+	}
+	pod := &objects.Pod{Kind: objects.KindPod, Metadata: objects.ObjectMeta{Name: "web-0", Namespace: "default", UID: objects.NewUID(),
+		OwnerReferences: []objects.OwnerReference{set.Metadata.Ref(objects.KindReplicaSet)}}}
+	podKey := objects.Key("pods", "default", "web-0")
+	if _, err := w.st.Create(ctx, podKey, pod); err != nil {
+		t.Fatal(err)
+	}
+	seen := w.rev() // the cache's view of the pods
+	if err := w.st.UpdateStatus(ctx, podKey, pod.Metadata.UID, objects.PodStatus{Phase: objects.PodRunning}); err != nil {
+		t.Fatal(err)
+	}
+	w.del(objects.Key("replicasets", "default", "web"))
+
+	cache := &laggingCache{cli: w.cli, at: map[string]int64{}}
+	cache.pin("pods", seen)
+	gc := NewGarbageCollector(Deps{Objects: objects.NewClientWithCache(w.cli, cache)})
+	k := kinds.MustBuiltin(kinds.ReplicaSet)
+	if _, err := gc.Reconciler(k).Reconcile(ctx, reconcile.Request{Queue: GarbageCollectorQueue(k), Key: "default/web"}); err != nil {
+		t.Fatalf("collect the replicaset's key: %v", err)
+	}
+	if _, ok := w.meta("pods", "web-0"); ok {
+		t.Fatal("the pod of a gone replicaset is still there: its status change since the cache saw it made the collector give up on it")
+	}
+}
