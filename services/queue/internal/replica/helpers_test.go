@@ -234,7 +234,10 @@ type member struct {
 	reg    *prometheus.Registry
 	srv    *grpc.Server
 	served chan struct{}
-	up     bool
+	// up: the member counts for leader() (a test that cuts a member off
+	// clears it). open: its node and log are open, for stop to close,
+	// whether or not it is up.
+	up, open bool
 
 	compacting atomic.Bool
 	live       atomic.Pointer[Node] // node, for the Ready loop's hooks
@@ -310,7 +313,7 @@ func (m *member) start(lis net.Listener) {
 	}
 	m.live.Store(m.node)
 	m.serve(lis)
-	m.up = true
+	m.up, m.open = true, true
 }
 
 // requestSnapshot compacts the member's log with its state, off the
@@ -355,10 +358,10 @@ func (m *member) unserve() {
 // stop closes the node (at once, whatever is in flight), the server and
 // the log; again is harmless.
 func (m *member) stop() {
-	if !m.up {
+	if !m.open {
 		return
 	}
-	m.up = false
+	m.up, m.open = false, false
 	if err := m.node.Close(); err != nil {
 		m.t.Errorf("member %d: Close: %v", m.id, err)
 	}
@@ -464,9 +467,27 @@ func (m *member) gauge(name string, labels ...string) float64 {
 	return 0
 }
 
-// replicaGoroutines counts the goroutines running this package's or the
-// transport's code, the tests' own excepted.
-func replicaGoroutines() int {
+// noReplicaGoroutinesLeft waits until no goroutine runs this package's or
+// the transport's code, the tests' own excepted, and fails with the stacks
+// of those left after 20 s.
+func noReplicaGoroutinesLeft(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left := replicaGoroutines()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s, %d goroutines of the nodes or transports are left:\n\n%s", len(left), strings.Join(left, "\n\n"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// replicaGoroutines returns the stacks of the goroutines running this
+// package's or the transport's code, the tests' own excepted.
+func replicaGoroutines() []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -476,13 +497,13 @@ func replicaGoroutines() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	count := 0
+	var out []string
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
 		if strings.Contains(g, "internal/replica.(") || strings.Contains(g, "internal/replica/transport.(") {
 			if !strings.Contains(g, "internal/replica.Test") {
-				count++
+				out = append(out, g)
 			}
 		}
 	}
-	return count
+	return out
 }

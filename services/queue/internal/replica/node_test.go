@@ -374,7 +374,7 @@ func TestLeaderKilledAndRestarted(t *testing.T) {
 	for _, m := range c.members {
 		m.stop()
 	}
-	eventually(t, "no goroutine of the nodes or transports left", func() bool { return replicaGoroutines() == 0 })
+	noReplicaGoroutinesLeft(t)
 }
 
 // faultFS is the OS's file system whose files can be made to refuse

@@ -46,7 +46,7 @@ func TestRaftPanicOnAPeersMessageStopsTheNodeAlone(t *testing.T) {
 	}
 	// Stopped by a peer, not closed: Close answers the same error; the log
 	// is the caller's to close.
-	victim.up = false
+	victim.up, victim.open = false, false
 	if cerr := victim.node.Close(); !errors.Is(cerr, ErrCannotFollow) {
 		t.Errorf("Close after the refusal: %v", cerr)
 	}
