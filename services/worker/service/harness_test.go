@@ -1,12 +1,10 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -98,37 +96,6 @@ func (s *stack) workerConfig() service.Config {
 	return cfg
 }
 
-// logOnFailure returns a debug-level logger whose output the test prints
-// if it fails, as test/framework prints a child process's output: a
-// worker's log is what tells why a condition was not reached in time.
-func logOnFailure(t testing.TB, name string) *slog.Logger {
-	var buf syncBuffer
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("output of %s:\n%s", name, buf.String())
-		}
-	})
-	return slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // worker is a worker started in process.
 type worker struct {
 	httpAddr string
@@ -140,7 +107,7 @@ func (s *stack) startWorker(cfg service.Config) *worker {
 	addrs := make(chan string, 1)
 	cfg.OnListen = func(h net.Addr) { addrs <- h.String() }
 	w := &worker{}
-	log := logOnFailure(s.t, "worker")
+	log := framework.Logger(s.t, "worker")
 	w.stop = runBackground(s.t, "worker", func(ctx context.Context) error { return service.Run(ctx, cfg, log) })
 	select {
 	case w.httpAddr = <-addrs:
