@@ -501,20 +501,30 @@ func (gc *GarbageCollector) attemptToDelete(ctx context.Context, r *resolver, ob
 		if !errors.Is(err, errChanged) {
 			return err
 		}
-		raw, err := gc.d.Objects.GetDirect(ctx, obj.raw.Key)
-		if errors.Is(err, objects.ErrNotFound) {
-			return nil
+		fresh, same, err := gc.reread(ctx, obj)
+		if err != nil || !same {
+			return err // gone, or replaced: a creation is announced and judged on its own
 		}
-		if err != nil {
-			return err
-		}
-		m, err := decodeMeta(raw)
-		if err != nil || m.UID != obj.meta.UID {
-			return nil // replaced: its creation is announced and judged on its own
-		}
-		obj = item{kind: obj.kind, raw: raw, meta: m}
+		obj = fresh
 	}
 	return fmt.Errorf("%s changed %d times while it was judged: %w", obj, maxRejudge, errChanged)
+}
+
+// reread reads obj again from etcd. same is false when it is gone or
+// another object (another uid, or not an object) is at its key.
+func (gc *GarbageCollector) reread(ctx context.Context, obj item) (fresh item, same bool, err error) {
+	raw, err := gc.d.Objects.GetDirect(ctx, obj.raw.Key)
+	if errors.Is(err, objects.ErrNotFound) {
+		return item{}, false, nil
+	}
+	if err != nil {
+		return item{}, false, err
+	}
+	m, err := decodeMeta(raw)
+	if err != nil || m.UID != obj.meta.UID {
+		return item{}, false, nil
+	}
+	return item{kind: obj.kind, raw: raw, meta: m}, true, nil
 }
 
 // maxRejudge bounds how often attemptToDelete reads an object again that
@@ -677,17 +687,11 @@ func (gc *GarbageCollector) finish(ctx context.Context, r *resolver, obj item) (
 	// What is decided next rests on the dependents there are: read obj
 	// from etcd first, so that the cache's lists reflect at least this
 	// moment (the Client's reads wait for what it read from etcd).
-	raw, err := st.GetDirect(ctx, obj.raw.Key)
-	if errors.Is(err, objects.ErrNotFound) {
-		return reconcile.Result{}, nil
+	obj, same, err := gc.reread(ctx, obj)
+	if err != nil || !same || !obj.meta.IsDeleting() {
+		return reconcile.Result{}, err // gone or replaced: the new object is announced on its own
 	}
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if m, err = decodeMeta(raw); err != nil || m.UID != obj.meta.UID || !m.IsDeleting() {
-		return reconcile.Result{}, nil // replaced: the new object is announced on its own
-	}
-	obj.raw, obj.meta = raw, m
+	raw, m := obj.raw, obj.meta
 	deps, err := gc.dependents(ctx, obj.kind, m.Namespace, m.Name, m.UID)
 	if err != nil {
 		return reconcile.Result{}, err
