@@ -151,3 +151,172 @@ func reasonOf(err error) string {
 	}
 	return ""
 }
+
+// TestReplicatedResumedLeaderConfirmsNoOps: an operation that changes
+// nothing writes no entry, so nothing in its own commit proves that the
+// member still leads. A leader frozen by SIGSTOP while the others elect
+// another, which changes the queue, and resumed, still believes it leads
+// for a moment; whatever it answers then from its memory must be the
+// queue's truth or a retryable refusal. Each round, with the old leader
+// frozen, the new leader forgets a key the old one holds pending, adds one
+// the old one never saw, and leases two more; then the calls that the old
+// leader's memory would answer as no-ops go to it on connections dialed
+// before (sent while it is still stopped, so that it reads them as it
+// wakes): an Add of the forgotten key (its memory: collapsed, the truth:
+// absent, so it must be queued), a Forget of the key it never saw (its
+// memory: nothing, the truth: one), an Extend and an Ack of a lease the
+// new leader granted (its memory: not live, the truth: live).
+func TestReplicatedResumedLeaderConfirmsNoOps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	r := newReplicated(t)
+	for round := range 6 {
+		old := r.leader(ctx)
+		gone, unseen := fmt.Sprintf("gone-%d", round), fmt.Sprintf("unseen-%d", round)
+		ext, ack := fmt.Sprintf("extend-%d", round), fmt.Sprintf("ack-%d", round)
+		if _, err := r.qcs[old].Add(ctx, &queuev1.AddRequest{Queue: "q", Keys: []string{gone}}); err != nil {
+			t.Fatal(err)
+		}
+		// Wait until the others have applied it: the new leader must hold
+		// it to forget it.
+		for _, i := range followersOf(old) {
+			waitLocal(t, ctx, r, i, gone, queuev1.ItemState_ITEM_STATE_PENDING)
+		}
+
+		if err := r.procs[old].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped := true
+		resume := func() {
+			if stopped {
+				stopped = false
+				_ = r.procs[old].cmd.Process.Signal(syscall.SIGCONT)
+			}
+		}
+		defer resume()
+		next := addThroughAnother(t, ctx, r, old, unseen)
+		if resp, err := r.qcs[next].Forget(ctx, &queuev1.ForgetRequest{Queue: "q", Keys: []string{gone}}); err != nil || resp.GetForgotten() != 1 {
+			t.Fatalf("round %d: Forget %s on the new leader: %v %v", round, gone, resp, err)
+		}
+		if _, err := r.qcs[next].Add(ctx, &queuev1.AddRequest{Queue: "q", Keys: []string{ext, ack}}); err != nil {
+			t.Fatal(err)
+		}
+		tokens := map[string]uint64{}
+		for len(tokens) < 2 {
+			lr, err := r.qcs[next].Lease(ctx, &queuev1.LeaseRequest{Queue: "q", Worker: "w", MaxItems: 100, LeaseDuration: durationpb.New(10 * time.Minute)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range lr.GetLeases() {
+				if l.GetKey() == ext || l.GetKey() == ack {
+					tokens[l.GetKey()] = l.GetToken()
+				}
+			}
+		}
+
+		var (
+			wg           sync.WaitGroup
+			addedGone    bool
+			extendAnswer []*queuev1.ExtendResult
+			ackAnswer    queuev1.AckStatus
+		)
+		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		what := fmt.Sprintf("round %d: on the resumed leader m%d", round, old+1)
+		wg.Go(func() {
+			resp, err := r.qcs[old].Add(cctx, &queuev1.AddRequest{Queue: "q", Keys: []string{gone}})
+			if err == nil && resp.GetQueued() != 1 {
+				t.Errorf("%s, Add of %s, which the new leader forgot: queued %d, collapsed %d", what, gone, resp.GetQueued(), resp.GetCollapsed())
+			}
+			addedGone = err == nil
+			checkRefusal(t, what+", Add", err)
+		})
+		wg.Go(func() {
+			resp, err := r.qcs[old].Forget(cctx, &queuev1.ForgetRequest{Queue: "q", Keys: []string{unseen}})
+			if err == nil && resp.GetForgotten() != 1 {
+				t.Errorf("%s, Forget of %s, which the new leader holds: forgot %d", what, unseen, resp.GetForgotten())
+			}
+			checkRefusal(t, what+", Forget", err)
+		})
+		wg.Go(func() {
+			resp, err := r.qcs[old].Extend(cctx, &queuev1.ExtendRequest{Queue: "q", Leases: []*queuev1.LeaseRef{{Key: ext, Token: tokens[ext]}}})
+			if err == nil {
+				extendAnswer = resp.GetResults()
+			}
+			checkRefusal(t, what+", Extend", err)
+		})
+		wg.Go(func() {
+			resp, err := r.qcs[old].Ack(cctx, &queuev1.AckRequest{Queue: "q", Acks: []*queuev1.Ack{{
+				Key: ack, Token: tokens[ack], Outcome: &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}},
+			}}})
+			if err == nil {
+				ackAnswer = resp.GetResults()[0].GetStatus()
+			}
+			checkRefusal(t, what+", Ack", err)
+		})
+		// The calls go out while the old leader is still stopped, so that
+		// it reads them as it wakes, before it hears of the new term. The
+		// pause only makes that likelier; nothing waits on it.
+		time.Sleep(50 * time.Millisecond)
+		resume()
+		wg.Wait()
+		ccancel()
+
+		// What the queue holds now, on whichever member leads.
+		lead := r.leader(ctx)
+		resp, err := r.qcs[lead].Inspect(ctx, &queuev1.InspectRequest{Queue: "q", Key: gone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addedGone && resp.GetItem().GetState() != queuev1.ItemState_ITEM_STATE_PENDING {
+			t.Errorf("round %d: %s was acknowledged as added on the resumed leader, and the queue holds it %v", round, gone, resp.GetItem().GetState())
+		}
+		// The old leader cannot know the new leader's leases: any answer
+		// but a refusal must agree with the leader's now (LEASE_LOST only
+		// if the lease is no longer live, as after another change of
+		// leader).
+		if extendAnswer != nil {
+			now, err := r.qcs[lead].Extend(ctx, &queuev1.ExtendRequest{Queue: "q", Leases: []*queuev1.LeaseRef{{Key: ext, Token: tokens[ext]}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if extendAnswer[0].GetStatus() != queuev1.AckStatus_ACK_STATUS_LEASE_LOST || now.GetResults()[0].GetStatus() != queuev1.AckStatus_ACK_STATUS_LEASE_LOST {
+				t.Errorf("%s, Extend of a lease the new leader granted: %v; the leader now: %v", what, extendAnswer, now.GetResults())
+			}
+		}
+		if ackAnswer != queuev1.AckStatus_ACK_STATUS_UNSPECIFIED {
+			now, err := r.qcs[lead].Ack(ctx, &queuev1.AckRequest{Queue: "q", Acks: []*queuev1.Ack{{
+				Key: ack, Token: tokens[ack], Outcome: &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}},
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ackAnswer != queuev1.AckStatus_ACK_STATUS_LEASE_LOST || now.GetResults()[0].GetStatus() != queuev1.AckStatus_ACK_STATUS_LEASE_LOST {
+				t.Errorf("%s, Ack of a lease the new leader granted: %v; the leader now: %v", what, ackAnswer, now.GetResults()[0].GetStatus())
+			}
+		}
+		// Clear the round's keys for the next.
+		if _, err := r.qcs[lead].Forget(ctx, &queuev1.ForgetRequest{Queue: "q", Keys: []string{gone, unseen, ext, ack}}); err != nil {
+			t.Fatal(err)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// waitLocal waits until member i's own state (a serializable Inspect)
+// shows key in state.
+func waitLocal(t *testing.T, ctx context.Context, r *replicated, i int, key string, state queuev1.ItemState) {
+	t.Helper()
+	for {
+		resp, err := r.qcs[i].Inspect(ctx, &queuev1.InspectRequest{Queue: "q", Key: key, Serializable: true})
+		if err == nil && resp.GetItem().GetState() == state {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("m%d never showed %s %v: %v %v", i+1, key, state, resp, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

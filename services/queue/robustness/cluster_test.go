@@ -229,6 +229,10 @@ type cluster struct {
 	conns []*grpc.ClientConn
 	qcs   []queuev1.QueueServiceClient
 	ccs   []queuev1.ClusterServiceClient
+	// quiet is held shared by every recorded call while it is in flight
+	// (a work stream's ack until its answer), and exclusively by a fault
+	// that needs the queue to have nothing in flight (stopIdleLeader).
+	quiet sync.RWMutex
 }
 
 func dial(t *testing.T, addr string) *grpc.ClientConn {

@@ -44,7 +44,12 @@
 //
 // A scheduler draws a schedule from the run's seed among the fault
 // classes (faultClasses): SIGKILL of the leader, of a follower, of all
-// three; SIGSTOP of the leader past the lease; the leader or a follower
+// three; SIGSTOP of the leader past the lease, under load or with nothing
+// in flight (the workloads held back until their calls are answered and
+// their leases lapsed, the keys then changed through the others), and in
+// both cases calls its memory would answer without writing (Adds of keys
+// it holds pending, Forgets, Extends of the new leader's leases) sent to
+// it just before it thaws; the leader or a follower
 // cut off, and a bridge (one member sees both others, who cannot see each
 // other), with iptables rules that are always removed; a lost disk (the
 // data directory emptied across a restart); a flipped bit or a cut in a
@@ -97,7 +102,10 @@
 //     queue find a pending key leased to an unknown token. The model
 //     checks the queued/collapsed answer of every Add, the forgotten
 //     count of Forget, the state and dirty bit of Inspect, and that an
-//     Ack or Extend is OK only on the live token.
+//     Ack or Extend is OK only on the live token. It cannot hold a
+//     LEASE_LOST to account, since a lease may lapse at any moment in
+//     it; TestReplicatedResumedLeaderConfirmsNoOps (services/queue) does,
+//     for a frozen leader's refusals of leases it never granted.
 //   - The set checker (CheckSet), Jepsen's: after the faults are healed
 //     and the set queue drained, every acknowledged Add was leased after
 //     it began (else lost), no key was offered that nobody Added

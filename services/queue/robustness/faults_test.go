@@ -52,7 +52,8 @@ var faultClasses = []faultClass{
 	{name: "kill-leader", inject: killRole(roleLeader)},
 	{name: "kill-follower", inject: killRole(roleFollower)},
 	{name: "kill-all", inject: killAll},
-	{name: "stop-leader", inject: stopLeader},
+	{name: "stop-leader", inject: stopLeader(false)},
+	{name: "stop-idle-leader", inject: stopLeader(true)},
 	{name: "partition-leader", partition: true, inject: partitionLeader},
 	{name: "partition-minority", partition: true, inject: partitionMinority},
 	{name: "partition-bridge", partition: true, inject: partitionBridge},
@@ -150,20 +151,179 @@ func killAll(ctx context.Context, r *run, s step) (string, error) {
 	return "SIGKILL all three", nil
 }
 
+// windowClients numbers the one-call clients of stopLeader's calls to the
+// frozen leader, apart from every workload's and burstKillLeader's.
+const windowClients = 100000
+
 // stopLeader freezes the leader past every lease's length (at most 2 s in
 // the workloads), so a new leader offers its keys again while it still
-// believes it leads; then it thaws.
-func stopLeader(ctx context.Context, r *run, s step) (string, error) {
-	i, err := r.target(ctx, roleLeader, s.pick)
-	if err != nil {
-		return "", err
+// believes it leads; then it thaws. Just before it thaws, calls that its
+// memory would answer without writing anything go to it, each on a
+// client of its own that dials it alone, so that it reads them as it
+// wakes, before it hears of the new term: Adds of keys it holds pending
+// (they collapse in its memory, whatever the new leader did with them),
+// Forgets of keys it may not hold, and an Extend of each lease the others
+// granted while it was frozen (live, and unknown to it). Each is recorded
+// and checked like any call: an answer must be the queue's truth or a
+// refusal.
+//
+// Under load (idle false) an entry of the old term is nearly always in
+// flight when the leader stops, and the calls that wait for it fail with
+// it; the workloads change the keys meanwhile through the others. With
+// idle, the leader is frozen with nothing in flight and nothing about to
+// be written, which is where an answer from stale memory used to get out:
+// every workload's calls are held back (the cluster's quiet) until those
+// under way are answered and every lease has lapsed, its expiry committed
+// (a lease that lapsed while it was frozen would be written as it wakes),
+// and they stay held back until it has woken, since a call of theirs sent
+// to it while frozen would be written as it wakes too. The fault's own
+// client makes the changes through the others: once one of them leads it
+// Adds the keys the frozen leader holds absent, Forgets those it holds
+// pending and leases some, so that every call sent in the window has an
+// answer its memory gets wrong.
+func stopLeader(idle bool) func(ctx context.Context, r *run, s step) (string, error) {
+	return func(ctx context.Context, r *run, s step) (string, error) {
+		i, err := r.target(ctx, roleLeader, s.pick)
+		if err != nil {
+			return "", err
+		}
+		p := r.c.procs[i]
+		adds, forgets := linKeys, []string{
+			linKeys[s.bits%uint64(len(linKeys))],
+			linKeys[(s.bits+5)%uint64(len(linKeys))],
+		}
+		if idle {
+			r.c.quiet.Lock()
+			defer r.c.quiet.Unlock()
+			sleepCtx(ctx, 2500*time.Millisecond)
+			adds, forgets = r.c.localStates(ctx, i, linQueue, linKeys)
+		}
+		if err := p.signal(syscall.SIGSTOP, 0); err != nil {
+			return "", err
+		}
+		stopped := r.h.Now()
+		if idle {
+			if err := r.changeThroughOthers(ctx, s, i, forgets, adds); err != nil {
+				_ = p.signal(syscall.SIGCONT, 0)
+				return "", err
+			}
+		} else {
+			sleepCtx(ctx, 2500*time.Millisecond+s.hold)
+		}
+		var (
+			wg sync.WaitGroup
+			n  int
+		)
+		call := func(f func(cl *client)) {
+			cl := r.c.client(windowClients+s.n*256+n, r.h, []int{i}, r.cfg.seed)
+			cl.quiet = nil
+			n++
+			wg.Go(func() { f(cl) })
+		}
+		for _, k := range adds {
+			call(func(cl *client) { cl.add(ctx, linQueue, k, 0) })
+		}
+		for _, k := range forgets {
+			call(func(cl *client) { cl.forget(ctx, linQueue, k) })
+		}
+		for _, g := range grantedSince(r.h, stopped, p.name, linQueue, 4) {
+			call(func(cl *client) { cl.extend(ctx, linQueue, g) })
+		}
+		// The calls are on their way to the frozen member before it
+		// thaws; the pause only makes that likelier, nothing waits on it.
+		sleepCtx(ctx, 50*time.Millisecond)
+		err = p.signal(syscall.SIGCONT, 0)
+		wg.Wait()
+		what := "SIGSTOP " + p.name
+		if idle {
+			what = "with nothing in flight, SIGSTOP " + p.name + ", keys changed through the others"
+		}
+		return fmt.Sprintf("%s, %d calls sent to it, then SIGCONT", what, n), err
 	}
-	p := r.c.procs[i]
-	if err := p.signal(syscall.SIGSTOP, 0); err != nil {
-		return "", err
+}
+
+// changeThroughOthers makes, through the members other than the frozen
+// one, the changes stopLeader's idle variant needs: once one of them
+// leads, Adds of absent (keys the frozen member holds absent), Forgets of
+// pending (those it holds pending) and a Lease of up to four keys. Every
+// call is recorded; each key is tried until an answer or a refusal that
+// says nothing changed.
+func (r *run) changeThroughOthers(ctx context.Context, s step, frozen int, absent, pending []string) error {
+	cl := r.c.client(windowClients+s.n*256+255, r.h, othersThan(frozen), r.cfg.seed)
+	cl.quiet = nil
+	deadline := time.Now().Add(20 * time.Second)
+	until := func(f func() Op) error {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			switch f().Outcome {
+			case OK:
+				return nil
+			case "":
+				continue // not sent: the member is down
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return fmt.Errorf("no member but the frozen %s answered within 20 s", r.c.procs[frozen].name)
 	}
-	sleepCtx(ctx, 2500*time.Millisecond+s.hold)
-	return "SIGSTOP " + p.name + " then SIGCONT", p.signal(syscall.SIGCONT, 0)
+	for _, k := range absent {
+		if err := until(func() Op { return cl.add(ctx, linQueue, k, 0) }); err != nil {
+			return err
+		}
+	}
+	for _, k := range pending {
+		if err := until(func() Op { return cl.forget(ctx, linQueue, k) }); err != nil {
+			return err
+		}
+	}
+	return until(func() Op { return cl.lease(ctx, linQueue, 4, 0, 2*time.Second) })
+}
+
+// othersThan returns the members other than i.
+func othersThan(i int) []int {
+	var out []int
+	for j := range 3 {
+		if j != i {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// localStates reads keys of queue from member i's own state (serializable
+// Inspects, not recorded: the model knows only linearizable reads) and
+// returns those it holds pending and those it holds absent. A key it
+// could not read is in neither.
+func (c *cluster) localStates(ctx context.Context, i int, queue string, keys []string) (pending, absent []string) {
+	for _, k := range keys {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := c.qcs[i].Inspect(cctx, &queuev1.InspectRequest{Queue: queue, Key: k, Serializable: true})
+		cancel()
+		switch {
+		case err != nil:
+		case resp.GetItem().GetState() == queuev1.ItemState_ITEM_STATE_PENDING:
+			pending = append(pending, k)
+		case resp.GetItem().GetState() == queuev1.ItemState_ITEM_STATE_ABSENT:
+			absent = append(absent, k)
+		}
+	}
+	return pending, absent
+}
+
+// grantedSince returns up to max leases of queue that members other than
+// member granted (answered) since the history's time since.
+func grantedSince(h *History, since int64, member, queue string, max int) []Grant {
+	var out []Grant
+	for _, op := range h.Ops() {
+		if op.Call < since || op.Member == member || op.Queue != queue || op.Outcome != OK || (op.Kind != KindLease && op.Kind != KindWorkLease) {
+			continue
+		}
+		for _, g := range op.Grants {
+			if len(out) == max {
+				return out
+			}
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 func (r *run) partition(ctx context.Context, s step, cut func() error, what string) (string, error) {

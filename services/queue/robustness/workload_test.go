@@ -58,10 +58,11 @@ type client struct {
 	rng     *rand.Rand
 	held    []Grant // lin leases it holds
 	timeout time.Duration
+	quiet   *sync.RWMutex // the cluster's; nil for a fault's own client, which runs while the fault holds it
 }
 
 func (c *cluster) client(id int, h *History, members []int, seed uint64) *client {
-	cl := &client{id: id, h: h, rng: rand.New(rand.NewPCG(seed, uint64(id))), timeout: time.Second}
+	cl := &client{id: id, h: h, rng: rand.New(rand.NewPCG(seed, uint64(id))), timeout: time.Second, quiet: &c.quiet}
 	for _, m := range members {
 		cl.names = append(cl.names, c.procs[m].name)
 		cl.qcs = append(cl.qcs, c.qcs[m])
@@ -89,11 +90,17 @@ func (cl *client) do(ctx context.Context, op Op, extra time.Duration, f func(ctx
 	op.Client = cl.id
 	op.Member = cl.names[cl.cur]
 	qc := cl.qcs[cl.cur]
+	if cl.quiet != nil {
+		cl.quiet.RLock()
+	}
 	cctx, cancel := context.WithTimeout(ctx, cl.timeout+extra)
 	op.Call = cl.h.Now()
 	err := f(cctx, qc, &op)
 	op.Return = cl.h.Now()
 	cancel()
+	if cl.quiet != nil {
+		cl.quiet.RUnlock()
+	}
 	op.Outcome, op.Err = Classify(err)
 	if ctx.Err() != nil && err != nil && op.Outcome != Refused {
 		op.Outcome = Ambiguous // the run's end cut it short
@@ -188,9 +195,11 @@ func (cl *client) ackAll(ctx context.Context, queue string, gs []Grant) error {
 	qc := cl.qcs[cl.cur]
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	cl.quiet.RLock()
 	call := cl.h.Now()
 	r, err := qc.Ack(cctx, &queuev1.AckRequest{Queue: queue, Acks: acks})
 	ret := cl.h.Now()
+	cl.quiet.RUnlock()
 	outcome, desc := Classify(err)
 	for i, g := range gs {
 		op := Op{Client: cl.id, Member: cl.names[cl.cur], Kind: KindAck, Queue: queue, Key: g.Key, Token: g.Token, AckKind: AckSuccess, Call: call, Return: ret, Outcome: outcome, Err: desc}
@@ -366,6 +375,16 @@ func (cl *client) stream(ctx context.Context) {
 	// going to the oldest unanswered ack of its key, so that a queue that
 	// broke it is reported by the checker, not misread here.
 	pending := map[string][]*Op{}
+	// Each ack sent holds the cluster's quiet shared until its answer (or
+	// the stream's end); a re-Add, which takes it too, is made only while
+	// none is held, since a shared lock taken twice can deadlock against
+	// a fault waiting for it.
+	held := 0
+	defer func() {
+		for ; held > 0; held-- {
+			cl.quiet.RUnlock()
+		}
+	}()
 	for {
 		r := <-msgs
 		if r.err != nil {
@@ -387,7 +406,7 @@ func (cl *client) stream(ctx context.Context) {
 			g := Grant{Key: m.Lease.GetKey(), Token: m.Lease.GetToken()}
 			cl.h.Record(Op{Client: cl.id, Member: member, Kind: KindWorkLease, Queue: workQueue, Call: freed, Return: cl.h.Now(), Outcome: OK, Grants: []Grant{g}})
 			time.Sleep(time.Duration(cl.rng.IntN(20)) * time.Millisecond)
-			if cl.rng.IntN(6) == 0 {
+			if cl.rng.IntN(6) == 0 && held == 0 {
 				cl.add(ctx, workQueue, g.Key, 0) // announced while leased: dirty
 			}
 			kind := AckSuccess
@@ -401,6 +420,8 @@ func (cl *client) stream(ctx context.Context) {
 			op.Call = cl.h.Now()
 			freed = op.Call
 			pending[g.Key] = append(pending[g.Key], op)
+			cl.quiet.RLock()
+			held++
 			// A failed Send is the stream's end, which Recv reports.
 			_ = s.Send(&queuev1.WorkRequest{Request: &queuev1.WorkRequest_Ack{Ack: ackOf(g.Key, g.Token, kind, time.Duration(1+cl.rng.IntN(100))*time.Millisecond)}})
 		case *queuev1.WorkResponse_AckResult:
@@ -411,6 +432,10 @@ func (cl *client) stream(ctx context.Context) {
 			}
 			op := pending[k][0]
 			pending[k] = pending[k][1:]
+			if held > 0 {
+				held--
+				cl.quiet.RUnlock()
+			}
 			op.Return, op.Outcome, op.Status = cl.h.Now(), OK, ackStatus(m.AckResult.GetStatus())
 			cl.h.Record(*op)
 		}

@@ -47,12 +47,15 @@ func (b *Broker) AckNoWait(queue string, holder *string, acks []AckItem) (ok []b
 // ack is Ack and AckNoWait: lazy puts the records in line with
 // AppendLazy, and durable then first makes them urgent.
 func (b *Broker) ack(queue string, holder *string, acks []AckItem, lazy bool) (ok []bool, durable func(context.Context) error, err error) {
+	gen := b.gen.Load()
 	qs, err := b.lockExisting(queue)
 	if err != nil {
 		return nil, nil, err
 	}
 	if qs == nil {
-		return make([]bool, len(acks)), noWait, nil // no queue holds these leases
+		// No queue holds these leases, in this member's memory: an answer
+		// to be confirmed like any that wrote nothing (commit.go).
+		return make([]bool, len(acks)), confirmation{b, gen}.Wait, nil
 	}
 	qs.use()
 	before, existed := qs.begin()
@@ -71,6 +74,7 @@ func (b *Broker) ack(queue string, holder *string, acks []AckItem, lazy bool) (o
 		obs = b.observers(qs)
 	}
 	appendTo := b.j.Append
+	lazy = lazy && len(qs.buf) > 0 // nothing written, nothing to make urgent
 	if lazy {
 		appendTo = b.j.AppendLazy
 	}
@@ -104,9 +108,13 @@ func (b *Broker) ack(queue string, holder *string, acks []AckItem, lazy bool) (o
 // are no longer live, or bound to another holder, are left alone. It
 // returns how many it released, once their records are durable.
 func (b *Broker) Release(ctx context.Context, queue string, holder *string, leases []AckItem) (int, error) {
+	gen := b.gen.Load()
 	qs, err := b.lockExisting(queue)
-	if qs == nil || err != nil {
+	if err != nil {
 		return 0, err
+	}
+	if qs == nil {
+		return 0, confirmation{b, gen}.Wait(ctx)
 	}
 	qs.use()
 	before, existed := qs.begin()
@@ -129,9 +137,13 @@ func (b *Broker) Release(ctx context.Context, queue string, holder *string, leas
 
 // Forget removes keys and returns how many were present.
 func (b *Broker) Forget(ctx context.Context, queue string, keys []string) (int, error) {
+	gen := b.gen.Load()
 	qs, err := b.lockExisting(queue)
-	if qs == nil || err != nil {
+	if err != nil {
 		return 0, err
+	}
+	if qs == nil {
+		return 0, confirmation{b, gen}.Wait(ctx)
 	}
 	qs.use()
 	before, existed := qs.begin()

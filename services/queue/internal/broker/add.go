@@ -40,8 +40,14 @@ func (b *Broker) Add(ctx context.Context, queue string, keys []string, o AddOpti
 	now := time.Now().UnixNano()
 	if !qs.exists {
 		if !b.reserveQueue() {
+			gen := b.gen.Load()
 			b.abort(qs, before)
 			b.dropIfUnused(queue, qs)
+			// A refusal from memory, confirmed as any answer that wrote
+			// nothing (commit.go).
+			if err := (confirmation{b, gen}).Wait(ctx); err != nil {
+				return 0, 0, err
+			}
 			return 0, 0, fmt.Errorf("%w: %d queues exist, the most allowed", ErrTooManyQueues, b.cfg.MaxQueues)
 		}
 		qs.exists = true

@@ -97,7 +97,13 @@ func (b *Broker) commit(qs *queueState, pendingBefore int, existed bool) (waiter
 }
 
 // commitTo is commit through appendTo, the journal's Append or AppendLazy.
+// An operation that wrote nothing (an Add that collapsed, a Forget of
+// nothing, an Ack refused) is answered from memory alone: its batch is a
+// confirmation (below), not the latest proposal, whose commit may be
+// older than the operation.
 func (b *Broker) commitTo(qs *queueState, pendingBefore int, existed bool, appendTo func([]byte) (waiter, error)) (waiter, error) {
+	wrote := len(qs.buf) > 0
+	gen := b.gen.Load() // under the locks: the operation's leadership
 	batch, err := appendTo(qs.buf)
 	qs.buf = qs.buf[:0]
 	if err != nil {
@@ -107,8 +113,27 @@ func (b *Broker) commitTo(qs *queueState, pendingBefore int, existed bool, appen
 		qs.q.Commit()
 	}
 	b.unlock(qs, pendingBefore)
+	if err == nil && !wrote {
+		batch = confirmation{b, gen}
+	}
 	return batch, err
 }
 
-// noWait is the durable of an operation that changed nothing.
-func noWait(context.Context) error { return nil }
+// A confirmation is what an answer given from memory alone waits for.
+// An operation that writes an entry learns from the entry's commit that
+// this member still led when it ran: a majority took the entry in its
+// term, so no later leader lacks the state the operation read. One that
+// writes nothing has no such proof, and a leader frozen (or cut off) while
+// the others elected another and changed the queue still believes it
+// leads for a moment after it resumes: its memory would answer an Add of
+// a key the new leader has forgotten "collapsed", which acknowledges an
+// Add that never happened. So the answer waits, as a read's does
+// (settled), for a majority to confirm that this member leads, in the
+// leadership gen the operation ran in, and for everything it saw to be
+// committed. On a single member it is the latest group commit alone.
+type confirmation struct {
+	b   *Broker
+	gen uint64
+}
+
+func (c confirmation) Wait(ctx context.Context) error { return c.b.settled(ctx, c.gen, true) }

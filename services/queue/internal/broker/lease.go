@@ -11,7 +11,6 @@ import (
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 	"math"
-	"slices"
 	"time"
 )
 
@@ -190,17 +189,22 @@ func (b *Broker) Extend(ctx context.Context, queue string, holder *string, refs 
 	out := make([]int64, len(refs))
 	gen := b.gen.Load()
 	qs, err := b.lockExisting(queue)
-	if qs == nil || err != nil {
-		return out, err
+	if err != nil {
+		return nil, err
 	}
-	qs.use()
-	before := qs.q.PendingCount()
-	now := time.Now().UnixNano()
-	for i, r := range refs {
-		out[i], _ = qs.q.Extend(r.Key, r.Token, holder, d, now)
+	if qs != nil {
+		qs.use()
+		before := qs.q.PendingCount()
+		now := time.Now().UnixNano()
+		for i, r := range refs {
+			out[i], _ = qs.q.Extend(r.Key, r.Token, holder, d, now)
+		}
+		b.unlock(qs, before)
 	}
-	b.unlock(qs, before)
-	if b.j.SettlesLeases() && slices.ContainsFunc(out, func(e int64) bool { return e != 0 }) {
+	// Answered from memory, LEASE_LOST as much as a new expiry: a leader
+	// deposed without knowing it would refuse a lease the new leader
+	// granted, so both wait for the confirmation a grant waits for.
+	if b.j.SettlesLeases() {
 		if err := b.settled(ctx, gen, true); err != nil {
 			return nil, err
 		}

@@ -8,9 +8,11 @@ package server
 //     of acks as one broker Ack (one lock, one record frame, one share of
 //     a group commit), so a busy stream batches itself the way the worker
 //     SDK's ack loop batches unary Acks. An ack of success is answered as
-//     soon as it is applied; the others once their records are durable
+//     soon as it is applied; the others, and any ack refused (LEASE_LOST),
+//     once their records are durable or the refusal is confirmed
 //     (docs/design.md allows the first alone: losing it only offers the
-//     key once more). A lease's slot is freed once its ack is answered,
+//     key once more; a refusal from the memory of a leader deposed without
+//     knowing it would make the worker drop a lease the new leader holds). A lease's slot is freed once its ack is answered,
 //     not when it is applied, so the next lease never overtakes the
 //     answer that made room for it. Extends are applied in runs as one
 //     broker Extend;
@@ -328,8 +330,8 @@ func (w *workStream) acks(ctx context.Context, run []*queuev1.WorkRequest) error
 	return bad
 }
 
-// applyAcks applies items and answers them, the successes at once and
-// the others once durable, freeing the slot of each lease the stream was
+// applyAcks applies items and answers them, the accepted successes at
+// once and the others once durable (or, refused, confirmed), freeing the slot of each lease the stream was
 // pushed once its answer is sent: a lease is held until its ack is
 // answered (docs/design.md), so with max_in_flight 1 the answer comes
 // before the next lease. A failure once they are applied ends the stream
@@ -341,13 +343,17 @@ func (w *workStream) applyAcks(ctx context.Context, items []broker.AckItem) erro
 		return ToStatus(err)
 	}
 	now := make([]broker.AckItem, 0, len(items))
-	var later []broker.AckItem
+	var (
+		later   []broker.AckItem
+		okLater []bool
+	)
 	for i, it := range items {
-		if ok[i] && it.Outcome != (workqueue.Outcome{}) {
+		if !ok[i] || it.Outcome != (workqueue.Outcome{}) {
 			later = append(later, it)
+			okLater = append(okLater, ok[i])
 			continue
 		}
-		if err := w.sendAck(it.Key, ok[i]); err != nil {
+		if err := w.sendAck(it.Key, true); err != nil {
 			w.forget(items)
 			return err
 		}
@@ -360,8 +366,8 @@ func (w *workStream) applyAcks(ctx context.Context, items []broker.AckItem) erro
 			w.forget(later)
 			return ToStatus(err)
 		}
-		for _, it := range later {
-			if err := w.sendAck(it.Key, true); err != nil {
+		for i, it := range later {
+			if err := w.sendAck(it.Key, okLater[i]); err != nil {
 				w.forget(later)
 				return err
 			}
