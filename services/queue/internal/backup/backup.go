@@ -6,6 +6,9 @@
 // # Format
 //
 //	header   "BTNBAK" and the version as two digits (format.Backup)
+//	fence    from version 2: the token epoch and the highest fencing
+//	         token the queue could have issued when the backup was taken
+//	         (Fence), each uint64 big-endian
 //	frames   each: length uint32 big-endian, CRC-32C (Castagnoli) of the
 //	         payload uint32 big-endian, payload: records (package record)
 //	         back to back, Queue records before the Put records of their
@@ -14,12 +17,20 @@
 //	         the CRC-32C of every byte before the footer as uint32
 //	         big-endian
 //
-// A file is read whole before anything is made of it: a header of a
-// version this build does not read is format's ErrNewer or ErrOlder, and a
-// file cut short (no footer), a frame whose checksum fails, a record that
-// does not decode, a count or a whole-file checksum that differs is
-// ErrDamaged, naming the file and the offset. Nothing of a damaged file is
-// restored.
+// A frame holds at most MaxFrame bytes, so the footer's magic, read where
+// a frame's header would be, is a length no frame has: a reader tells the
+// two apart without knowing the file's size, and reads a file from a pipe
+// in one pass with a frame's worth of memory (Stream). The header comes
+// first and is checked before anything else is read: a file that is not a
+// backup (/dev/zero, a log segment) is refused at its first bytes.
+//
+// A header of a version this build does not read is format's ErrNewer or
+// ErrOlder, and a file cut short (no footer), a frame whose checksum
+// fails, a record that does not decode, a count or a whole-file checksum
+// that differs is ErrDamaged, naming the file and the offset. Nothing of a
+// damaged file is restored: Read checks the whole file before it hands on
+// a record, and a restore that streams stages what it reads until the
+// footer has checked out.
 package backup
 
 import (
@@ -39,9 +50,31 @@ const (
 	footerMagic = "BTNBAKEN"
 	frameHeader = 8
 	footerLen   = len(footerMagic) + 8 + 4
-	// maxFrame is how many bytes of records a frame holds at most.
+	fenceLen    = 16
+	// maxFrame is how many bytes of records the Writer puts in a frame
+	// before it starts the next: a frame ends with the record that
+	// reaches it.
 	maxFrame = 1 << 20
+	// MaxFrame is how many bytes a frame may hold: maxFrame and the
+	// largest record past it, with room. Far below the footer's magic
+	// read as a length (0x42544e42).
+	MaxFrame = 4 << 20
+	// MaxFileBytes bounds a backup file a reader takes: some tens of
+	// millions of keys, far past what one queue holds in memory.
+	MaxFileBytes = 16 << 30
 )
+
+// Fence is what the queue a backup was taken from could have issued by
+// then: its token epoch (a replicated leader's term, a single member's
+// run epoch; the top bits of every token) and the highest token it had
+// handed out. Every token of that queue up to the backup is at most
+// Token, and has an epoch of at most Epoch; a queue restored from the
+// backup hands out tokens of a higher epoch only, so that an Ack of a
+// lease from before the backup is refused.
+type Fence struct {
+	Epoch uint64
+	Token uint64
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -56,13 +89,18 @@ type Writer struct {
 	buf          []byte // the frame being filled
 	count        uint64
 	queues, keys int
+	fence        Fence
 	err          error
 }
 
-// NewWriter starts a backup file on w with its header.
-func NewWriter(w io.Writer) *Writer {
-	bw := &Writer{w: w}
+// NewWriter starts a backup file on w with its header and fence.
+func NewWriter(w io.Writer, f Fence) *Writer {
+	bw := &Writer{w: w, fence: f}
 	bw.write(format.Header(kind, format.Backup.Current))
+	var fb [fenceLen]byte
+	binary.BigEndian.PutUint64(fb[0:], f.Epoch)
+	binary.BigEndian.PutUint64(fb[8:], f.Token)
+	bw.write(fb[:])
 	return bw
 }
 
@@ -114,7 +152,7 @@ func (bw *Writer) AddEncoded(recs []byte) error {
 
 // Info is what the file written holds, once Close has returned nil.
 func (bw *Writer) Info() Info {
-	return Info{Version: format.Backup.Current, Records: bw.count, Queues: bw.queues, Keys: bw.keys, Checksum: bw.crc}
+	return Info{Version: format.Backup.Current, Records: bw.count, Queues: bw.queues, Keys: bw.keys, Checksum: bw.crc, Fence: bw.fence, Fenced: true}
 }
 
 func (bw *Writer) flush() {
@@ -149,60 +187,144 @@ type Info struct {
 	Records uint64
 	Queues  int
 	Keys    int
-	// Checksum is the CRC-32C of the file before its footer: what names
-	// this backup (a restore derives the new queue's cluster id from it).
+	// Checksum is the CRC-32C of the file before its footer.
 	Checksum uint32
+	// Fence is the file's; Fenced is false for a file of version 1,
+	// which did not record one.
+	Fence  Fence
+	Fenced bool
 }
 
 // Read checks the whole of b, a backup file called name, and returns what
 // it holds; only then is each record handed to fn, in file order (fn may be
 // nil): a damaged file hands on nothing.
 func Read(name string, b []byte, fn func(*record.Record) error) (Info, error) {
-	info, err := read(name, b, nil)
+	info, err := Stream(name, bytes.NewReader(b), nil)
 	if err != nil || fn == nil {
 		return info, err
 	}
-	return read(name, b, fn)
+	return Stream(name, bytes.NewReader(b), fn)
 }
 
-// read is one pass of Read.
-func read(name string, b []byte, fn func(*record.Record) error) (Info, error) {
-	damaged := func(off int, why string, args ...any) error {
-		return fmt.Errorf("%w: %s at offset %d: %s", ErrDamaged, name, off, fmt.Sprintf(why, args...))
+// Stream reads a backup file called name from r in one pass, with a
+// frame's worth of memory: the header first (refused before anything
+// else is read), then each frame, handing its records to fn (which may be
+// nil) as they come, and the footer, checked against everything before
+// it. Unlike Read, records reach fn before the whole file has checked
+// out: a caller that must make nothing of a damaged file stages what fn
+// is given until Stream returns nil. At most MaxFileBytes are read.
+func Stream(name string, r io.Reader, fn func(*record.Record) error) (Info, error) {
+	return newStreamReader(name, r, MaxFileBytes).read(fn)
+}
+
+func newStreamReader(name string, r io.Reader, max int64) *streamReader {
+	return &streamReader{name: name, r: io.LimitReader(r, max+1), max: max}
+}
+
+// streamReader is one Stream: where it is in the file and the checksum
+// of what it has read before the footer.
+type streamReader struct {
+	name string
+	r    io.Reader
+	max  int64 // MaxFileBytes, but in tests
+	off  int64
+	crc  uint32
+}
+
+func (sr *streamReader) damaged(off int64, why string, args ...any) error {
+	return fmt.Errorf("%w: %s at offset %d: %s", ErrDamaged, sr.name, off, fmt.Sprintf(why, args...))
+}
+
+// full reads len(b) bytes into b, counting them into the checksum if sum:
+// a file that ends first is cut short.
+func (sr *streamReader) full(b []byte, sum bool, what string) error {
+	n, err := io.ReadFull(sr.r, b)
+	if sum {
+		sr.crc = crc32.Update(sr.crc, castagnoli, b[:n])
 	}
-	v, err := format.ParseHeader(b, kind, format.Backup)
+	sr.off += int64(n)
 	switch {
-	case errors.Is(err, format.ErrNotHeader):
-		return Info{}, damaged(0, "not a backup file (no %q header)", kind)
-	case err != nil:
-		return Info{}, fmt.Errorf("backup: %s: %w", name, err)
-	}
-	if len(b) < format.HeaderLen+footerLen || !bytes.Equal(b[len(b)-footerLen:len(b)-footerLen+len(footerMagic)], []byte(footerMagic)) {
-		return Info{}, damaged(len(b), "cut short: the file does not end with its footer")
-	}
-	body, foot := b[:len(b)-footerLen], b[len(b)-footerLen+len(footerMagic):]
-	info := Info{Version: v, Records: binary.BigEndian.Uint64(foot), Checksum: binary.BigEndian.Uint32(foot[8:])}
-	if got := crc32.Checksum(body, castagnoli); got != info.Checksum {
-		return Info{}, damaged(len(body), "the file's checksum %08x is not the footer's %08x", got, info.Checksum)
-	}
-	var count uint64
-	for off := format.HeaderLen; off < len(body); {
-		if len(body)-off < frameHeader {
-			return Info{}, damaged(off, "a frame header cut short")
+	case err == nil:
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		if sr.off > sr.max {
+			return sr.tooLarge()
 		}
-		n := int(binary.BigEndian.Uint32(body[off:]))
-		sum := binary.BigEndian.Uint32(body[off+4:])
-		if n > len(body)-off-frameHeader {
-			return Info{}, damaged(off, "a frame of %d bytes runs past the end", n)
+		return sr.damaged(sr.off, "cut short: the file ends inside %s, before its footer", what)
+	default:
+		return fmt.Errorf("backup: read %s: %w", sr.name, err)
+	}
+	if sr.off > sr.max {
+		return sr.tooLarge()
+	}
+	return nil
+}
+
+// ErrTooLarge is returned for a file of more than MaxFileBytes.
+var ErrTooLarge = errors.New("backup: too large")
+
+func (sr *streamReader) tooLarge() error {
+	return fmt.Errorf("%w: %s holds over the %d bytes a backup may be", ErrTooLarge, sr.name, sr.max)
+}
+
+func (sr *streamReader) read(fn func(*record.Record) error) (Info, error) {
+	var h [format.HeaderLen]byte
+	n, err := io.ReadFull(sr.r, h[:])
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return Info{}, fmt.Errorf("backup: read %s: %w", sr.name, err)
+	}
+	sr.off, sr.crc = int64(n), crc32.Update(0, castagnoli, h[:n])
+	v, err := header(sr.name, h[:n])
+	if err != nil {
+		return Info{}, err
+	}
+	info := Info{Version: v}
+	if v >= 2 {
+		var fb [fenceLen]byte
+		if err := sr.full(fb[:], true, "its fence"); err != nil {
+			return Info{}, err
 		}
-		payload := body[off+frameHeader : off+frameHeader+n]
-		if crc32.Checksum(payload, castagnoli) != sum {
-			return Info{}, damaged(off, "a frame's checksum fails")
+		info.Fence = Fence{Epoch: binary.BigEndian.Uint64(fb[0:]), Token: binary.BigEndian.Uint64(fb[8:])}
+		info.Fenced = true
+	}
+	var (
+		count   uint64
+		payload []byte
+		fh      [frameHeader]byte
+	)
+	for {
+		at := sr.off
+		before := sr.crc // the footer's magic is not covered by the checksum
+		if err := sr.full(fh[:], true, "a frame header"); err != nil {
+			return Info{}, err
+		}
+		if string(fh[:]) == footerMagic {
+			sr.crc = before
+			return sr.footer(info, count, at)
+		}
+		n := binary.BigEndian.Uint32(fh[0:])
+		switch {
+		case n > MaxFrame:
+			return Info{}, sr.damaged(at, "a frame of %d bytes, over the %d a frame holds", n, MaxFrame)
+		case n == 0:
+			// Never written, and what a run of zeros after a header reads
+			// as: without this, /dev/zero behind a header would be read
+			// to the end of MaxFileBytes.
+			return Info{}, sr.damaged(at, "an empty frame")
+		}
+		if cap(payload) < int(n) {
+			payload = make([]byte, n)
+		}
+		payload = payload[:n]
+		if err := sr.full(payload, true, "a frame"); err != nil {
+			return Info{}, err
+		}
+		if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(fh[4:]) {
+			return Info{}, sr.damaged(at, "a frame's checksum fails")
 		}
 		for p := 0; p < len(payload); {
 			r, k, err := record.Decode(payload[p:])
 			if err != nil {
-				return Info{}, damaged(off+frameHeader+p, "a record does not decode: %v", err)
+				return Info{}, sr.damaged(at+frameHeader+int64(p), "a record does not decode: %v", err)
 			}
 			p += k
 			count++
@@ -217,10 +339,45 @@ func read(name string, b []byte, fn func(*record.Record) error) (Info, error) {
 				}
 			}
 		}
-		off += frameHeader + n
+	}
+}
+
+// CheckHeader checks that b, the first bytes of a file called name, begin
+// a backup this build reads, as Stream does before anything else: for a
+// caller that must refuse what is no backup before it makes anything.
+func CheckHeader(name string, b []byte) error {
+	_, err := header(name, b)
+	return err
+}
+
+func header(name string, b []byte) (format.Version, error) {
+	v, err := format.ParseHeader(b, kind, format.Backup)
+	switch {
+	case errors.Is(err, format.ErrNotHeader):
+		return 0, fmt.Errorf("%w: %s at offset 0: not a backup file (no %q header)", ErrDamaged, name, kind)
+	case err != nil:
+		return 0, fmt.Errorf("backup: %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// footer reads the rest of the footer that begins at at, checks it
+// against what was read, and that nothing follows it.
+func (sr *streamReader) footer(info Info, count uint64, at int64) (Info, error) {
+	var f [footerLen - len(footerMagic)]byte
+	if err := sr.full(f[:], false, "its footer"); err != nil {
+		return Info{}, err
+	}
+	info.Records, info.Checksum = binary.BigEndian.Uint64(f[0:]), binary.BigEndian.Uint32(f[8:])
+	if sr.crc != info.Checksum {
+		return Info{}, sr.damaged(at, "the file's checksum %08x is not the footer's %08x", sr.crc, info.Checksum)
 	}
 	if count != info.Records {
-		return Info{}, damaged(len(body), "%d records, the footer says %d", count, info.Records)
+		return Info{}, sr.damaged(at, "%d records, the footer says %d", count, info.Records)
+	}
+	var one [1]byte
+	if n, _ := io.ReadFull(sr.r, one[:]); n != 0 {
+		return Info{}, sr.damaged(sr.off, "bytes after the footer")
 	}
 	return info, nil
 }

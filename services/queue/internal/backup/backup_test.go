@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,7 +40,7 @@ func sample(n int) []record.Record {
 func write(t *testing.T, recs []record.Record) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	w := NewWriter(&buf, testFence)
 	for i := range recs {
 		if err := w.Add(&recs[i]); err != nil {
 			t.Fatal(err)
@@ -50,6 +51,9 @@ func write(t *testing.T, recs []record.Record) []byte {
 	}
 	return buf.Bytes()
 }
+
+// testFence is the fence of the files write writes.
+var testFence = Fence{Epoch: 7, Token: 7<<44 | 12345}
 
 func readAll(t *testing.T, name string, b []byte) ([]record.Record, Info, error) {
 	t.Helper()
@@ -68,7 +72,7 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d keys: %v", n, err)
 		}
-		if !slices.Equal(got, recs) || info.Records != uint64(len(recs)) || info.Queues != 2 || info.Keys != n || info.Version != format.Backup.Current {
+		if !slices.Equal(got, recs) || info.Records != uint64(len(recs)) || info.Queues != 2 || info.Keys != n || info.Version != format.Backup.Current || !info.Fenced || info.Fence != testFence {
 			t.Fatalf("%d keys: read %d records, info %+v", n, len(got), info)
 		}
 	}
@@ -139,9 +143,12 @@ func TestFixtures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _, err := readAll(t, f, b)
+		got, info, err := readAll(t, f, b)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
+		}
+		if fenced := info.Version >= 2; info.Fenced != fenced || fenced && info.Fence != testFence {
+			t.Errorf("%s (version %d): fence %+v, fenced %v", f, info.Version, info.Fence, info.Fenced)
 		}
 		want, err := os.ReadFile(strings.TrimSuffix(f, ".bak") + ".golden")
 		if err != nil {
@@ -159,4 +166,75 @@ func golden(recs []record.Record) string {
 		fmt.Fprintf(&b, "%+v\n", r)
 	}
 	return b.String()
+}
+
+// zeros is an endless reader of one byte value, counting what it gave.
+type endless struct {
+	b    byte
+	read int64
+}
+
+func (e *endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = e.b
+	}
+	e.read += int64(len(p))
+	return len(p), nil
+}
+
+// TestStreamRefusesWhatIsNoBackupAtOnce: /dev/zero, or a backup's header
+// followed by endless zeros or ones, is refused within its first frame,
+// with no more read than a frame's header past the header: a stream never
+// reads the whole input before it looks at it.
+func TestStreamRefusesWhatIsNoBackupAtOnce(t *testing.T) {
+	header := func() []byte {
+		var buf bytes.Buffer
+		w := NewWriter(&buf, testFence)
+		_ = w
+		return buf.Bytes()
+	}()
+	for _, c := range []struct {
+		name   string
+		prefix []byte
+		b      byte
+	}{
+		{"/dev/zero", nil, 0},
+		{"a header, then zeros", header, 0},
+		{"a header, then ones", header, 0xff},
+		{"a header, then frame-sized junk", header, 0x01},
+	} {
+		e := &endless{b: c.b}
+		var r io.Reader = e
+		if c.prefix != nil {
+			r = io.MultiReader(bytes.NewReader(c.prefix), e)
+		}
+		_, err := Stream(c.name, r, nil)
+		if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%s: %v, want ErrDamaged naming it", c.name, err)
+		}
+		if e.read > MaxFrame+frameHeader {
+			t.Errorf("%s: read %d bytes of the endless input before refusing it", c.name, e.read)
+		}
+	}
+}
+
+// TestStreamMaxFileBytes: a file longer than the limit is refused as too
+// large, not read on.
+func TestStreamMaxFileBytes(t *testing.T) {
+	b := write(t, sample(2000))
+	if _, err := newStreamReader("big.bak", bytes.NewReader(b), int64(len(b))).read(nil); err != nil {
+		t.Fatalf("a file of exactly the limit: %v", err)
+	}
+	_, err := newStreamReader("big.bak", bytes.NewReader(b), int64(len(b)-1)).read(nil)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "big.bak") {
+		t.Fatalf("a file one byte over the limit: %v, want ErrTooLarge naming it", err)
+	}
+}
+
+// TestStreamRefusesBytesAfterTheFooter: a footer is the file's end.
+func TestStreamRefusesBytesAfterTheFooter(t *testing.T) {
+	b := append(write(t, sample(3)), 'x')
+	if _, err := Stream("f", bytes.NewReader(b), nil); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("a byte after the footer: %v, want ErrDamaged", err)
+	}
 }

@@ -26,7 +26,9 @@ import (
 // is committed and, on a replicated member, once a majority has confirmed
 // that this member still leads, in the same leadership: the backup holds
 // states the queues were in, never one they may lose. Leased keys are in
-// it as the log keeps them, pending (a lease is not kept).
+// it as the log keeps them, pending (a lease is not kept). The file's
+// fence says what tokens the queue had issued, so that a queue restored
+// from it issues none of them again.
 func (b *Broker) Backup(ctx context.Context, w io.Writer) (backup.Info, error) {
 	gen := b.gen.Load()
 	b.mu.RLock()
@@ -61,7 +63,10 @@ func (b *Broker) Backup(ctx context.Context, w io.Writer) (backup.Info, error) {
 	if err := b.settled(ctx, gen, true); err != nil {
 		return backup.Info{}, fmt.Errorf("backup: %w", err)
 	}
-	bw := backup.NewWriter(w)
+	// The fence, once the leadership is confirmed: no token of this queue
+	// so far has a higher epoch (a replicated leader's is its term, the
+	// highest any leader has had) or is above the last one made.
+	bw := backup.NewWriter(w, b.tokens.fence())
 	for i := range recs {
 		if err := bw.Add(&recs[i]); err != nil {
 			return backup.Info{}, fmt.Errorf("backup: %w", err)

@@ -7,6 +7,8 @@ package broker
 
 import (
 	"errors"
+
+	"github.com/batonrun/baton/services/queue/internal/backup"
 	"sync"
 	"sync/atomic"
 )
@@ -57,3 +59,12 @@ func (t *tokens) nextEpoch() (uint64, error) {
 // errNoEpochs: this member's epochs do not move (a replicated leader's is
 // its term).
 var errNoEpochs = errors.New("broker: no fresh token epoch on a replicated member")
+
+// fence is what a backup records of the tokens made so far: the epoch and
+// the last token (backup.Fence).
+func (t *tokens) fence() backup.Fence {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.epoch.Load()
+	return backup.Fence{Epoch: e, Token: e<<seqBits | t.seq.Load()}
+}

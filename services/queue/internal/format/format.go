@@ -22,7 +22,8 @@
 //	RaftSnapshot   the data of a Raft snapshot (members, then the queue's
 //	               records): its first byte
 //	Backup         a backup file (package backup): header "BTNBAK" and two
-//	               digits
+//	               digits; version 2 adds the fence (the highest token
+//	               epoch and token) after the header
 //	IDFile         an id file of a replicated member's raft/ directory
 //	               (package idfile: member-id, cluster-id,
 //	               forced-cluster-id): version 1 the id as hex text alone,
@@ -103,7 +104,7 @@ var (
 	RaftSegment  = Format{Name: "raft log segment", Current: 1, Oldest: 1}
 	RaftEntry    = Format{Name: "raft entry", Current: 1, Oldest: 1}
 	RaftSnapshot = Format{Name: "raft snapshot", Current: 2, Oldest: 1}
-	Backup       = Format{Name: "backup", Current: 1, Oldest: 1}
+	Backup       = Format{Name: "backup", Current: 2, Oldest: 1}
 	IDFile       = Format{Name: "id file", Current: 2, Oldest: 1}
 )
 

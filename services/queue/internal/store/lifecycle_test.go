@@ -25,6 +25,30 @@ func liveFiles(t *testing.T, dir string) []string {
 	return names
 }
 
+// TestRaiseEpoch: a store raised to an epoch opens next above it, and a
+// raise below the epoch it has changes nothing.
+func TestRaiseEpoch(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := mustOpen(t, Options{Dir: dir})
+	if err := s.RaiseEpoch(1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RaiseEpoch(5); err != nil {
+		t.Fatal(err)
+	}
+	if s.Epoch() != 1000 {
+		t.Fatalf("epoch %d after raising it to 1000, then to 5", s.Epoch())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = mustOpen(t, Options{Dir: dir})
+	defer s.Close()
+	if s.Epoch() != 1001 {
+		t.Fatalf("reopened after a raise to 1000: epoch %d, want 1001", s.Epoch())
+	}
+}
+
 func TestEpochGrows(t *testing.T) {
 	dir := t.TempDir()
 	var last uint64

@@ -239,6 +239,23 @@ func (s *Store) path(name string) string { return filepath.Join(s.opts.Dir, name
 func segName(seq uint64) string  { return fmt.Sprintf("wal-%016x.log", seq) }
 func snapName(seq uint64) string { return fmt.Sprintf("snap-%016x.snap", seq) }
 
+// RaiseEpoch durably makes this run's epoch at least min, so that the
+// next run's (one more) is above min: for a store restored from a backup
+// of a queue whose tokens reached epoch min, none of which may be handed
+// out again.
+func (s *Store) RaiseEpoch(min uint64) error {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	if s.epoch >= min {
+		return nil
+	}
+	if err := s.writeEpoch(min); err != nil {
+		return err
+	}
+	s.epoch = min
+	return nil
+}
+
 func (s *Store) bumpEpoch() error {
 	var e uint64
 	b, err := s.fs.ReadFile(s.path("epoch"))
@@ -252,12 +269,20 @@ func (s *Store) bumpEpoch() error {
 		return fmt.Errorf("read epoch: %w", err)
 	}
 	e++
+	if err := s.writeEpoch(e); err != nil {
+		return err
+	}
+	s.epoch = e
+	return nil
+}
+
+// writeEpoch replaces the epoch file with e.
+func (s *Store) writeEpoch(e uint64) error {
 	buf := binary.BigEndian.AppendUint64(nil, e)
 	buf = binary.BigEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
 	if err := s.writeAtomic("epoch", buf); err != nil {
 		return fmt.Errorf("write epoch: %w", err)
 	}
-	s.epoch = e
 	return nil
 }
 
