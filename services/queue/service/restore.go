@@ -1,25 +1,26 @@
 package service
 
 import (
+	"bufio"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 
 	"github.com/batonrun/baton/services/queue/internal/backup"
+	"github.com/batonrun/baton/services/queue/internal/format"
+	"github.com/batonrun/baton/services/queue/internal/idfile"
 	"github.com/batonrun/baton/services/queue/internal/record"
 	"github.com/batonrun/baton/services/queue/internal/replica"
-	"github.com/batonrun/baton/services/queue/internal/server"
 	"github.com/batonrun/baton/services/queue/internal/store"
 )
-
-// MaxBackupBytes bounds a backup file restore reads: it is read whole into
-// memory before anything is made of it. 16 GiB is some tens of millions of
-// keys, far past what one queue holds in memory anyway.
-const MaxBackupBytes = 16 << 30
 
 // RestoreConfig is `baton-queue restore`'s.
 type RestoreConfig struct {
@@ -32,160 +33,339 @@ type RestoreConfig struct {
 	// DataDir is the new member's data directory: it must be empty or
 	// not exist.
 	DataDir string
-	// Name, InitialCluster and PeerAddr make it a member of a new
-	// replicated queue (as baton-queue's flags of the same names); empty
-	// InitialCluster makes a single member.
+	// Name and InitialCluster make it a member of a new replicated queue
+	// (as baton-queue's flags of the same names); empty InitialCluster
+	// makes a single member.
 	Name, InitialCluster string
 }
 
-// Restore seeds a new queue in cfg.DataDir from the backup cfg.From, after
-// checking the whole file (a damaged or cut one is refused by name, and
-// nothing is written). A single member's store is the backup's state as
-// one snapshot. A replicated member's Raft log is a queue of one member,
-// this one, holding the state (replica.SeedLog), under a new cluster id:
-// started, it leads alone, and the other members named in
-// --initial-cluster join it when started on empty data directories. Only
-// the member restored holds the state; run restore once.
+// restoringFile marks a data directory a restore is writing: it is made
+// before anything else and removed last, so a restore killed half way
+// leaves a directory the queue refuses to start on (checkNotRestoring),
+// rather than one it would take for an empty queue.
+const restoringFile = "restore-incomplete"
+
+// claimPrefix names the files in which a restored member keeps, for each
+// other member of its queue, the Raft id the seed gave it, until that
+// member takes it (fileClaims).
+const claimPrefix = "claim-"
+
+// Restore seeds a new queue in cfg.DataDir from the backup cfg.From. The
+// file is read in one pass, its header first: what is not a backup is
+// refused before anything is written, and a file damaged further on
+// (every frame and the whole file are checked) leaves nothing behind,
+// since what was written is removed. A single member's store is the
+// backup's state as one snapshot, written as the file is read. A
+// replicated member's Raft log is a member of the whole restored queue:
+// every member of --initial-cluster a voter under a fresh random id, the
+// queue under a fresh random cluster id (replica.SeedLog), so that it
+// leads only once a majority of them has joined it, and no member of
+// another queue (the one the backup came from, another restore) ever
+// counts towards that majority. The others start on empty data
+// directories and take the ids the seed gave them (fileClaims).
+//
+// Either way the restored queue hands out only tokens of an epoch above
+// the backup's fence: an Ack of a lease from before the backup is refused.
 func Restore(cfg RestoreConfig, out io.Writer, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b, err := readBackup(cfg.From, cfg.In)
+	var (
+		peers []replicaPeer
+		err   error
+	)
+	if cfg.InitialCluster != "" {
+		if peers, err = restorePeers(cfg); err != nil {
+			return err
+		}
+	}
+	in, name, closeIn, err := openBackup(cfg.From, cfg.In)
 	if err != nil {
 		return err
 	}
-	if cfg.From == "-" {
-		cfg.From = "the standard input" // its name in what follows
+	defer closeIn()
+	// The header before anything is made: /dev/zero or a log segment is
+	// refused here, having read eight bytes.
+	br := bufio.NewReaderSize(in, 64<<10)
+	h, err := br.Peek(format.HeaderLen)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("restore: read %s: %w", name, err)
 	}
-	info, err := backup.Read(cfg.From, b, nil)
+	if err := backup.CheckHeader(name, h); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	made, err := emptyDataDir(cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	if err := emptyDataDir(cfg.DataDir); err != nil {
-		return err
+	var info backup.Info
+	err = writeMarker(cfg.DataDir)
+	if err == nil {
+		if peers == nil {
+			info, err = restoreSingle(cfg.DataDir, name, br, log)
+		} else {
+			info, err = restoreMember(cfg, peers, name, br, log)
+		}
 	}
-	// The state as a snapshot's records: the file's, in file order.
-	var state []byte
-	if _, err := backup.Read(cfg.From, b, func(r *record.Record) error {
-		state = record.Append(state, r)
-		return nil
-	}); err != nil {
-		return err
-	}
-	if cfg.InitialCluster == "" {
-		err = restoreSingle(cfg.DataDir, state, log)
-	} else {
-		err = restoreMember(cfg, state, info, log)
+	if err == nil {
+		err = idfile.Remove(cfg.DataDir, restoringFile)
 	}
 	if err != nil {
+		// Nothing of a refused restore stays: the directory was empty.
+		if rerr := clearDir(cfg.DataDir, made); rerr != nil {
+			log.Error("restore: could not remove what the refused restore wrote: empty the data directory before the queue starts on it", "dir", cfg.DataDir, "error", rerr)
+		}
 		return err
 	}
-	fmt.Fprintf(out, "restored %d queues and %d keys from %s into %s\n", info.Queues, info.Keys, cfg.From, cfg.DataDir)
+	if !info.Fenced {
+		log.Warn("restore: this backup is of format version 1, which does not record the tokens its queue issued: an Ack of a lease taken before it may be accepted by the restored queue; take a new backup with this release", "file", name)
+	}
+	fmt.Fprintf(out, "restored %d queues and %d keys from %s into %s\n", info.Queues, info.Keys, name, cfg.DataDir)
 	return nil
 }
 
-// readBackup reads the backup file, a regular file of at most
-// MaxBackupBytes, or with p "-" as much from in.
-func readBackup(p string, in io.Reader) ([]byte, error) {
+// openBackup opens the backup file p, a regular file, or with p "-" in,
+// and returns it with its name for messages.
+func openBackup(p string, in io.Reader) (io.Reader, string, func(), error) {
 	if p == "-" {
 		if in == nil {
-			return nil, errors.New("restore: --from - reads the standard input, and there is none")
+			return nil, "", nil, errors.New("restore: --from - reads the standard input, and there is none")
 		}
-		b, err := io.ReadAll(io.LimitReader(in, MaxBackupBytes+1))
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("restore: the standard input: %w", err)
-		case len(b) > MaxBackupBytes:
-			return nil, fmt.Errorf("restore: the standard input holds over the %d bytes a backup may be", int64(MaxBackupBytes))
-		}
-		return b, nil
+		return in, "the standard input", func() {}, nil
 	}
-	st, err := os.Stat(p)
+	f, err := os.Open(p)
 	if err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
+		return nil, "", nil, fmt.Errorf("restore: %w", err)
 	}
+	st, err := f.Stat()
 	switch {
+	case err != nil:
+		f.Close()
+		return nil, "", nil, fmt.Errorf("restore: %w", err)
 	case !st.Mode().IsRegular():
-		return nil, fmt.Errorf("restore: %s is not a regular file", p)
-	case st.Size() > MaxBackupBytes:
-		return nil, fmt.Errorf("restore: %s is %d bytes, over the %d a backup may be", p, st.Size(), int64(MaxBackupBytes))
+		f.Close()
+		return nil, "", nil, fmt.Errorf("restore: %s is not a regular file (give a pipe's contents with --from - on the standard input)", p)
+	case st.Size() > backup.MaxFileBytes:
+		f.Close()
+		return nil, "", nil, fmt.Errorf("restore: %s is %d bytes, over the %d a backup may be", p, st.Size(), int64(backup.MaxFileBytes))
 	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
-	}
-	return b, nil
+	return f, p, func() { f.Close() }, nil
 }
 
-// emptyDataDir makes dir if it does not exist and refuses one that holds
-// anything: a restore never writes over a queue.
-func emptyDataDir(dir string) error {
+// emptyDataDir makes dir if it does not exist (made is then true) and
+// refuses one that holds anything: a restore never writes over a queue.
+func emptyDataDir(dir string) (made bool, err error) {
 	ents, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return os.MkdirAll(dir, 0o750)
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return false, fmt.Errorf("restore: %w", err)
+		}
+		return true, nil
 	case err != nil:
-		return fmt.Errorf("restore: %w", err)
+		return false, fmt.Errorf("restore: %w", err)
 	case len(ents) > 0:
-		return fmt.Errorf("restore: --data-dir %s is not empty: a restore seeds a new queue, never one that exists", dir)
+		return false, fmt.Errorf("restore: --data-dir %s is not empty: a restore seeds a new queue, never one that exists", dir)
+	}
+	return false, nil
+}
+
+// writeMarker makes restoringFile in dir, durably, before the restore
+// writes anything else.
+func writeMarker(dir string) error {
+	if err := idfile.Write(dir, restoringFile, 1); err != nil {
+		return fmt.Errorf("restore: %w", err)
 	}
 	return nil
 }
 
-// restoreSingle writes state as a single member's store: one snapshot.
-func restoreSingle(dir string, state []byte, log *slog.Logger) error {
+// clearDir removes what a refused restore wrote in dir, which was empty,
+// and dir itself if the restore made it.
+func clearDir(dir string, made bool) error {
+	if made {
+		return os.RemoveAll(dir)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+	}
+	return errors.Join(errs...)
+}
+
+// checkNotRestoring refuses a data directory a restore did not finish
+// writing.
+func checkNotRestoring(dir string) error {
+	_, err := os.Stat(filepath.Join(dir, restoringFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("data directory: %w", err)
+	}
+	return fmt.Errorf("--data-dir %s holds %s: a restore into it did not finish (it was stopped, or failed and could not clean up); empty the directory and run the restore again", dir, restoringFile)
+}
+
+// restoreSingle writes the backup from r as a single member's store: one
+// snapshot, written as the file is read (the store installs it only once
+// it is whole), and an epoch at the backup's fence, so that the queue's
+// first run hands out tokens above it.
+func restoreSingle(dir, name string, r io.Reader, log *slog.Logger) (backup.Info, error) {
 	st, err := store.Open(store.Options{Dir: dir, Logger: log}, func(*record.Record) {})
 	if err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return backup.Info{}, fmt.Errorf("restore: %w", err)
 	}
-	err = st.Snapshot(func(emit func([]byte) error) error { return emit(state) })
+	var info backup.Info
+	var buf []byte
+	err = st.Snapshot(func(emit func([]byte) error) error {
+		var err error
+		info, err = backup.Stream(name, r, func(rec *record.Record) error {
+			buf = record.Append(buf[:0], rec)
+			return emit(buf)
+		})
+		return err
+	})
+	if err == nil {
+		err = st.RaiseEpoch(info.Fence.Epoch)
+	}
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("restore: write the snapshot: %w", err)
+		return backup.Info{}, fmt.Errorf("restore: %w", err)
 	}
-	return nil
+	return info, nil
 }
 
-// restoreMember seeds a replicated member's Raft log with state, under a
-// cluster id of its own: the FNV hash of the initial cluster's and of the
-// backup's checksum, which no queue started from the same flags without
-// this backup has.
-func restoreMember(cfg RestoreConfig, state []byte, info backup.Info, log *slog.Logger) error {
+// replicaPeer is one member of a restored queue: its name and peer
+// address from --initial-cluster, and the fresh id the restore gives it.
+type replicaPeer struct {
+	name, addr string
+	id         uint64
+}
+
+// restorePeers checks --initial-cluster and --name before anything is
+// read, and gives every member a fresh random id.
+func restorePeers(cfg RestoreConfig) ([]replicaPeer, error) {
 	peers, err := parseInitialCluster(cfg.InitialCluster)
 	if err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return nil, fmt.Errorf("restore: %w", err)
 	}
-	var self *server.Peer
-	for i := range peers {
-		if peers[i].Name == cfg.Name {
-			self = &peers[i]
+	var out []replicaPeer
+	self := false
+	for _, p := range peers {
+		self = self || p.Name == cfg.Name
+		id, err := freshID(func(id uint64) bool {
+			for _, q := range out {
+				if q.id == id {
+					return true
+				}
+			}
+			return false
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, replicaPeer{name: p.Name, addr: p.PeerAddr, id: id})
+	}
+	if !self {
+		return nil, fmt.Errorf("restore: --initial-cluster does not name this member, --name %q", cfg.Name)
+	}
+	return out, nil
+}
+
+// freshID is a random id, not zero and not taken.
+func freshID(taken func(uint64) bool) (uint64, error) {
+	for {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("restore: a fresh id: %w", err)
+		}
+		if id := binary.BigEndian.Uint64(b[:]); id != 0 && !taken(id) {
+			return id, nil
 		}
 	}
-	if self == nil {
-		return fmt.Errorf("restore: --initial-cluster does not name this member, --name %q", cfg.Name)
+}
+
+// restoreMember seeds a replicated member's Raft log with the backup from
+// r: the whole restored queue's configuration (replica.SeedLog), in a
+// term at the backup's fence, under a fresh cluster id; then the id files
+// and a claim file for each other member. The state is held in memory
+// (a Raft snapshot is one value), as the member holds it once it runs.
+func restoreMember(cfg RestoreConfig, peers []replicaPeer, name string, r io.Reader, log *slog.Logger) (backup.Info, error) {
+	var state []byte
+	info, err := backup.Stream(name, r, func(rec *record.Record) error {
+		state = record.Append(state, rec)
+		return nil
+	})
+	if err != nil {
+		return backup.Info{}, fmt.Errorf("restore: %w", err)
 	}
 	dir, err := mkdirRaft(cfg.DataDir)
 	if err != nil {
-		return err
+		return backup.Info{}, err
+	}
+	seed := replica.Seed{Term: info.Fence.Epoch, State: state}
+	for _, p := range peers {
+		seed.Members = append(seed.Members, replica.Member{ID: p.id, Name: p.name, Addr: p.addr})
+		if p.name == cfg.Name {
+			seed.Self = p.id
+		}
 	}
 	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: dir, Logger: log})
 	if err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return backup.Info{}, fmt.Errorf("restore: %w", err)
 	}
-	err = replica.SeedLog(rlog, self.ID, self.Name, self.PeerAddr, state)
+	err = replica.SeedLog(rlog, seed)
 	if cerr := rlog.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return backup.Info{}, fmt.Errorf("restore: %w", err)
 	}
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%016x restored from %08x", clusterID(peers), info.Checksum)
-	cluster := h.Sum64() | 1
+	cluster, err := freshID(func(uint64) bool { return false })
+	if err != nil {
+		return backup.Info{}, err
+	}
 	if err := writeID(dir, clusterIDFile, cluster); err != nil {
-		return err
+		return backup.Info{}, err
 	}
-	return writeID(dir, memberIDFile, self.ID)
+	if err := writeID(dir, memberIDFile, seed.Self); err != nil {
+		return backup.Info{}, err
+	}
+	for _, p := range peers {
+		if p.name != cfg.Name {
+			if err := writeID(dir, claimPrefix+p.name, p.id); err != nil {
+				return backup.Info{}, err
+			}
+		}
+	}
+	return info, nil
+}
+
+// fileClaims is replica.Claims over the claim files restoreMember wrote
+// in a restored member's raft directory: each is taken, removed durably,
+// once.
+type fileClaims struct {
+	dir string
+	mu  sync.Mutex
+}
+
+func (c *fileClaims) Claim(name string) (uint64, bool, error) {
+	if strings.ContainsAny(name, `/\`) || name == "" {
+		return 0, false, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok, err := readID(c.dir, claimPrefix+name)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	if err := idfile.Remove(c.dir, claimPrefix+name); err != nil {
+		return 0, false, err
+	}
+	return id, true, nil
 }

@@ -309,6 +309,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	if err := checkNotRestoring(cfg.DataDir); err != nil {
+		return err
+	}
 	observeSync, err := registerDiskMetrics(reg, cfg.DataDir)
 	if err != nil {
 		return err
@@ -557,6 +560,7 @@ func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []ser
 		Peers:         addrs,
 		Names:         names,
 		Join:          d.join,
+		Claims:        &fileClaims{dir: dir},
 		HoldElection:  hold,
 		Log:           rlog,
 		TickInterval:  cfg.HeartbeatInterval,

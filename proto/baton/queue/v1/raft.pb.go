@@ -39,7 +39,15 @@ type JoinRequest struct {
 	Name     string `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
 	PeerAddr string `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr" json:"peer_addr,omitempty"`
 	// false: only ask; true: rejoin (the leader alone does it).
-	Replace       bool `protobuf:"varint,4,opt,name=replace" json:"replace,omitempty"`
+	Replace bool `protobuf:"varint,4,opt,name=replace" json:"replace,omitempty"`
+	// Also ask for the Raft id a restored queue holds for this name, if no
+	// member has taken it yet (baton-queue restore writes a member of the
+	// whole restored membership; the others take their ids from it). Only
+	// the restored member hands an id out, once: the answer's id is then
+	// this member's, and members the configuration. A member with an empty
+	// log asks with it; a survey of whether the others hold the queue does
+	// not.
+	Claim         bool `protobuf:"varint,5,opt,name=claim" json:"claim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -102,6 +110,13 @@ func (x *JoinRequest) GetReplace() bool {
 	return false
 }
 
+func (x *JoinRequest) GetClaim() bool {
+	if x != nil {
+		return x.Claim
+	}
+	return false
+}
+
 // JoinResponse says what the asked member knows, and, after a rejoin, the
 // asking member's new Raft id and the configuration it joins.
 type JoinResponse struct {
@@ -112,7 +127,8 @@ type JoinResponse struct {
 	Initialized bool `protobuf:"varint,1,opt,name=initialized" json:"initialized,omitempty"`
 	// The peer address of the leader the asked member knows, empty for none.
 	LeaderAddr string `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr" json:"leader_addr,omitempty"`
-	// After a rejoin: the new Raft id, and every member with its id.
+	// After a rejoin, or a claim handed out: the asking member's Raft id,
+	// and every member with its id.
 	Id      uint64        `protobuf:"varint,3,opt,name=id" json:"id,omitempty"`
 	Members []*JoinMember `protobuf:"bytes,4,rep,name=members" json:"members,omitempty"`
 	// The asked member's cluster id. A member that MemberAdd added was started
@@ -646,13 +662,14 @@ var File_baton_queue_v1_raft_proto protoreflect.FileDescriptor
 
 const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x19baton/queue/v1/raft.proto\x12\x0ebaton.queue.v1\"w\n" +
+	"\x19baton/queue/v1/raft.proto\x12\x0ebaton.queue.v1\"\x8d\x01\n" +
 	"\vJoinRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\x12\x18\n" +
-	"\areplace\x18\x04 \x01(\bR\areplace\"\xb6\x01\n" +
+	"\areplace\x18\x04 \x01(\bR\areplace\x12\x14\n" +
+	"\x05claim\x18\x05 \x01(\bR\x05claim\"\xb6\x01\n" +
 	"\fJoinResponse\x12 \n" +
 	"\vinitialized\x18\x01 \x01(\bR\vinitialized\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +

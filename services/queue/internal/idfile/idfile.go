@@ -194,3 +194,23 @@ func Write(dir, name string, id uint64) error {
 	}
 	return nil
 }
+
+// Remove removes the id file name of dir, durably (the directory synced):
+// none is no error. A crash leaves the file or none.
+func Remove(dir, name string) error {
+	p := filepath.Join(dir, name)
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	d, err := os.Open(dir)
+	if err == nil {
+		err = d.Sync()
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	return nil
+}

@@ -156,3 +156,19 @@ func TestFixtures(t *testing.T) {
 		}
 	}
 }
+
+// TestRemove: a removed file reads as none, and removing none is no error.
+func TestRemove(t *testing.T) {
+	dir := t.TempDir()
+	if err := Write(dir, "claim-m2", 42); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := Remove(dir, "claim-m2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, err := Read(dir, "claim-m2"); ok || err != nil {
+		t.Fatalf("after Remove: ok %v, err %v", ok, err)
+	}
+}

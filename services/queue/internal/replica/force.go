@@ -149,15 +149,33 @@ func configurationAt(ms interface {
 	return voters, learners, nil
 }
 
-// SeedLog writes into the empty log l a queue of one member, self, named
-// name at the peer address addr, whose state is state (a StateMachine's, as
-// Compact is given it): a snapshot at index 1 of term 1 holding the state
-// and a configuration of self alone, committed. A node started on it
-// restores the state and leads alone; the other members of a new
-// replicated queue join it on empty data directories, as after
-// ForceNewCluster (their names are the node's initial members). It is how
-// a backup seeds a new queue.
-func SeedLog(l *store.RaftLog, self uint64, name, addr string, state []byte) error {
+// A Seed is what SeedLog writes: the members of the restored queue, one of
+// them this member, and the state they hold.
+type Seed struct {
+	// Self is this member's id, one of Members'.
+	Self uint64
+	// Members are every member of the restored queue, with ids of their
+	// own (never one an earlier queue used), names and peer addresses.
+	Members []Member
+	// Term is the term the log starts in: at least the token epoch of the
+	// queue the state was taken from (backup.Fence), so that the first
+	// leader's term, and with it every token of the restored queue, is
+	// above every token that queue issued. 0 means 1.
+	Term uint64
+	// State is a StateMachine's, as Compact is given it.
+	State []byte
+}
+
+// SeedLog writes into the empty log l a queue of every member of s,
+// holding s.State: a snapshot at index 1 of term s.Term holding the state
+// and a configuration of every member as a voter, committed. A node
+// started on it restores the state and campaigns, but leads only once a
+// majority of the members votes for it: the others take the ids the seed
+// gives them when they start on empty data directories (Config.Claims,
+// Rejoin), and a member of another queue, the one the state came from
+// among them, refuses it (another cluster id, other ids). It is how a
+// backup seeds a new queue.
+func SeedLog(l *store.RaftLog, s Seed) error {
 	ms := l.MemoryStorage()
 	last, err := ms.LastIndex()
 	if err != nil {
@@ -166,12 +184,25 @@ func SeedLog(l *store.RaftLog, self uint64, name, addr string, state []byte) err
 	if snap, _ := ms.Snapshot(); last != 0 || snap.Metadata.Index != 0 {
 		return fmt.Errorf("replica: the raft log holds entries up to %d: a log is seeded only when empty", last)
 	}
-	members := memberState{members: map[uint64]Member{self: {ID: self, Name: name, Addr: addr}}, removed: map[string]bool{}}
-	snap := raftpb.Snapshot{
-		Data:     snapshotData(members, state),
-		Metadata: raftpb.SnapshotMetadata{Index: 1, Term: 1, ConfState: raftpb.ConfState{Voters: []uint64{self}}},
+	members := memberState{members: map[uint64]Member{}, removed: map[string]bool{}}
+	var voters []uint64
+	for _, m := range s.Members {
+		if m.ID == 0 || members.members[m.ID].ID != 0 {
+			return fmt.Errorf("replica: seed: member %q has id %x, zero or another member's", m.Name, m.ID)
+		}
+		members.members[m.ID] = Member{ID: m.ID, Name: m.Name, Addr: m.Addr}
+		voters = append(voters, m.ID)
 	}
-	if err := l.Save(raftpb.HardState{Term: 1, Commit: 1}, nil, snap); err != nil {
+	if members.members[s.Self].ID == 0 {
+		return fmt.Errorf("replica: seed: this member's id %x is not among the members", s.Self)
+	}
+	slices.Sort(voters)
+	term := max(s.Term, 1)
+	snap := raftpb.Snapshot{
+		Data:     snapshotData(members, s.State),
+		Metadata: raftpb.SnapshotMetadata{Index: 1, Term: term, ConfState: raftpb.ConfState{Voters: voters}},
+	}
+	if err := l.Save(raftpb.HardState{Term: term, Commit: 1}, nil, snap); err != nil {
 		return fmt.Errorf("replica: seed the raft log: %w", err)
 	}
 	return nil

@@ -67,6 +67,11 @@ type Config struct {
 	// leader to send it the log. Peers are then the members Replace
 	// returned.
 	Join bool
+	// Claims, on a member restored from a backup (SeedLog), hands out the
+	// ids its seed gave the other members, each once, to the member of
+	// that name asking from that peer address (Join with claim); nil
+	// elsewhere.
+	Claims Claims
 	// HoldElection, when set, keeps a member that bootstraps a new queue
 	// from counting toward an election (no Raft ticks) until it is closed
 	// or the member hears of a leader. Members started together must all

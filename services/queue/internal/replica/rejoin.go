@@ -39,6 +39,20 @@ func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.Joi
 		resp.LeaderAddr = n.members[st.Leader].Addr
 		n.membersMu.Unlock()
 	}
+	if req.GetClaim() && n.cfg.Claims != nil {
+		id, err := n.claim(req.GetName(), req.GetPeerAddr())
+		if err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		if id != 0 {
+			resp.Id = id
+			for _, m := range n.Members() {
+				resp.Members = append(resp.Members, &queuev1.JoinMember{Id: m.ID, Name: m.Name, PeerAddr: m.Addr})
+			}
+			n.log.Info("handed a member of the restored queue the id its seed gave it", "name", req.GetName(), "id", id)
+			return resp, nil
+		}
+	}
 	if !req.GetReplace() || !st.IsLeader {
 		return resp, nil
 	}
@@ -54,6 +68,43 @@ func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.Joi
 		resp.Members = append(resp.Members, &queuev1.JoinMember{Id: m.ID, Name: m.Name, PeerAddr: m.Addr})
 	}
 	return resp, nil
+}
+
+// Claims are the ids a member restored from a backup holds for the other
+// members of its queue (SeedLog), until each takes its own. Claim takes
+// name's for good, durably, before it returns (ok false if there is none,
+// or none any more): an id handed out once is never handed out again,
+// since a member that used it and then lost its disk would come back
+// under it having forgotten its votes and its log. A member that asks
+// again (it stopped before it wrote the id down) rejoins through the
+// leader, as after a lost disk.
+type Claims interface {
+	Claim(name string) (id uint64, ok bool, err error)
+}
+
+// claim hands name at addr the id the configuration holds for it, if
+// Config.Claims still has it and it is the configuration's: 0 otherwise.
+// A claim whose id the configuration no longer holds for that name (the
+// member rejoined under another id meanwhile) is taken all the same, and
+// hands out nothing.
+func (n *Node) claim(name, addr string) (uint64, error) {
+	var want uint64
+	for _, m := range n.Members() {
+		if m.Name == name && m.Addr == addr && !m.Learner {
+			want = m.ID
+		}
+	}
+	if want == 0 {
+		return 0, nil
+	}
+	id, ok, err := n.cfg.Claims.Claim(name)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("replica: hand %s its id: %w", name, err)
+	case !ok || id != want:
+		return 0, nil
+	}
+	return id, nil
 }
 
 // initialMember reports whether name at addr is one of the members this
@@ -153,7 +204,7 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 	a := newAsker(cfg)
 	defer a.close()
 	ask := func(addr string, replace bool) (*queuev1.JoinResponse, error) {
-		return a.ask(ctx, addr, replace)
+		return a.ask(ctx, addr, replace, true)
 	}
 	members := len(cfg.Peers) + 1
 	// The errors of the last round ctx did not cut short: a leader's
@@ -175,6 +226,17 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 				silent = append(silent, name)
 				continue
+			}
+			if resp.GetId() != 0 {
+				// A member restored from a backup handed out the id its
+				// seed gave this one: it is a voter of that queue, whose
+				// restored member sends it the state once it leads.
+				d := Decision{ID: resp.GetId(), ClusterID: resp.GetClusterId()}
+				for _, m := range resp.GetMembers() {
+					d.Members = append(d.Members, Member{ID: m.GetId(), Name: m.GetName(), Addr: m.GetPeerAddr()})
+				}
+				log.Info("this member's log is empty and a member restored from a backup holds the queue: it joins under the id the restore gave it", "from", name, "id", d.ID, "members", len(d.Members))
+				return d, nil
 			}
 			if !resp.GetInitialized() {
 				empty++
@@ -264,7 +326,7 @@ func AwaitStarted(ctx context.Context, cfg JoinConfig) error {
 	waiting := maps.Clone(cfg.Peers) // the members not heard from their node yet
 	for {
 		for name, addr := range waiting {
-			resp, err := a.ask(ctx, addr, false)
+			resp, err := a.ask(ctx, addr, false, false)
 			if err == nil && (resp.GetClusterId() != 0 || resp.GetInitialized()) {
 				delete(waiting, name)
 			}
@@ -333,9 +395,10 @@ func (a *asker) close() {
 	}
 }
 
-// ask asks the member at addr whether its log is in use, and with replace
-// to take this member back under a new id (which only a leader does).
-func (a *asker) ask(ctx context.Context, addr string, replace bool) (*queuev1.JoinResponse, error) {
+// ask asks the member at addr whether its log is in use, with replace to
+// take this member back under a new id (which only a leader does), and
+// with claim for the id a restored member holds for it.
+func (a *asker) ask(ctx context.Context, addr string, replace, claim bool) (*queuev1.JoinResponse, error) {
 	c, err := a.client(addr)
 	if err != nil {
 		return nil, err
@@ -349,7 +412,7 @@ func (a *asker) ask(ctx context.Context, addr string, replace bool) (*queuev1.Jo
 	}
 	actx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	return c.Join(actx, &queuev1.JoinRequest{ClusterId: a.cfg.ClusterID, Name: a.cfg.Name, PeerAddr: a.cfg.Addr, Replace: replace})
+	return c.Join(actx, &queuev1.JoinRequest{ClusterId: a.cfg.ClusterID, Name: a.cfg.Name, PeerAddr: a.cfg.Addr, Replace: replace, Claim: claim})
 }
 
 // client is the RaftService at addr; its connection is made once.
