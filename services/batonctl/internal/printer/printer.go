@@ -2,9 +2,17 @@
 // tables (upper-case headers, columns separated by spaces, AGE as "5m"),
 // and JSON or YAML for programs. Objects are handled as generic JSON maps so
 // batonctl shows fields it does not know about instead of dropping them.
+//
+// Text others wrote is shown, never obeyed: Escape (escape.go) writes the
+// control and format characters a terminal would act on as escapes
+// (\x1b, \u202e). Table and Stream escape every cell themselves; whatever
+// else batonctl prints for people passes through Escape or EscapeText;
+// JSON and YAML hold the exact values, with the same characters escaped in
+// their own syntax.
 package printer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,12 +37,15 @@ func NewTable(w io.Writer, headers ...string) *Table {
 	return t
 }
 
-// Row adds a row; missing cells print as empty.
+// Row adds a row; missing cells print as empty. Each cell is escaped
+// (Escape): a tab or a line break in one would split it, and a control
+// character would act on the terminal.
 func (t *Table) Row(cells ...string) {
-	for len(cells) < t.cols {
-		cells = append(cells, "")
+	out := make([]string, max(len(cells), t.cols))
+	for i, c := range cells {
+		out[i] = Escape(c)
 	}
-	fmt.Fprintln(t.w, strings.Join(cells, "\t"))
+	fmt.Fprintln(t.w, strings.Join(out, "\t"))
 }
 
 // Flush writes the table out.
@@ -241,26 +252,45 @@ func Int(o map[string]any, path ...string) int64 {
 	return 0
 }
 
-// JSON writes v indented.
+// JSON writes v indented. Its strings hold the exact values, with every
+// character Escape escapes written as a \u escape (escapeJSON).
 func JSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(escapeJSON(b.Bytes()))
+	return err
 }
 
+// JSONBytes returns encoded JSON (another encoder's, such as protojson's)
+// as JSON writes it: every character Escape escapes written as a \u
+// escape, the values unchanged.
+func JSONBytes(b []byte) []byte { return escapeJSON(b) }
+
 // YAML writes v as YAML. Numbers (json.Number) are written as numbers, not
-// strings.
+// strings. Its strings hold the exact values, with every character Escape
+// escapes written as an escape of a double-quoted scalar (\e, \x9B,
+// \u202e).
 func YAML(w io.Writer, v any) error {
 	var n yaml.Node
 	if err := n.Encode(yamlable(v)); err != nil {
 		return err
 	}
-	enc := yaml.NewEncoder(w)
+	quoteForYAML(&n)
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(&n); err != nil {
 		return err
 	}
-	return enc.Close()
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	_, err := w.Write(escapeYAML(b.Bytes()))
+	return err
 }
 
 // yamlable turns json.Number into int64 or float64, which yaml.v3 prints
@@ -315,11 +345,12 @@ func NewStream(w io.Writer, headers ...string) *Stream {
 }
 
 // Fit widens the columns to hold cells, printing nothing: called with the
-// rows known at the start, it aligns them all.
+// rows known at the start, it aligns them all. A cell's width is that of
+// its escaped text, which Row prints.
 func (s *Stream) Fit(cells ...string) {
 	for i, c := range cells {
 		if i < len(s.widths) {
-			s.widths[i] = max(s.widths[i], utf8.RuneCountInString(c))
+			s.widths[i] = max(s.widths[i], utf8.RuneCountInString(Escape(c)))
 		}
 	}
 }
@@ -336,7 +367,8 @@ func (s *Stream) Header() error {
 	return s.line(s.headers)
 }
 
-// Row prints one row, after the header if it has not been printed.
+// Row prints one row, after the header if it has not been printed. Each
+// cell is escaped, as Table's are.
 func (s *Stream) Row(cells ...string) error {
 	if err := s.Header(); err != nil {
 		return err
@@ -350,7 +382,7 @@ func (s *Stream) line(cells []string) error {
 	for i := range s.widths {
 		c := ""
 		if i < len(cells) {
-			c = cells[i]
+			c = Escape(cells[i])
 		}
 		b.WriteString(c)
 		if i < len(s.widths)-1 {
