@@ -83,7 +83,7 @@ func certsInit(a *app, dir string, o certsInitFlags) error {
 		return err
 	}
 	if len(written) == 0 {
-		fmt.Fprintf(a.Stdout, "%s holds the CA and every certificate already: nothing written\n", dir)
+		fmt.Fprintf(a.Stdout, "%s holds the CA and every certificate already: nothing written\n", printer.Escape(dir))
 		return nil
 	}
 	tbl := printer.NewTable(a.Stdout, "CERTIFICATE", "KEY", "NAME", "ROLES", "NOT-AFTER")
@@ -94,7 +94,7 @@ func certsInit(a *app, dir string, o certsInitFlags) error {
 		return err
 	}
 	fmt.Fprintf(a.Stdout, "\nEach certificate is valid for %s. Give a process its NAME.crt, NAME.key and %s (docs/security.md).\n",
-		strings.Join(hostList, ", "), filepath.Join(dir, certs.CAName+".crt"))
+		printer.Escape(strings.Join(hostList, ", ")), printer.Escape(filepath.Join(dir, certs.CAName+".crt")))
 	return nil
 }
 

@@ -18,6 +18,9 @@
 // read. Every failure is printed to stderr as one line per problem that
 // names the file and line, the field, or the endpoint that could not be
 // reached and why, and Main returns non-zero: 1, or 2 for a usage error.
+// Text others wrote (names, images, keys, a server's words) is escaped
+// wherever it is printed for people (printer.Escape), so a terminal shows
+// its control characters instead of obeying them.
 package cli
 
 import (
@@ -100,12 +103,12 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 			writeRootHelp(stdio.Stdout, a)
 			return 0
 		}
-		fmt.Fprintf(stdio.Stderr, "error: %v (batonctl help lists the flags)\n", err)
+		printError(stdio.Stderr, fmt.Errorf("%w (batonctl help lists the flags)", err))
 		return 2
 	}
 	defer a.close()
 	if err := a.checkTLS(); err != nil {
-		fmt.Fprintf(stdio.Stderr, "error: %v\n", err)
+		printError(stdio.Stderr, err)
 		return 2
 	}
 	return a.dispatch(ctx, a.globals.Args())

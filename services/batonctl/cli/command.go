@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/batonrun/baton/services/batonctl/internal/printer"
 	"github.com/batonrun/baton/services/batonctl/internal/suggest"
 )
 
@@ -191,15 +192,23 @@ func (a *app) fail(err error) int {
 	case errors.As(err, &es):
 		return int(es)
 	case errors.As(err, &ue):
-		fmt.Fprintf(a.Stderr, "error: %v\n", err)
+		printError(a.Stderr, err)
 		return 2
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	}
-	for _, line := range strings.Split(err.Error(), "\n") {
-		fmt.Fprintln(a.Stderr, "error:", line)
-	}
+	printError(a.Stderr, err)
 	return 1
+}
+
+// printError prints err as one "error:" line per line of its message
+// (errors.Join's, one per problem). The message quotes what users and
+// servers wrote (names, keys, a server's refusal), so it is escaped
+// (printer.EscapeText): a line of it can start no line but its own.
+func printError(w io.Writer, err error) {
+	for _, line := range strings.Split(printer.EscapeText(err.Error()), "\n") {
+		fmt.Fprintln(w, "error:", line)
+	}
 }
 
 // unknownCommand is the usage error of a word that names no subcommand of

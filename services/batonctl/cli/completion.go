@@ -22,6 +22,7 @@ import (
 
 	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/client/tlsfiles"
+	"github.com/batonrun/baton/services/batonctl/internal/printer"
 	"github.com/batonrun/baton/services/batonctl/internal/resource"
 	"github.com/batonrun/baton/services/runtime/flagenv"
 )
@@ -231,6 +232,13 @@ func cmdComplete(ctx context.Context, a *app, args []string) error {
 	}
 	cands, dir := a.complete(ctx, args[:len(args)-1], args[len(args)-1])
 	for _, c := range cands {
+		// A name another writer stored may hold characters a terminal
+		// acts on (or a line break, which would end the candidate): it
+		// cannot be typed either, so it is left out rather than escaped
+		// into a word that names nothing.
+		if printer.Escape(c) != c {
+			continue
+		}
 		fmt.Fprintln(a.Stdout, c)
 	}
 	fmt.Fprintln(a.Stdout, dir)

@@ -119,18 +119,21 @@ func typeName(s *schema.Schema) string {
 
 // writeExplain prints f of typ as kubectl explain does: the kind, the
 // field and its type, its description and constraints, and its fields.
+// A declaration's author wrote the names, descriptions and constraints:
+// they are escaped (printer.Escape), a description keeping its lines and
+// tabs.
 func writeExplain(w io.Writer, typ resource.Type, f schemaField, recursive bool) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "KIND:       %s\nRESOURCE:   %s\n\n", typ.Kind, typ.Resource)
+	fmt.Fprintf(&b, "KIND:       %s\nRESOURCE:   %s\n\n", printer.Escape(typ.Kind), printer.Escape(typ.Resource))
 	if f.path != "" {
-		fmt.Fprintf(&b, "FIELD: %s <%s>%s\n\n", f.path[strings.LastIndexByte(f.path, '.')+1:], typeName(f.s), requiredMark(f.required))
+		fmt.Fprintf(&b, "FIELD: %s <%s>%s\n\n", printer.Escape(f.path[strings.LastIndexByte(f.path, '.')+1:]), printer.Escape(typeName(f.s)), requiredMark(f.required))
 	}
 	b.WriteString("DESCRIPTION:\n")
 	desc := f.s.Description
 	if desc == "" {
 		desc = "<empty>"
 	}
-	for _, line := range append(strings.Split(desc, "\n"), constraints(f.s)...) {
+	for _, line := range describeLines(desc, f.s) {
 		b.WriteString("    " + line + "\n")
 	}
 	if s := elem(f.s); len(s.Properties) > 0 {
@@ -150,7 +153,7 @@ func writeFields(b *strings.Builder, s *schema.Schema, indent string, recursive 
 		if i > 0 && !recursive {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(b, "%s%s\t<%s>%s\n", indent, name, typeName(child), requiredMark(slices.Contains(s.Required, name)))
+		fmt.Fprintf(b, "%s%s\t<%s>%s\n", indent, printer.Escape(name), printer.Escape(typeName(child)), requiredMark(slices.Contains(s.Required, name)))
 		if recursive {
 			if e := elem(child); len(e.Properties) > 0 {
 				writeFields(b, e, indent+"  ", true)
@@ -161,10 +164,20 @@ func writeFields(b *strings.Builder, s *schema.Schema, indent string, recursive 
 		if desc == "" {
 			desc = "<no description>"
 		}
-		for _, line := range append(strings.Split(desc, "\n"), constraints(child)...) {
+		for _, line := range describeLines(desc, child) {
 			b.WriteString(indent + "  " + line + "\n")
 		}
 	}
+}
+
+// describeLines are the lines that describe s, escaped: desc's, then its
+// constraints'.
+func describeLines(desc string, s *schema.Schema) []string {
+	lines := strings.Split(printer.EscapeText(desc), "\n")
+	for _, c := range constraints(s) {
+		lines = append(lines, printer.Escape(c))
+	}
+	return lines
 }
 
 func requiredMark(required bool) string {

@@ -235,7 +235,7 @@ func (p *watchPrinter) change(ev watchEvent) error {
 		if p.o.events {
 			name = ev.event + " " + name
 		}
-		_, err := fmt.Fprintln(p.a.Stdout, name)
+		_, err := fmt.Fprintln(p.a.Stdout, printer.Escape(name))
 		return err
 	}
 	s := p.stream(ev.typ)

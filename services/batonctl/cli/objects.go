@@ -46,7 +46,7 @@ func setupApply(fs *flag.FlagSet, a *app) runFunc {
 				errs = append(errs, fmt.Errorf("%s: %s: %w", o.Source, o.Ref(), a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)))
 				continue
 			}
-			fmt.Fprintf(a.Stdout, "%s %s\n", o.Ref(), outcome)
+			fmt.Fprintf(a.Stdout, "%s %s\n", printer.Escape(o.Ref()), outcome)
 		}
 		return errors.Join(errs...)
 	}
@@ -343,7 +343,7 @@ func (a *app) printObjects(objs []stored, g getFlags, ns string, qualify, one bo
 		return printer.YAML(a.Stdout, v)
 	case "name":
 		for _, o := range objs {
-			fmt.Fprintf(a.Stdout, "%s/%s\n", o.typ.Singular(), o.name())
+			fmt.Fprintln(a.Stdout, printer.Escape(o.typ.Singular()+"/"+o.name()))
 		}
 		return nil
 	}
@@ -359,7 +359,7 @@ func (a *app) noResources(ns string) {
 	if ns == "" {
 		fmt.Fprintln(a.Stderr, "No resources found.")
 	} else {
-		fmt.Fprintf(a.Stderr, "No resources found in %s namespace.\n", ns)
+		fmt.Fprintf(a.Stderr, "No resources found in %s namespace.\n", printer.Escape(ns))
 	}
 }
 
@@ -470,7 +470,7 @@ func setupDelete(fs *flag.FlagSet, a *app) runFunc {
 			case err != nil:
 				errs = append(errs, fmt.Errorf("%s%w", t.describes, a.unreachable("etcd", a.etcdEndpoints, "--etcd-endpoints", err)))
 			default:
-				fmt.Fprintf(a.Stdout, "%s/%s %s\n", t.typ.Singular(), t.name, d)
+				fmt.Fprintf(a.Stdout, "%s %s\n", printer.Escape(t.typ.Singular()+"/"+t.name), d)
 			}
 		}
 		return errors.Join(errs...)
@@ -517,7 +517,7 @@ func (a *app) describe(ctx context.Context, cli *clientv3.Client, typ resource.T
 	}
 	v := obj.value
 	w := a.Stdout
-	field := func(name, value string) { fmt.Fprintf(w, "%-14s%s\n", name+":", value) }
+	field := func(name, value string) { fmt.Fprintf(w, "%-14s%s\n", name+":", printer.Escape(value)) }
 	field("Name", obj.name())
 	field("Namespace", obj.namespace())
 	field("Kind", typ.Kind)
@@ -548,9 +548,9 @@ func (a *app) describe(ctx context.Context, cli *clientv3.Client, typ resource.T
 	var errs []error
 	qkey := resource.QueueKey(obj.namespace(), obj.name())
 	queue := a.kinds().Queue(typ)
-	fmt.Fprintf(w, "Queue item (queue %s, key %s):\n", queue, qkey)
+	fmt.Fprintf(w, "Queue item (queue %s, key %s):\n", printer.Escape(queue), printer.Escape(qkey))
 	if err := a.describeItem(ctx, queue, qkey); err != nil {
-		fmt.Fprintf(w, "  <unavailable: %v>\n", err)
+		fmt.Fprintf(w, "  <unavailable: %s>\n", printer.Escape(err.Error()))
 		errs = append(errs, err)
 	}
 
@@ -562,7 +562,7 @@ func (a *app) describe(ctx context.Context, cli *clientv3.Client, typ resource.T
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		fmt.Fprintf(w, "Children (%s):\n", ct.Resource)
+		fmt.Fprintf(w, "Children (%s):\n", printer.Escape(ct.Resource))
 		if err := a.indentedTable(ct, owned); err != nil {
 			return err
 		}
@@ -574,7 +574,7 @@ func (a *app) describe(ctx context.Context, cli *clientv3.Client, typ resource.T
 			if err != nil {
 				return errors.Join(append(errs, err)...)
 			}
-			fmt.Fprintf(w, "%s of those %s:\n", strings.ToUpper(gt.Resource[:1])+gt.Resource[1:], ct.Resource)
+			fmt.Fprintf(w, "%s of those %s:\n", printer.Escape(strings.ToUpper(gt.Resource[:1])+gt.Resource[1:]), printer.Escape(ct.Resource))
 			if err := a.indentedTable(gt, theirs); err != nil {
 				return err
 			}

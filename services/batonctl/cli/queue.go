@@ -119,7 +119,7 @@ func setupQueueList(fs *flag.FlagSet, a *app) runFunc {
 			return writeProto(a.Stdout, &queuev1.ListResponse{Items: items})
 		}
 		if len(items) == 0 {
-			fmt.Fprintf(a.Stderr, "No keys in queue %s.\n", pos[0])
+			fmt.Fprintf(a.Stderr, "No keys in queue %s.\n", printer.Escape(pos[0]))
 			return nil
 		}
 		now := a.now()
@@ -151,7 +151,7 @@ func setupQueueInspect(fs *flag.FlagSet, a *app) runFunc {
 		if *output == "json" {
 			return writeProto(a.Stdout, item)
 		}
-		fmt.Fprintf(a.Stdout, "%-14s%s\n%-14s%s\n", "Queue:", pos[0], "Key:", pos[1])
+		fmt.Fprintf(a.Stdout, "%-14s%s\n%-14s%s\n", "Queue:", printer.Escape(pos[0]), "Key:", printer.Escape(pos[1]))
 		printItem(a.Stdout, "", item, a.now())
 		return nil
 	}
@@ -169,7 +169,7 @@ func setupQueueForget(_ *flag.FlagSet, a *app) runFunc {
 		}); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.Stdout, "forgot %d of %d keys in queue %s\n", got, len(pos)-1, pos[0])
+		fmt.Fprintf(a.Stdout, "forgot %d of %d keys in queue %s\n", got, len(pos)-1, printer.Escape(pos[0]))
 		return nil
 	}
 }
@@ -193,7 +193,7 @@ func setupQueueMembers(fs *flag.FlagSet, a *app) runFunc {
 			return err
 		}
 		if note != "" {
-			fmt.Fprintln(a.Stderr, note)
+			fmt.Fprintln(a.Stderr, printer.Escape(note))
 		}
 		return a.printMembers(members, *output)
 	}
@@ -300,7 +300,7 @@ func setupQueueMoveLeader(fs *flag.FlagSet, a *app) runFunc {
 			fmt.Fprintln(a.Stdout, "leadership moved; the new leader is not known yet (batonctl queue members shows it)")
 			return nil
 		}
-		fmt.Fprintf(a.Stdout, "%s leads the queue\n", leader)
+		fmt.Fprintf(a.Stdout, "%s leads the queue\n", printer.Escape(leader))
 		return nil
 	}
 }
@@ -368,7 +368,7 @@ func (a *app) snapshotSave(ctx context.Context, path string) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("queue snapshot save: %w", err)
 	}
-	fmt.Fprintf(a.Stdout, "saved %d records (%d bytes) to %s\n", records, n, path)
+	fmt.Fprintf(a.Stdout, "saved %d records (%d bytes) to %s\n", records, n, printer.Escape(path))
 	return nil
 }
 
@@ -420,7 +420,7 @@ func serverError(err error) error {
 
 // printItem prints one queue item as "Field: value" lines.
 func printItem(w io.Writer, indent string, it *queuev1.Item, now time.Time) {
-	field := func(name, value string) { fmt.Fprintf(w, "%s%-14s%s\n", indent, name+":", value) }
+	field := func(name, value string) { fmt.Fprintf(w, "%s%-14s%s\n", indent, name+":", printer.Escape(value)) }
 	field("State", stateName(it.GetState()))
 	if it.GetState() == queuev1.ItemState_ITEM_STATE_ABSENT || it.GetState() == queuev1.ItemState_ITEM_STATE_UNSPECIFIED {
 		field("Attempts", "0")
@@ -452,7 +452,7 @@ func writeProto(w io.Writer, m proto.Message) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(w, string(b))
+	_, err = fmt.Fprintln(w, string(printer.JSONBytes(b)))
 	return err
 }
 

@@ -64,7 +64,7 @@ func setupScale(fs *flag.FlagSet, a *app) runFunc {
 				errs = append(errs, err)
 				continue
 			}
-			fmt.Fprintf(a.Stdout, "%s scaled\n", r)
+			fmt.Fprintf(a.Stdout, "%s scaled\n", printer.Escape(r.String()))
 		}
 		return errors.Join(errs...)
 	}
@@ -159,7 +159,7 @@ func (a *app) rolloutStatus(ctx context.Context, cli *clientv3.Client, r objectR
 	report := func(o map[string]any) bool {
 		msg, done := deploymentRollout(o)
 		if msg != last {
-			fmt.Fprintln(a.Stdout, msg)
+			fmt.Fprintln(a.Stdout, printer.Escape(msg))
 			last = msg
 		}
 		return done

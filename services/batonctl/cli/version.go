@@ -221,11 +221,11 @@ func (a *app) printVersion(r versionReport, output string) error {
 	if q := r.Queue; q != nil {
 		switch {
 		case q.Error != "":
-			fmt.Fprintf(w, "Queue: %s: error: %s\n", q.Addr, q.Error)
+			fmt.Fprintf(w, "Queue: %s: error: %s\n", printer.Escape(q.Addr), printer.Escape(q.Error))
 		case q.FormatLevel != 0:
-			fmt.Fprintf(w, "Queue Format Level: %d (%s leads)\n", q.FormatLevel, q.Leader)
+			fmt.Fprintf(w, "Queue Format Level: %d (%s leads)\n", q.FormatLevel, printer.Escape(q.Leader))
 		case q.Leader != "":
-			fmt.Fprintf(w, "Queue Format Level: unknown (the leader, %s, is not in --queue-addr)\n", q.Leader)
+			fmt.Fprintf(w, "Queue Format Level: unknown (the leader, %s, is not in --queue-addr)\n", printer.Escape(q.Leader))
 		default:
 			fmt.Fprintln(w, "Queue Format Level: unknown (no member knows a leader)")
 		}
@@ -243,14 +243,14 @@ func (a *app) printVersion(r versionReport, output string) error {
 			}
 		}
 		if q.Note != "" {
-			fmt.Fprintln(a.Stderr, q.Note)
+			fmt.Fprintln(a.Stderr, printer.Escape(q.Note))
 		}
 	}
 	if o := r.Observer; o != nil {
 		if o.Answers {
-			fmt.Fprintf(w, "Observer: %s answers\n", o.Addr)
+			fmt.Fprintf(w, "Observer: %s answers\n", printer.Escape(o.Addr))
 		} else {
-			fmt.Fprintf(w, "Observer: %s: error: %s\n", o.Addr, o.Error)
+			fmt.Fprintf(w, "Observer: %s: error: %s\n", printer.Escape(o.Addr), printer.Escape(o.Error))
 		}
 	}
 	return nil

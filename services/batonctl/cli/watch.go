@@ -64,9 +64,9 @@ func (a *app) watchQueues(ctx context.Context, pos []string, interval time.Durat
 		if clear {
 			b.WriteString("\x1b[H\x1b[2J")
 		}
-		fmt.Fprintf(&b, "queue %s   %s   every %s, Ctrl-C to quit\n\n", a.queueAddr, now.Format("15:04:05"), interval)
+		fmt.Fprintf(&b, "queue %s   %s   every %s, Ctrl-C to quit\n\n", printer.Escape(a.queueAddr), now.Format("15:04:05"), interval)
 		if err != nil {
-			fmt.Fprintf(&b, "error: %v\n", err)
+			fmt.Fprintf(&b, "error: %s\n", printer.Escape(err.Error()))
 		} else {
 			writeWatchTable(&b, stats, prev, now.Sub(prevAt))
 			prev = map[string]*queuev1.QueueStats{}
