@@ -29,7 +29,7 @@ func setupApply(fs *flag.FlagSet, a *app) runFunc {
 		}
 		// Every manifest is checked before anything is written, so a typo
 		// in the third file does not leave the first two applied.
-		objs, err := manifest.Read(files, *recursive, a.Stdin, *ns, a.manifestKinds(ctx))
+		objs, err := a.readManifests(ctx, files, *recursive, *ns, "applied")
 		if err != nil {
 			return err
 		}
@@ -38,7 +38,12 @@ func setupApply(fs *flag.FlagSet, a *app) runFunc {
 			return err
 		}
 		var errs []error
-		for _, o := range objs {
+		for i, o := range objs {
+			if ctx.Err() != nil {
+				// Interrupted between two writes: the objects before
+				// are applied (printed), and no more.
+				return errors.Join(append(errs, fmt.Errorf("interrupted (%v) after %d of %d objects: %s: %s and those after it were not applied", context.Cause(ctx), i, len(objs), o.Source, o.Ref()))...)
+			}
 			octx, cancel := a.opCtx(ctx)
 			outcome, err := apply.Apply(octx, cli, o.Key(), o.Value, a.now())
 			cancel()
@@ -50,6 +55,20 @@ func setupApply(fs *flag.FlagSet, a *app) runFunc {
 		}
 		return errors.Join(errs...)
 	}
+}
+
+// readManifests reads the manifests of apply -f or delete -f (done:
+// "applied" or "deleted"). A command interrupted while it reads them (a
+// FIFO, stdin, the declared kinds) writes nothing, and says so.
+func (a *app) readManifests(ctx context.Context, files []string, recursive bool, ns, done string) ([]manifest.Object, error) {
+	objs, err := manifest.Read(ctx, files, recursive, a.Stdin, ns, a.manifestKinds(ctx))
+	switch {
+	case errors.As(err, new(*manifest.Interrupted)):
+		return nil, fmt.Errorf("%w; nothing was %s", err, done)
+	case ctx.Err() != nil:
+		return nil, errors.Join(err, fmt.Errorf("interrupted (%v): nothing was %s", context.Cause(ctx), done))
+	}
+	return objs, err
 }
 
 // kinds returns the command's table of kinds: the reference kinds, and the
@@ -430,7 +449,7 @@ func setupDelete(fs *flag.FlagSet, a *app) runFunc {
 			if flagSet(fs, "n") || flagSet(fs, "namespace") {
 				ns = g.ns
 			}
-			objs, err := manifest.Read(files, *recursive, a.Stdin, ns, a.manifestKinds(ctx))
+			objs, err := a.readManifests(ctx, files, *recursive, ns, "deleted")
 			if err != nil {
 				return err
 			}
@@ -457,7 +476,10 @@ func setupDelete(fs *flag.FlagSet, a *app) runFunc {
 			return err
 		}
 		var errs []error
-		for _, t := range targets {
+		for i, t := range targets {
+			if ctx.Err() != nil {
+				return errors.Join(append(errs, fmt.Errorf("interrupted (%v) after %d of %d objects: %s%s/%s and those after it were not deleted", context.Cause(ctx), i, len(targets), t.describes, t.typ.Singular(), t.name))...)
+			}
 			octx, cancel := a.opCtx(ctx)
 			d, err := apply.Delete(octx, cli, t.typ.Key(t.ns, t.name), t.uid, cascade)
 			cancel()

@@ -10,7 +10,9 @@
 //	web.yaml:7:13: The Deployment "web" is invalid: spec.replicas: Invalid value: "three": must be of type integer
 //
 // tells the user exactly what to fix. JSON is read by the YAML parser (JSON
-// is YAML's flow style), which gives both formats line numbers.
+// is YAML's flow style), which gives both formats line numbers. Inputs are
+// read with the command's context, so that Ctrl-C ends a read that waits
+// (a FIFO without a writer, stdin that does not end).
 package manifest
 
 import (
@@ -27,6 +29,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 
@@ -99,20 +102,40 @@ const Stdin = "-"
 // more.
 const MaxFileBytes = 1536 << 10
 
+// StdinName names stdin in messages.
+const StdinName = "<stdin>"
+
 // Read decodes every manifest in paths: files, folders (their .yaml, .yml and
 // .json files, in name order; recursive descends into sub-folders) or "-" for
 // stdin. namespace is used for objects whose manifest names none; kinds
 // resolves their kinds (nil: the reference kinds only). All errors are
 // returned together, joined.
-func Read(paths []string, recursive bool, stdin io.Reader, namespace string, kinds Kinds) ([]Object, error) {
+//
+// Each input is read until ctx ends (readAll): a FIFO no one writes to,
+// or stdin that never closes, would otherwise hold the command forever,
+// deaf to Ctrl-C. Read then returns at once an *Interrupted error, and
+// no objects.
+func Read(ctx context.Context, paths []string, recursive bool, stdin io.Reader, namespace string, kinds Kinds) ([]Object, error) {
 	var (
 		out  []Object
 		errs []error
 	)
+	read := func(name string, open func() (io.Reader, func(), error)) error {
+		data, err := readAll(ctx, name, open)
+		if err != nil {
+			return err
+		}
+		objs, err := decode(name, data, namespace, kinds)
+		out = append(out, objs...)
+		errs = append(errs, err)
+		return nil
+	}
 	for _, p := range paths {
 		if p == Stdin {
-			objs, err := Decode("<stdin>", stdin, namespace, kinds)
-			out = append(out, objs...)
+			err := read(StdinName, func() (io.Reader, func(), error) { return stdin, func() {}, nil })
+			if errors.As(err, new(*Interrupted)) {
+				return nil, err
+			}
 			errs = append(errs, err)
 			continue
 		}
@@ -122,14 +145,18 @@ func Read(paths []string, recursive bool, stdin io.Reader, namespace string, kin
 			continue
 		}
 		for _, f := range files {
-			fh, err := os.Open(f)
-			if err != nil {
-				errs = append(errs, err)
-				continue
+			err := read(f, func() (io.Reader, func(), error) {
+				fh, err := os.Open(f)
+				if err != nil {
+					return nil, nil, err
+				}
+				// Closing a FIFO or a pipe also ends a read of it that
+				// waits.
+				return fh, func() { fh.Close() }, nil
+			})
+			if errors.As(err, new(*Interrupted)) {
+				return nil, err
 			}
-			objs, err := Decode(f, fh, namespace, kinds)
-			fh.Close()
-			out = append(out, objs...)
 			errs = append(errs, err)
 		}
 	}
@@ -210,17 +237,103 @@ func referenceKinds(kind string) (resource.Type, *schema.Validator, error) {
 	return TableKinds(context.Background(), resource.NewTable(nil))(kind)
 }
 
+// Interrupted is the error of an input whose reading the command's
+// context ended (Ctrl-C, SIGTERM) before its end: nothing of it is used.
+type Interrupted struct {
+	// Name is the input's: its path, or StdinName.
+	Name string
+	// Cause is why the context ended (context.Cause): the signal's
+	// "interrupt signal received" for a Ctrl-C.
+	Cause error
+}
+
+func (e *Interrupted) Error() string {
+	return fmt.Sprintf("%s: reading stopped before its end: %v", e.Name, e.Cause)
+}
+
+// Unwrap returns the cause, so errors.Is(err, context.Canceled) holds.
+func (e *Interrupted) Unwrap() error { return e.Cause }
+
+// readAll reads the input open opens (a reader, and what ends a read of it
+// that waits), at most MaxFileBytes+1 bytes, until ctx ends. Opening a
+// FIFO waits for a writer, and reading stdin or a pipe for its writer to
+// close it, inside a system call that nothing in the process can
+// interrupt: so both run in a goroutine, which ctx's end abandons,
+// closing the file (which ends a read of a FIFO at once). A goroutine
+// still waiting in an open, or in a read of stdin, then waits on until
+// its writer comes or the process exits, which, for batonctl, is next.
+func readAll(ctx context.Context, name string, open func() (io.Reader, func(), error)) ([]byte, error) {
+	if ctx.Err() != nil {
+		return nil, &Interrupted{Name: name, Cause: context.Cause(ctx)}
+	}
+	type result struct {
+		data []byte
+		err  error
+		read bool // err is the read's, not the open's
+	}
+	var (
+		mu        sync.Mutex
+		stop      func() // closes the input, once it is open
+		abandoned bool
+		done      = make(chan result, 1)
+	)
+	go func() {
+		r, closeIt, err := open()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		mu.Lock()
+		if abandoned {
+			mu.Unlock()
+			closeIt()
+			return
+		}
+		stop = closeIt
+		mu.Unlock()
+		data, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
+		closeIt()
+		done <- result{data, err, true}
+	}()
+	select {
+	case res := <-done:
+		switch {
+		case res.err != nil && ctx.Err() != nil:
+			return nil, &Interrupted{Name: name, Cause: context.Cause(ctx)}
+		case res.err != nil && res.read:
+			return nil, fmt.Errorf("%s: %w", name, res.err)
+		case res.err != nil:
+			return nil, res.err // os.Open's names the file
+		}
+		return res.data, nil
+	case <-ctx.Done():
+		mu.Lock()
+		abandoned = true
+		if stop != nil {
+			stop()
+		}
+		mu.Unlock()
+		return nil, &Interrupted{Name: name, Cause: context.Cause(ctx)}
+	}
+}
+
 // Decode reads every object in one input named file (for messages). kinds
 // resolves their kinds; nil knows the reference kinds only. An input of more
 // than MaxFileBytes is an error naming file and the limit, and no more than
 // that is read of it.
 func Decode(file string, r io.Reader, namespace string, kinds Kinds) ([]Object, error) {
-	if kinds == nil {
-		kinds = referenceKinds
-	}
 	data, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return decode(file, data, namespace, kinds)
+}
+
+// decode is Decode of the input data, read already (at most MaxFileBytes+1
+// bytes of it).
+func decode(file string, data []byte, namespace string, kinds Kinds) ([]Object, error) {
+	if kinds == nil {
+		kinds = referenceKinds
 	}
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("%s: larger than %d bytes (1.5 MiB), the most a manifest file may hold: etcd takes no larger request", file, MaxFileBytes)

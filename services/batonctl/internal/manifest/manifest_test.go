@@ -147,7 +147,7 @@ func TestReadFolder(t *testing.T) {
 		recursive bool
 		want      string
 	}{{false, "pod/a,pod/b"}, {true, "pod/a,pod/b,pod/c"}} {
-		objs, err := Read([]string{dir}, tc.recursive, nil, "", nil)
+		objs, err := Read(t.Context(), []string{dir}, tc.recursive, nil, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,14 +160,14 @@ func TestReadFolder(t *testing.T) {
 		}
 	}
 
-	if _, err := Read([]string{filepath.Join(dir, "missing.yaml")}, false, nil, "", nil); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+	if _, err := Read(t.Context(), []string{filepath.Join(dir, "missing.yaml")}, false, nil, "", nil); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing file: %v", err)
 	}
 	write("bad.yaml", "kind: Pod\nmetadata: {name: x}\nspec: {image: 1}\n")
-	if _, err := Read([]string{dir}, false, nil, "", nil); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "bad.yaml")+":3:") {
+	if _, err := Read(t.Context(), []string{dir}, false, nil, "", nil); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "bad.yaml")+":3:") {
 		t.Errorf("bad file in folder: %v", err)
 	}
-	if _, err := Read([]string{"-"}, false, strings.NewReader(""), "", nil); err == nil || !strings.Contains(err.Error(), "no objects") {
+	if _, err := Read(t.Context(), []string{"-"}, false, strings.NewReader(""), "", nil); err == nil || !strings.Contains(err.Error(), "no objects") {
 		t.Errorf("empty stdin: %v", err)
 	}
 }
@@ -200,7 +200,7 @@ func TestReadLimit(t *testing.T) {
 	if err := os.WriteFile(atLimit, pad(deployment, MaxFileBytes), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if objs, err := Read([]string{atLimit}, false, nil, "", nil); err != nil || len(objs) != 1 {
+	if objs, err := Read(t.Context(), []string{atLimit}, false, nil, "", nil); err != nil || len(objs) != 1 {
 		t.Errorf("a file of exactly MaxFileBytes: %d objects, %v", len(objs), err)
 	}
 	over := filepath.Join(dir, "over.yaml")
@@ -223,7 +223,7 @@ func TestReadLimit(t *testing.T) {
 		{"stdin without an end", Stdin, &endless{max: 64 << 20}, "<stdin>: " + limit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, err := Read([]string{tc.path}, false, tc.stdin, "", nil)
+			objs, err := Read(t.Context(), []string{tc.path}, false, tc.stdin, "", nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Read = %d objects, %v; want an error with %q", len(objs), err, tc.want)
 			}
