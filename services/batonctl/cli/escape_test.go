@@ -274,3 +274,17 @@ func roundTrip(t *testing.T, v any) map[string]any {
 	}
 	return out
 }
+
+// TestShortCutsWholeCharacters: a long error is cut for its table cell
+// between two characters, not inside one, which the cell would show as
+// bytes that are not UTF-8 (\xe2\x80).
+func TestShortCutsWholeCharacters(t *testing.T) {
+	long := strings.Repeat("a", 76) + "…and more that does not fit"
+	got := short(long)
+	if !utf8.ValidString(got) || got != strings.Repeat("a", 76)+"..." {
+		t.Errorf("short = %q", got)
+	}
+	if s := short("fits"); s != "fits" {
+		t.Errorf("short of a short error = %q", s)
+	}
+}

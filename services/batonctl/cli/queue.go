@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -492,11 +493,15 @@ func orDash(s string) string {
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", "; ") }
 
-// short cuts a long error for a table cell.
+// short cuts a long error for a table cell, between two characters.
 func short(s string) string {
 	s = oneLine(s)
 	if len(s) > 80 {
-		s = s[:77] + "..."
+		cut := 77
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
 	}
 	return s
 }
