@@ -226,3 +226,45 @@ func (r *replicated) addVia(ctx context.Context, idx []int, key string) bool {
 	}
 	return false
 }
+
+// TestForceNewClusterBesideALiveQueueRefused: --force-new-cluster on a
+// member whose two peers run the queue with a leader would make two
+// queues, each acknowledging writes the other never sees. The member asks
+// first and refuses, naming them; its log is left as it was, and started
+// without the flag it rejoins the queue that runs.
+func TestForceNewClusterBesideALiveQueueRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r := newReplicated(t)
+	c := r.client()
+	if _, err := c.Add(ctx, "q", keysOf("k", 20), queueclient.AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.procs[2].signal(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	args := r.procs[2].args
+	r.procs[2].args = append(slices.Clone(args), "--force-new-cluster")
+	r.procs[2].start()
+	r.procs[2].args = args
+	out := r.procs[2].waitExit(30 * time.Second)
+	for _, want := range []string{"--force-new-cluster refused", "m1", "m2", "leads it"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("m3 forced beside two members that lead the queue: its log does not say %q:\n%s", want, out)
+		}
+	}
+	if _, err := c.Add(ctx, "q", []string{"after"}, queueclient.AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.procs[2].start()
+	r.settle()
+	awaitVoters(t, ctx, r, 3)
+	resp, err := r.qcs[2].Stats(ctx, &queuev1.StatsRequest{Queue: "q", Serializable: true})
+	for err == nil && resp.GetQueues()[0].GetPending() != 21 {
+		time.Sleep(20 * time.Millisecond)
+		resp, err = r.qcs[2].Stats(ctx, &queuev1.StatsRequest{Queue: "q", Serializable: true})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}

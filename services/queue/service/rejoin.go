@@ -137,7 +137,9 @@ func decideMember(ctx context.Context, cfg Config, dir string, rlog *store.RaftL
 			}
 		}
 		if cfg.ForceNewCluster {
-			if cluster, err = forceNewCluster(ctx, dir, rlog, saved, cluster, peers, joinConfig(cfg, peers, tlsSrc, log), log); err != nil {
+			f := forcing{dir: dir, rlog: rlog, self: saved, cluster: cluster, peers: peers, jc: joinConfig(cfg, peers, tlsSrc, log),
+				wait: 3 * cfg.ElectionTimeout, log: log}
+			if cluster, err = f.force(ctx); err != nil {
 				return membership{}, err
 			}
 		}
@@ -236,14 +238,30 @@ func joinConfig(cfg Config, peers []server.Peer, tlsSrc *tlsfiles.Source, log *s
 	return jc
 }
 
-// forceNewCluster makes this member's log a queue of one
-// (replica.ForceNewCluster) under a new cluster id, which it returns,
-// unless the log was forced already under cluster, the id it has now, and
-// the others hold the queue (forcedAgain). The new id is durable before
-// the log changes: a crash in between leaves a log of the old
-// configuration under an id no other member speaks, and the flag, given
-// again, forces it then.
-func forceNewCluster(ctx context.Context, dir string, rlog *store.RaftLog, self, cluster uint64, peers []server.Peer, jc replica.JoinConfig, log *slog.Logger) (uint64, error) {
+// forcing is one --force-new-cluster: this member's raft directory and
+// log, its id, the queue's cluster id, the initial members, how to ask
+// the others, and how long to watch them for a leader
+// (refuseBesideALeader).
+type forcing struct {
+	dir     string
+	rlog    *store.RaftLog
+	self    uint64
+	cluster uint64
+	peers   []server.Peer
+	jc      replica.JoinConfig
+	wait    time.Duration
+	log     *slog.Logger
+}
+
+// force makes this member's log a queue of one (replica.ForceNewCluster)
+// under a new cluster id, which it returns, unless the log was forced
+// already under cluster, the id it has now, and the others hold the queue
+// (forcedAgain), or the others still run the queue with a leader
+// (refuseBesideALeader). The new id is durable before the log changes: a
+// crash in between leaves a log of the old configuration under an id no
+// other member speaks, and the flag, given again, forces it then.
+func (f forcing) force(ctx context.Context) (uint64, error) {
+	dir, rlog, self, cluster, peers, jc, log := f.dir, f.rlog, f.self, f.cluster, f.peers, f.jc, f.log
 	forced, ok, err := readID(dir, forcedFile)
 	if err != nil {
 		return 0, err
@@ -257,6 +275,8 @@ func forceNewCluster(ctx context.Context, dir string, rlog *store.RaftLog, self,
 			log.Warn("--force-new-cluster is set, and this member was forced into a queue of one already, which another member now holds too: it starts as it is; remove the flag", "cluster_id", fmt.Sprintf("%016x", cluster))
 			return cluster, nil
 		}
+	} else if err := refuseBesideALeader(ctx, jc, f.wait); err != nil {
+		return 0, err
 	}
 	next := cluster
 	for next == cluster || next == 0 {
@@ -283,6 +303,52 @@ func forceNewCluster(ctx context.Context, dir string, rlog *store.RaftLog, self,
 	log.Warn("--force-new-cluster: this member is now a queue of one, with everything its log holds, under a new cluster id; the others rejoin when started on empty data directories, and a member still holding the old queue's log is refused; remove the flag once they have rejoined",
 		"old_cluster_id", fmt.Sprintf("%016x", cluster), "cluster_id", fmt.Sprintf("%016x", next), "removed", len(removed))
 	return next, nil
+}
+
+// ErrForceBesideALeader is returned for --force-new-cluster on a member
+// whose queue still runs: another member holds it and knows a leader.
+var ErrForceBesideALeader = errors.New("--force-new-cluster refused: the queue runs without this member")
+
+// refuseBesideALeader asks the other members whether they hold the queue
+// and know a leader (other than this member, which the others may still
+// name for a moment after it stopped), in rounds for up to wait while one
+// of them holds the queue without naming a leader (an election may be
+// under way), and returns ErrForceBesideALeader naming them if one does:
+// forcing a member out of a queue that still has a majority would make
+// two queues, each acknowledging writes the other never sees. A member
+// whose others are silent or empty (the lost majority the flag is for)
+// is not held up.
+func refuseBesideALeader(ctx context.Context, jc replica.JoinConfig, wait time.Duration) error {
+	byAddr := map[string]string{jc.Addr: jc.Name}
+	for name, addr := range jc.Peers {
+		byAddr[addr] = name
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		sv := replica.SurveyMembers(ctx, jc)
+		var seen []string
+		leader := ""
+		for _, name := range sv.InUse {
+			if l, ok := sv.Leaders[name]; ok && l != jc.Addr {
+				seen = append(seen, name)
+				if leader = byAddr[l]; leader == "" {
+					leader = l
+				}
+			}
+		}
+		if len(seen) > 0 {
+			return fmt.Errorf("%w: %s hold the queue and answer, and %s leads it: forcing this member into a queue of its own would split it, each side acknowledging writes the other never sees. Start it without the flag and it rejoins the queue that runs (with an empty --data-dir if its log is damaged); --force-new-cluster is for a queue that lost its majority, with the others down or emptied",
+				ErrForceBesideALeader, strings.Join(sv.InUse, ", "), leader)
+		}
+		if len(sv.InUse) == 0 || !time.Now().Before(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("--force-new-cluster: asking the other members whether the queue runs: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // forceAgainWait bounds how long a member started with --force-new-cluster

@@ -437,6 +437,9 @@ type Survey struct {
 	Empty []string
 	// Silent did not answer, or refused, with why.
 	Silent map[string]error
+	// Leaders are, of those InUse, the ones that know a leader: the peer
+	// address of the member each takes to lead.
+	Leaders map[string]string
 }
 
 // SurveyMembers asks every member of cfg.Peers once, together, whether its
@@ -464,7 +467,7 @@ func SurveyMembers(ctx context.Context, cfg JoinConfig) Survey {
 			answers <- answer{name: name, resp: resp, err: err}
 		}()
 	}
-	sv := Survey{Silent: map[string]error{}}
+	sv := Survey{Silent: map[string]error{}, Leaders: map[string]string{}}
 	for range cfg.Peers {
 		an := <-answers
 		switch {
@@ -472,6 +475,9 @@ func SurveyMembers(ctx context.Context, cfg JoinConfig) Survey {
 			sv.Silent[an.name] = an.err
 		case an.resp.GetInitialized():
 			sv.InUse = append(sv.InUse, an.name)
+			if l := an.resp.GetLeaderAddr(); l != "" {
+				sv.Leaders[an.name] = l
+			}
 		default:
 			sv.Empty = append(sv.Empty, an.name)
 		}
