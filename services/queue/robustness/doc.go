@@ -66,7 +66,14 @@
 // the leader, the survivor, is down: they must form no queue and
 // acknowledge nothing; then the operator's recovery, the survivor
 // started with --force-new-cluster and the two emptied and started
-// again to rejoin it). After each fault the scheduler waits until all
+// again to rejoin it); and the operator's procedures, done right and
+// wrong (procedures_test.go): the documented restore of the whole queue
+// (the workloads held back while the three are stopped, emptied and one
+// is restored from a backup saved through a follower), a backup restored
+// into one member of the queue that runs (it must serve nothing, then
+// rejoins emptied), --force-new-cluster on a follower beside two members
+// that lead (it must refuse and exit), and move-leader to a follower
+// racing that follower's SIGTERM. After each fault the scheduler waits until all
 // three run, name one leader and the leader lists three voters. A new
 // class is one more entry in the list. A class whose finding is open is
 // left out of the default mix (a failed recovery cascades into
@@ -113,7 +120,9 @@
 //     Ack of success without an Add since its lease (duplicated; with the
 //     worker's re-Adds this is "offered exactly once more").
 //   - Invariants over the whole history (CheckInvariants): tokens increase
-//     per key, a stale token is never answered OK, no error outside the
+//     per key, every token granted after a restore of the whole queue is
+//     above every token granted before it and the backup's fence
+//     (checkFences), a stale token is never answered OK, no error outside the
 //     contract (INTERNAL, UNKNOWN, …), and a work stream's next lease
 //     comes after the answer to the ack that freed its slot.
 //   - The final state: once every member applied the same index, every

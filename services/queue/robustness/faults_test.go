@@ -65,6 +65,10 @@ var faultClasses = []faultClass{
 	{name: "burst-kill-leader", inject: burstKillLeader(false)},
 	{name: "burst-kill-frozen", inject: burstKillLeader(true)},
 	{name: "two-disks-lost", inject: twoDisksLost},
+	{name: "restore-whole", inject: restoreWhole},
+	{name: "restore-into-member", inject: restoreIntoMember},
+	{name: "force-beside-peers", inject: forceBesidePeers},
+	{name: "move-leader-sigterm", inject: moveLeaderRacingSIGTERM},
 }
 
 func classByName(name string) (faultClass, bool) {

@@ -115,6 +115,7 @@ type run struct {
 	log     []string
 	damaged []string
 	extra   []Violation // found while running: recovery, damage
+	fences  []fenceMark // restores of the whole queue (restoreWhole)
 	// unrecovered is the step after which the queue did not recover.
 	unrecovered string
 }
@@ -350,6 +351,7 @@ func (r *run) check(res *result) {
 	res.violations = append(res.violations, r.extra...)
 	res.ops = r.h.Ops()
 	res.violations = append(res.violations, CheckInvariants(res.ops)...)
+	res.violations = append(res.violations, r.checkFences(res.ops)...)
 	res.set = CheckSet(res.ops, setQueue)
 	res.violations = append(res.violations, res.set.Violations...)
 	res.kept = CheckSet(res.ops, keptQueue)
