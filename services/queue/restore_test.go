@@ -134,14 +134,11 @@ func TestRestoreKeepsFencingSingle(t *testing.T) {
 	defer cancel()
 	src := newProc(t)
 	// Restarts, so that the source's epoch is above a fresh store's.
-	var qc queuev1.QueueServiceClient
-	var cc queuev1.ClusterServiceClient
 	for range 3 {
 		src.start()
 		conn := dial(t, src.grpcAddr)
 		src.waitServing(ctx, conn)
-		qc, cc = queuev1.NewQueueServiceClient(conn), queuev1.NewClusterServiceClient(conn)
-		if _, err := qc.Add(ctx, &queuev1.AddRequest{Queue: "q", Keys: []string{"k"}}); err != nil {
+		if _, err := queuev1.NewQueueServiceClient(conn).Add(ctx, &queuev1.AddRequest{Queue: "q", Keys: []string{"k"}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := src.signal(syscall.SIGTERM, 20*time.Second); err != nil {
@@ -151,7 +148,7 @@ func TestRestoreKeepsFencingSingle(t *testing.T) {
 	src.start()
 	conn := dial(t, src.grpcAddr)
 	src.waitServing(ctx, conn)
-	qc, cc = queuev1.NewQueueServiceClient(conn), queuev1.NewClusterServiceClient(conn)
+	qc, cc := queuev1.NewQueueServiceClient(conn), queuev1.NewClusterServiceClient(conn)
 	lr, err := qc.Lease(ctx, &queuev1.LeaseRequest{Queue: "q", Worker: "w", MaxItems: 1, LeaseDuration: durationpb.New(10 * time.Minute)})
 	if err != nil || len(lr.GetLeases()) != 1 {
 		t.Fatalf("Lease: %v %v", lr, err)
