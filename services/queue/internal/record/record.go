@@ -31,8 +31,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/batonrun/baton/client/queue/limits"
+	"math"
 	"unicode/utf8"
+
+	"github.com/batonrun/baton/client/queue/limits"
+	"github.com/batonrun/baton/services/queue/internal/field"
 )
 
 // Kind tells what a record states.
@@ -71,11 +74,11 @@ var ErrCorrupt = errors.New("record: corrupt")
 // Append appends the encoding of r to dst.
 func Append(dst []byte, r *Record) []byte {
 	dst = append(dst, byte(r.Kind))
-	dst = appendString(dst, r.Queue)
+	dst = field.AppendString(dst, r.Queue)
 	if r.Kind == KindQueue {
 		return dst
 	}
-	dst = appendString(dst, r.Key)
+	dst = field.AppendString(dst, r.Key)
 	if r.Kind == KindDelete {
 		return dst
 	}
@@ -85,12 +88,7 @@ func Append(dst []byte, r *Record) []byte {
 	dst = binary.AppendVarint(dst, r.PendingSince)
 	// Cut here too, so that no path past the API can write what a decoder
 	// would have to cut (the API's text is already within the limit).
-	return appendString(dst, limits.ErrorText(r.LastError))
-}
-
-func appendString(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
+	return field.AppendString(dst, limits.ErrorText(r.LastError))
 }
 
 // Decode decodes one record from the front of src and returns it with the
@@ -106,11 +104,11 @@ func (n Names) Decode(src []byte) (Record, int, error) { return decode(src, n) }
 
 func decode(src []byte, names Names) (Record, int, error) {
 	var r Record
-	d := decoder{b: src, names: names}
+	d := decoder{Reader: field.NewReader(src, ErrCorrupt), names: names}
 	if len(src) == 0 {
 		return r, 0, fmt.Errorf("%w: empty", ErrCorrupt)
 	}
-	r.Kind = Kind(d.byte())
+	r.Kind = Kind(d.Byte())
 	switch r.Kind {
 	case KindPut, KindDelete, KindQueue:
 	default:
@@ -118,144 +116,52 @@ func decode(src []byte, names Names) (Record, int, error) {
 	}
 	r.Queue = d.name()
 	if r.Kind != KindQueue {
-		r.Key = d.string(limits.MaxKeyBytes)
+		r.Key = d.String(limits.MaxKeyBytes, nil)
 	}
 	if r.Kind == KindPut {
-		r.State = d.byte()
-		r.Priority = d.byte()
-		a := d.uvarint()
+		r.State = d.Byte()
+		r.Priority = d.Byte()
+		a := d.Uvarint()
 		if a > 1<<32-1 {
-			d.fail("attempts out of range")
+			d.Fail("attempts out of range")
 		}
 		r.Attempts = uint32(a)
-		r.NotBefore = d.varint()
-		r.PendingSince = d.varint()
+		r.NotBefore = d.Varint()
+		r.PendingSince = d.Varint()
 		r.LastError = d.text()
-		if d.err == nil {
+		if d.Err() == nil {
 			switch {
 			case r.State != StatePending && r.State != StateDelayed && r.State != StateParked:
-				d.fail(fmt.Sprintf("bad state %d", r.State))
+				d.Fail(fmt.Sprintf("bad state %d", r.State))
 			case r.Priority < 1 || r.Priority > 3:
-				d.fail(fmt.Sprintf("bad priority %d", r.Priority))
+				d.Fail(fmt.Sprintf("bad priority %d", r.Priority))
 			}
 		}
 	}
-	if d.err == nil && (r.Queue == "" || (r.Kind != KindQueue && r.Key == "")) {
-		d.fail("empty name")
+	if d.Err() == nil && (r.Queue == "" || (r.Kind != KindQueue && r.Key == "")) {
+		d.Fail("empty name")
 	}
-	if d.err != nil {
-		return Record{}, 0, d.err
+	if d.Err() != nil {
+		return Record{}, 0, d.Err()
 	}
-	return r, d.off, nil
+	return r, d.Off(), nil
 }
 
+// decoder is a record's field.Reader, with the queue names to intern.
 type decoder struct {
-	b     []byte
-	off   int
-	err   error
+	field.Reader
 	names Names
 }
 
 // name decodes a queue name, interned when the decoder has Names.
 func (d *decoder) name() string {
-	if d.names == nil {
-		return d.string(limits.MaxQueueNameBytes)
-	}
-	start := d.off
-	n := d.uvarint()
-	if d.err != nil || n > limits.MaxQueueNameBytes || n > uint64(len(d.b)-d.off) {
-		d.off = start
-		return d.string(limits.MaxQueueNameBytes) // reports the error
-	}
-	b := d.b[d.off : d.off+int(n)]
-	if s, ok := d.names[string(b)]; ok {
-		d.off += int(n)
-		return s
-	}
-	d.off = start
-	s := d.string(limits.MaxQueueNameBytes)
-	if d.err == nil {
-		d.names[s] = s
-	}
-	return s
-}
-
-func (d *decoder) fail(why string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s at byte %d", ErrCorrupt, why, d.off)
-	}
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil {
-		return 0
-	}
-	if d.off >= len(d.b) {
-		d.fail("truncated")
-		return 0
-	}
-	c := d.b[d.off]
-	d.off++
-	return c
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b[d.off:])
-	if n <= 0 {
-		d.fail("bad varint")
-		return 0
-	}
-	d.off += n
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b[d.off:])
-	if n <= 0 {
-		d.fail("bad varint")
-		return 0
-	}
-	d.off += n
-	return v
-}
-
-func (d *decoder) string(limit int) string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(limit) || n > uint64(len(d.b)-d.off) {
-		d.fail("string length out of range")
-		return ""
-	}
-	s := d.b[d.off : d.off+int(n)]
-	if !utf8.Valid(s) {
-		d.fail("string is not UTF-8")
-		return ""
-	}
-	d.off += int(n)
-	return string(s)
+	return d.String(limits.MaxQueueNameBytes, d.names)
 }
 
 // text decodes an error text: any length that fits the record, cut to the
 // API's limit (see the package doc).
 func (d *decoder) text() string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(len(d.b)-d.off) {
-		d.fail("string length out of range")
-		return ""
-	}
-	s := d.b[d.off : d.off+int(n)]
-	d.off += int(n)
+	s := d.Bytes(math.MaxInt)
 	if len(s) <= limits.MaxErrorBytes && utf8.Valid(s) {
 		return string(s)
 	}

@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+
+	"github.com/batonrun/baton/services/queue/internal/field"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -22,8 +25,7 @@ func appendRaftEntry(dst []byte, e *raftpb.Entry) []byte {
 	dst = binary.AppendUvarint(dst, e.Index)
 	dst = binary.AppendUvarint(dst, e.Term)
 	dst = append(dst, byte(e.Type))
-	dst = binary.AppendUvarint(dst, uint64(len(e.Data)))
-	return append(dst, e.Data...)
+	return field.AppendBytes(dst, e.Data)
 }
 
 func appendRaftHardState(dst []byte, hs raftpb.HardState) []byte {
@@ -46,10 +48,8 @@ func appendRaftSnapshot(dst []byte, s *raftpb.Snapshot) []byte {
 	dst = append(dst, raftKindSnapshot)
 	dst = binary.AppendUvarint(dst, s.Metadata.Index)
 	dst = binary.AppendUvarint(dst, s.Metadata.Term)
-	dst = binary.AppendUvarint(dst, uint64(len(cs)))
-	dst = append(dst, cs...)
-	dst = binary.AppendUvarint(dst, uint64(len(s.Data)))
-	return append(dst, s.Data...)
+	dst = field.AppendBytes(dst, cs)
+	return field.AppendBytes(dst, s.Data)
 }
 
 // raftRecord is one decoded record: exactly one of its fields is set, as
@@ -68,98 +68,53 @@ var errRaftRecord = errors.New("bad raft record")
 // kept alive by the entries that outlive replay.
 func decodeRaftRecord(src []byte) (raftRecord, int, error) {
 	var r raftRecord
-	d := raftDecoder{b: src}
-	r.kind = d.byte()
+	d := field.NewReader(src, errRaftRecord)
+	r.kind = d.Byte()
 	switch r.kind {
 	case raftKindEntry:
-		r.entry.Index = d.uvarint()
-		r.entry.Term = d.uvarint()
-		t := d.byte()
-		if d.err == nil && t > byte(raftpb.EntryConfChangeV2) {
-			d.fail(fmt.Sprintf("unknown entry type %d", t))
+		r.entry.Index = d.Uvarint()
+		r.entry.Term = d.Uvarint()
+		t := d.Byte()
+		if d.Err() == nil && t > byte(raftpb.EntryConfChangeV2) {
+			d.Fail(fmt.Sprintf("unknown entry type %d", t))
 		}
 		r.entry.Type = raftpb.EntryType(t)
-		r.entry.Data = d.bytes()
-		if d.err == nil && r.entry.Index == 0 {
-			d.fail("entry at index 0")
+		r.entry.Data = raftBytes(&d)
+		if d.Err() == nil && r.entry.Index == 0 {
+			d.Fail("entry at index 0")
 		}
 	case raftKindHardState:
-		r.hs.Term = d.uvarint()
-		r.hs.Vote = d.uvarint()
-		r.hs.Commit = d.uvarint()
+		r.hs.Term = d.Uvarint()
+		r.hs.Vote = d.Uvarint()
+		r.hs.Commit = d.Uvarint()
 	case raftKindSnapshot:
-		r.snap.Metadata.Index = d.uvarint()
-		r.snap.Metadata.Term = d.uvarint()
-		cs := d.bytes()
-		if d.err == nil {
+		r.snap.Metadata.Index = d.Uvarint()
+		r.snap.Metadata.Term = d.Uvarint()
+		cs := raftBytes(&d)
+		if d.Err() == nil {
 			if err := r.snap.Metadata.ConfState.Unmarshal(cs); err != nil {
-				d.fail(fmt.Sprintf("conf state: %v", err))
+				d.Fail(fmt.Sprintf("conf state: %v", err))
 			}
 		}
-		r.snap.Data = d.bytes()
-		if d.err == nil && r.snap.Metadata.Index == 0 {
-			d.fail("snapshot at index 0")
+		r.snap.Data = raftBytes(&d)
+		if d.Err() == nil && r.snap.Metadata.Index == 0 {
+			d.Fail("snapshot at index 0")
 		}
 	default:
-		d.fail(fmt.Sprintf("unknown kind %#x", r.kind))
+		d.Fail(fmt.Sprintf("unknown kind %#x", r.kind))
 	}
-	if d.err != nil {
-		return raftRecord{}, 0, d.err
+	if d.Err() != nil {
+		return raftRecord{}, 0, d.Err()
 	}
-	return r, d.off, nil
+	return r, d.Off(), nil
 }
 
-type raftDecoder struct {
-	b   []byte
-	off int
-	err error
-}
-
-func (d *raftDecoder) fail(why string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s at byte %d", errRaftRecord, why, d.off)
-	}
-}
-
-func (d *raftDecoder) byte() byte {
-	if d.err != nil {
-		return 0
-	}
-	if d.off >= len(d.b) {
-		d.fail("truncated")
-		return 0
-	}
-	c := d.b[d.off]
-	d.off++
-	return c
-}
-
-func (d *raftDecoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b[d.off:])
-	if n <= 0 {
-		d.fail("bad varint")
-		return 0
-	}
-	d.off += n
-	return v
-}
-
-func (d *raftDecoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
+// raftBytes reads a length-prefixed byte string of any length that fits,
+// copied (nil when empty, as raft leaves an empty Data).
+func raftBytes(d *field.Reader) []byte {
+	b := d.Bytes(math.MaxInt)
+	if len(b) == 0 {
 		return nil
 	}
-	if n > uint64(len(d.b)-d.off) {
-		d.fail("length out of range")
-		return nil
-	}
-	var out []byte
-	if n > 0 {
-		out = append([]byte(nil), d.b[d.off:d.off+int(n)]...)
-	}
-	d.off += int(n)
-	return out
+	return append([]byte(nil), b...)
 }
