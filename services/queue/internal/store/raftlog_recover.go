@@ -162,7 +162,7 @@ func (l *RaftLog) replaySegment(name string, b []byte, last bool, floor int) (in
 		if last && (allZero(b) || strings.HasPrefix(raftMagic, string(b))) {
 			// Created, but its header never fully reached the disk:
 			// nothing was ever written after it.
-			return int64(len(raftMagic)), l.repairRaftHeader(p)
+			return int64(len(raftMagic)), repairTornHeader(l.fs, l.log, p, raftMagic, &l.repairs)
 		}
 		why := "bad raft segment header"
 		if len(b) >= len(walKind) && string(b[:len(walKind)]) == walKind {
@@ -256,28 +256,6 @@ func (l *RaftLog) applyFrame(file string, base int, payload []byte) error {
 		}
 	}
 	return flush()
-}
-
-// repairRaftHeader rewrites the header of a last segment whose header never
-// fully reached the disk.
-func (l *RaftLog) repairRaftHeader(p string) error {
-	l.log.Error("repairing the torn header of the raft log's last segment, written just before a crash", "file", p)
-	if err := l.fs.Truncate(p, 0); err != nil {
-		return fmt.Errorf("repair raft segment %s: %w", p, err)
-	}
-	f, err := l.fs.OpenAppend(p)
-	if err != nil {
-		return fmt.Errorf("repair raft segment %s: %w", p, err)
-	}
-	defer f.Close()
-	if _, err := f.Write([]byte(raftMagic)); err != nil {
-		return fmt.Errorf("repair raft segment %s: %w", p, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("repair raft segment %s: %w", p, err)
-	}
-	l.repairs++
-	return nil
 }
 
 // readRaftClean reads the file "clean" (Store.readClean's format: segment

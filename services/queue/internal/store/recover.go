@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"sort"
 	"strings"
 
@@ -379,26 +380,34 @@ func (s *Store) repairTail(file string, b []byte, off int, why string) error {
 // tornHeader rewrites the header of a last segment whose header never fully
 // reached the disk.
 func (r *reader) tornHeader(p string) error {
-	s := r.s
 	if r.lenient {
 		return nil
 	}
-	s.log.Error("repairing the torn header of the last segment, written just before a crash", "file", p)
-	if err := s.fs.Truncate(p, 0); err != nil {
+	return repairTornHeader(r.s.fs, r.s.log, p, walMagic, &r.s.repairs)
+}
+
+// repairTornHeader rewrites the header of a log's last segment, p, which a
+// crash left empty, with part of its magic, or with zeros: the segment was
+// created and the crash came before its header was synced, so nothing was
+// ever written after it (the Store's and the Raft log's alike). A repair
+// made is counted in repairs.
+func repairTornHeader(fs FS, log *slog.Logger, p, magic string, repairs *int) error {
+	log.Error("repairing the torn header of the last segment, written just before a crash", "file", p)
+	if err := fs.Truncate(p, 0); err != nil {
 		return fmt.Errorf("repair segment %s: %w", p, err)
 	}
-	f, err := s.fs.OpenAppend(p)
+	f, err := fs.OpenAppend(p)
 	if err != nil {
 		return fmt.Errorf("repair segment %s: %w", p, err)
 	}
 	defer f.Close()
-	if _, err := f.Write([]byte(walMagic)); err != nil {
+	if _, err := f.Write([]byte(magic)); err != nil {
 		return fmt.Errorf("repair segment %s: %w", p, err)
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("repair segment %s: %w", p, err)
 	}
-	s.repairs++
+	*repairs++
 	return nil
 }
 
