@@ -1,9 +1,9 @@
 package replica
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/batonrun/baton/services/queue/internal/metricset"
 )
 
 // Metric names, as docs/design.md gives them.
@@ -17,7 +17,7 @@ const (
 
 // metrics are the node's; the Ready loop sets them after each Ready.
 type metrics struct {
-	reg           prometheus.Registerer
+	set           *metricset.Set
 	leaderChanges prometheus.Counter
 	term          prometheus.Gauge
 	isLeader      prometheus.Gauge
@@ -30,7 +30,6 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		reg: reg,
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: LeaderChangesMetric,
 			Help: "Times this member saw the leader change to a known member (itself included)."}),
 		term: prometheus.NewGauge(prometheus.GaugeOpts{Name: TermMetric,
@@ -44,31 +43,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.snapshotsCreated = m.snapshots.WithLabelValues("created")
 	m.snapshotsRestored = m.snapshots.WithLabelValues("restored")
-	if reg == nil {
-		return m, nil
-	}
-	var done []prometheus.Collector
-	for _, c := range m.collectors() {
-		if err := reg.Register(c); err != nil {
-			for _, d := range done {
-				reg.Unregister(d)
-			}
-			return nil, fmt.Errorf("register metrics: %w", err)
-		}
-		done = append(done, c)
+	var err error
+	if m.set, err = metricset.Register(reg, m.leaderChanges, m.term, m.isLeader, m.commitLag, m.snapshots); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
-func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.leaderChanges, m.term, m.isLeader, m.commitLag, m.snapshots}
-}
-
-func (m *metrics) unregister() {
-	if m.reg == nil {
-		return
-	}
-	for _, c := range m.collectors() {
-		m.reg.Unregister(c)
-	}
-}
+func (m *metrics) unregister() { m.set.Unregister() }

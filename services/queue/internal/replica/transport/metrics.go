@@ -1,9 +1,9 @@
 package transport
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/batonrun/baton/services/queue/internal/metricset"
 )
 
 // Directions of the dropped metric.
@@ -42,7 +42,7 @@ const (
 
 // metrics are the transport's; peer labels are Raft ids in decimal.
 type metrics struct {
-	reg      prometheus.Registerer
+	set      *metricset.Set
 	sent     *prometheus.CounterVec
 	received *prometheus.CounterVec
 	drops    *prometheus.CounterVec
@@ -52,7 +52,6 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		reg: reg,
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: SentMetric,
 			Help: "Raft messages written to a peer's stream."}, []string{"peer"}),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ReceivedMetric,
@@ -64,35 +63,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: ActiveMetric,
 			Help: "Peers this member has a stream open to."}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var done []prometheus.Collector
-	for _, c := range m.collectors() {
-		if err := reg.Register(c); err != nil {
-			for _, d := range done {
-				reg.Unregister(d)
-			}
-			return nil, fmt.Errorf("register metrics: %w", err)
-		}
-		done = append(done, c)
+	var err error
+	if m.set, err = metricset.Register(reg, m.sent, m.received, m.drops, m.connects, m.active); err != nil {
+		return nil, err
 	}
 	return m, nil
-}
-
-func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.sent, m.received, m.drops, m.connects, m.active}
 }
 
 func (m *metrics) dropped(peer, direction, reason string, n int) {
 	m.drops.WithLabelValues(peer, direction, reason).Add(float64(n))
 }
 
-func (m *metrics) unregister() {
-	if m.reg == nil {
-		return
-	}
-	for _, c := range m.collectors() {
-		m.reg.Unregister(c)
-	}
-}
+func (m *metrics) unregister() { m.set.Unregister() }
