@@ -501,7 +501,7 @@ func (r *runner) runUnary(ctx context.Context) {
 
 	stopBg := r.stop
 	var bg sync.WaitGroup
-	bg.Go(func() { r.heartbeat(stopBg) })
+	bg.Go(func() { r.heartbeat(stopBg, r.extendUnary) })
 	ackDone := make(chan struct{})
 	go func() { defer close(ackDone); r.ackLoop(stopBg) }()
 
@@ -723,9 +723,9 @@ func (r *runner) send(batch []ack) {
 	}
 }
 
-// heartbeat extends every held lease in one call every third of the lease
-// duration, until stop is closed.
-func (r *runner) heartbeat(stop <-chan struct{}) {
+// heartbeat calls extend every third of the lease duration, until stop is
+// closed: the unary loop's leases and each work stream's are kept so.
+func (r *runner) heartbeat(stop <-chan struct{}, extend func()) {
 	t := time.NewTicker(r.c.LeaseDuration / 3)
 	defer t.Stop()
 	for {
@@ -733,34 +733,40 @@ func (r *runner) heartbeat(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
+			extend()
 		}
-		r.mu.Lock()
-		jobs := make([]*job, 0, len(r.inflight))
-		for _, j := range r.inflight {
-			jobs = append(jobs, j)
-		}
-		r.mu.Unlock()
-		if len(jobs) == 0 {
-			continue
-		}
-		refs := make([]queueclient.LeaseRef, len(jobs))
-		for i, j := range jobs {
-			refs[i] = queueclient.LeaseRef{Key: j.lease.Key, Token: j.lease.Token}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.c.LeaseDuration/3)
-		results, err := r.q.Extend(ctx, r.c.Name, refs, r.c.LeaseDuration)
-		cancel()
-		if err != nil {
-			r.log.Warn("extend failed", "keys", len(refs), "err", err)
-			continue
-		}
-		for i, res := range results {
-			if i < len(jobs) && res.Status == queueclient.LeaseLost {
-				j := jobs[i]
-				j.lost.Store(true)
-				j.cancel()
-				r.log.Warn("lease lost while reconciling; cancelled", "key", j.lease.Key)
-			}
+	}
+}
+
+// extendUnary extends every held lease in one Extend call, and cancels the
+// reconciles of those the queue says are lost.
+func (r *runner) extendUnary() {
+	r.mu.Lock()
+	jobs := make([]*job, 0, len(r.inflight))
+	for _, j := range r.inflight {
+		jobs = append(jobs, j)
+	}
+	r.mu.Unlock()
+	if len(jobs) == 0 {
+		return
+	}
+	refs := make([]queueclient.LeaseRef, len(jobs))
+	for i, j := range jobs {
+		refs[i] = queueclient.LeaseRef{Key: j.lease.Key, Token: j.lease.Token}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.c.LeaseDuration/3)
+	results, err := r.q.Extend(ctx, r.c.Name, refs, r.c.LeaseDuration)
+	cancel()
+	if err != nil {
+		r.log.Warn("extend failed", "keys", len(refs), "err", err)
+		return
+	}
+	for i, res := range results {
+		if i < len(jobs) && res.Status == queueclient.LeaseLost {
+			j := jobs[i]
+			j.lost.Store(true)
+			j.cancel()
+			r.log.Warn("lease lost while reconciling; cancelled", "key", j.lease.Key)
 		}
 	}
 }

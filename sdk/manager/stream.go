@@ -106,7 +106,7 @@ func (r *runner) serve(ctx, workCtx context.Context, cancelWork context.CancelFu
 	go func() { ended <- r.receive(workCtx, ss, workers) }()
 	stopBeats := make(chan struct{})
 	var beats sync.WaitGroup
-	beats.Go(func() { r.beat(ss, stopBeats) })
+	beats.Go(func() { r.heartbeat(stopBeats, func() { r.extendStreamed(ss) }) })
 	defer func() {
 		close(stopBeats)
 		beats.Wait()
@@ -212,27 +212,18 @@ func (r *runner) processStreamed(ctx context.Context, ss *session, j *job) {
 	}
 }
 
-// beat extends every lease the stream holds, every third of the lease
-// duration, until stop is closed.
-func (r *runner) beat(ss *session, stop <-chan struct{}) {
-	t := time.NewTicker(r.c.LeaseDuration / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		ss.mu.Lock()
-		refs := make([]queueclient.LeaseRef, 0, len(ss.jobs))
-		for _, j := range ss.jobs {
-			refs = append(refs, queueclient.LeaseRef{Key: j.lease.Key, Token: j.lease.Token})
-		}
-		ss.mu.Unlock()
-		for _, ref := range refs {
-			if err := ss.s.Extend(ref, r.c.LeaseDuration); err != nil {
-				break // the stream broke: serve cancels its reconciles
-			}
+// extendStreamed extends every lease the stream holds, on the stream; the
+// queue answers a lost one there (receive cancels its reconcile).
+func (r *runner) extendStreamed(ss *session) {
+	ss.mu.Lock()
+	refs := make([]queueclient.LeaseRef, 0, len(ss.jobs))
+	for _, j := range ss.jobs {
+		refs = append(refs, queueclient.LeaseRef{Key: j.lease.Key, Token: j.lease.Token})
+	}
+	ss.mu.Unlock()
+	for _, ref := range refs {
+		if err := ss.s.Extend(ref, r.c.LeaseDuration); err != nil {
+			return // the stream broke: serve cancels its reconciles
 		}
 	}
 }
