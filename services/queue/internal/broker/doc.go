@@ -40,7 +40,12 @@
 //	               log of a replicated member
 //	replicated.go  a replicated member: the broker as the replica's
 //	               StateMachine, leadership, its compaction
+//	backup.go      Backup: every queue, each as it was at one moment, as a
+//	               backup file (package backup)
 //	metrics.go     the queue's Prometheus metrics
+//	safe_ack.go    the journal a replicated member answers through; with
+//	unsafe_ack.go  the baton_unsafe_ack tag, one that answers before the
+//	               commit (the robustness suite's negative control)
 //
 // A new operation goes in a file of its own, follows commit.go's protocol
 // for a change or reads.go's for a read, and is exposed by the gRPC server
