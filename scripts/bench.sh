@@ -12,6 +12,15 @@ fi
 # The queue's data goes under bench/out (git-ignored), on the repository's
 # disk: a tmpfs /tmp would make every fsync free.
 mkdir -p "$ROOT/bench/out"
-rev=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
+# The report names the commit by its subject and date, not its hash: a
+# hash the history no longer holds after a rebase would be a dead
+# reference (make verify refuses a doc naming one).
+rev=unknown
+if subject=$(git -C "$ROOT" log -1 --format='%s' 2>/dev/null); then
+  rev="the commit \"${subject//|/\\|}\" of $(git -C "$ROOT" log -1 --format='%as')"
+  if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    rev="$rev, with uncommitted changes"
+  fi
+fi
 log "batonbench $* (baton-queue from $rev)"
 go run ./cmd/batonbench -bin "$ROOT/bin/baton-queue" -dir "$ROOT/bench/out" -doc "$ROOT/docs/benchmarks.md" -plot "$ROOT/docs/benchmarks-cycle.png" -rev "$rev" "$@"

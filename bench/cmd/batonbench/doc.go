@@ -101,7 +101,7 @@ per object in a burst) are ` + "`go test`" + ` benchmarks against real etcd; see
 | Go | {{.D.Machine.Go}} |
 | kernel | {{.D.Machine.Kernel}} |
 | load average (1, 5, 15 min) at the start | {{.D.Machine.Load}} |
-| baton-queue built from | {{if .D.Rev}}` + "`{{.D.Rev}}`" + `{{else}}unknown{{end}} |
+| baton-queue built from | {{if .D.Rev}}{{.D.Rev}}{{else}}unknown{{end}} |
 
 ## Command
 

@@ -44,7 +44,7 @@ func main() {
 // config is the run's shape; -quick shrinks every figure for a smoke run.
 type config struct {
 	bin, dir, out, doc string
-	rev                string // the source revision the binary was built from, for the report
+	rev                string // what the binary was built from, for the report
 	quick              bool
 	rounds             int           // of the paired workloads; the best figure of each is kept
 	dur                time.Duration // each timed workload
@@ -159,7 +159,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.dir, "dir", "", "directory for the queue's data (default: the system temp dir); put it on the disk you mean to measure")
 	fs.StringVar(&c.out, "out", os.Getenv("BENCH_OUT"), "write the records as JSON to this file (default $BENCH_OUT)")
 	fs.StringVar(&c.doc, "doc", "", "regenerate this Markdown report, e.g. docs/benchmarks.md")
-	fs.StringVar(&c.rev, "rev", "", "source revision of the binary (git describe), shown in the report")
+	fs.StringVar(&c.rev, "rev", "", "what the binary was built from (scripts/bench.sh gives the commit's subject and date), shown in the report as Markdown")
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: short workloads, 100,000 keys instead of 1,000,000, one round")
 	fs.StringVar(&c.plot, "plot", "", "draw the cycle throughput per contender as a PNG here, e.g. docs/benchmarks-cycle.png")
 	fs.BoolVar(&c.side, "peers", true, "also run the side-by-side contenders: client-go, NATS JetStream, a queue on etcd")
