@@ -17,7 +17,7 @@ generate: ## Regenerates the protobuf Go code from scratch with pinned tools.
 	@scripts/generate.sh
 
 .PHONY: verify
-verify: ## Fails on stale generated code, untidy go.mod, buf lint, vet, staticcheck, gofmt.
+verify: ## Fails on stale generated code, untidy go.mod, buf lint, vet, staticcheck, gofmt, docs naming a commit the history lacks.
 	@scripts/verify.sh
 
 .PHONY: test

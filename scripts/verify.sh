@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fails on anything a reviewer should never have to point out: stale
-# generated code or go.work, an untidy go.mod, buf lint, go vet, staticcheck or gofmt.
+# generated code or go.work, an untidy go.mod, buf lint, go vet, staticcheck
+# or gofmt, an import across the architecture's lines, a doc naming a commit
+# the history does not hold.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 fail=0
@@ -26,6 +28,9 @@ fi
 
 log "import rules"
 "$ROOT/scripts/check-imports.sh" || fail=1
+
+log "docs name no commit the history does not hold"
+"$ROOT/scripts/check-doc-commits.sh" || fail=1
 
 log "go.work is current"
 "$ROOT/scripts/update_go_workspace.sh"
