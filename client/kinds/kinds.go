@@ -54,13 +54,34 @@ const RegistryPrefix = "/registry/"
 // declarations, one key per queue.
 const DeclarationPrefix = "/baton/rules/"
 
-// GarbageCollectorQueuePrefix begins the queue of each of the garbage
-// collector's controllers, one per kind: garbagecollector-<resource>. The
-// collector watches every kind without being any kind's controller, so a
-// Set learns the kinds of its declarations but never takes one for the
-// declaration of a resource (Queue, Declaration): that stays its own
-// controller's, with its schema, whichever key sorts first.
+// GarbageCollectorQueue is the garbage collector's one queue, for every
+// kind. No declaration states it: the observer feeds it with every object
+// of every kind its rules in force name (docs/design.md, "Deleting,
+// finalizers and the garbage collector"), keyed CollectorKey, so a
+// declaration that names it is refused (Validate).
+const GarbageCollectorQueue = "garbagecollector"
+
+// GarbageCollectorQueuePrefix began the queues of the garbage collector
+// of earlier versions, one per kind (garbagecollector-<resource>), each
+// with a declaration of its own. A worker deletes those declarations when
+// its collector starts; a Set still reads one as teaching a kind without
+// taking it for the declaration of a resource (Queue, Declaration).
 const GarbageCollectorQueuePrefix = "garbagecollector-"
+
+// CollectorKey is the key of the object of kind k with queue key
+// queueKey (namespace/name, or name) in GarbageCollectorQueue:
+// <resource>/<namespace>/<name>, so one queue names objects of every kind.
+func CollectorKey(k Kind, queueKey string) string { return k.Resource + "/" + queueKey }
+
+// SplitCollectorKey splits a key of GarbageCollectorQueue into its
+// resource and the object's queue key (namespace/name, or name).
+func SplitCollectorKey(key string) (resource, queueKey string, err error) {
+	resource, queueKey, ok := strings.Cut(key, "/")
+	if !ok || limits.CheckQueueName(resource) != nil || queueKey == "" {
+		return "", "", fmt.Errorf("%q is not a key of the garbage collector's queue (<resource>/<namespace>/<name>)", key)
+	}
+	return resource, queueKey, nil
+}
 
 // Limits of declarations, in number and size, so that what anyone who may
 // write etcd publishes under DeclarationPrefix cannot make the observer
@@ -212,6 +233,9 @@ type Declaration struct {
 func (d Declaration) Validate() error {
 	if err := limits.CheckQueueName(d.Queue); err != nil {
 		return fmt.Errorf("declaration: queue %q is not a DNS label (lower-case letters, digits and '-', at most 63)", d.Queue)
+	}
+	if d.Queue == GarbageCollectorQueue {
+		return fmt.Errorf("declaration: queue %s is the garbage collector's, which the observer feeds with every kind; no declaration may state it", d.Queue)
 	}
 	if err := d.For.Validate(); err != nil {
 		return fmt.Errorf("declaration of queue %s: for: %w", d.Queue, err)

@@ -93,6 +93,7 @@ func TestParseRefuses(t *testing.T) {
 		{"owned twice", `{"queue":"a","for":{"kind":"A","resource":"as"},"owns":[{"kind":"B","resource":"bs"},{"kind":"B","resource":"bs"}]}`, "named twice"},
 		{"owns itself", `{"queue":"a","for":{"kind":"A","resource":"as"},"owns":[{"kind":"A","resource":"as"}]}`, "named twice"},
 		{"too large", `{"queue":"` + strings.Repeat("a", MaxDeclarationBytes) + `"}`, "at most"},
+		{"the collector's queue", `{"queue":"garbagecollector","for":{"kind":"A","resource":"as"}}`, "garbage collector's"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.json))
@@ -100,6 +101,27 @@ func TestParseRefuses(t *testing.T) {
 				t.Fatalf("Parse(%.60s) = %v, want an error containing %q", tc.json, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCollectorKey: the collector's keys name the resource, then the
+// object's queue key, and split back; what is not one is refused.
+func TestCollectorKey(t *testing.T) {
+	pod := MustBuiltin(Pod)
+	for _, qk := range []string{"default/web-x7k2p", "node-1"} {
+		key := CollectorKey(pod, qk)
+		if want := "pods/" + qk; key != want {
+			t.Errorf("CollectorKey(pods, %s) = %q, want %q", qk, key, want)
+		}
+		res, back, err := SplitCollectorKey(key)
+		if err != nil || res != "pods" || back != qk {
+			t.Errorf("SplitCollectorKey(%q) = %q, %q, %v", key, res, back, err)
+		}
+	}
+	for _, bad := range []string{"", "pods", "pods/", "/default/web", "Pods/default/web"} {
+		if _, _, err := SplitCollectorKey(bad); err == nil {
+			t.Errorf("SplitCollectorKey(%q) succeeded", bad)
+		}
 	}
 }
 
@@ -130,8 +152,9 @@ func TestSet(t *testing.T) {
 	if got := s.Owns("deployments"); !slices.Equal(got, []string{"replicasets"}) {
 		t.Errorf("Owns(deployments) = %v", got)
 	}
-	// The garbage collector's declaration of a kind, read first (its key
-	// sorts first), teaches the kind but is not the kind's declaration.
+	// A declaration of the garbage collector of earlier versions, one per
+	// kind, read first (its key sorts first), teaches the kind but is not
+	// the kind's declaration.
 	greeting := Kind{Kind: "Greeting", Resource: "greetings", Aliases: []string{"gr"}}
 	s.Declare(Declaration{Queue: GarbageCollectorQueuePrefix + "greetings", For: greeting, IgnoreOwnStatus: true})
 	if k, err := s.Lookup("gr"); err != nil || k.Kind != "Greeting" {

@@ -93,8 +93,10 @@ func TestDashboardShowsTheStack(t *testing.T) {
 			t.Fatalf("the observer refused the queue's Status: %s", o.StatusError)
 		}
 		i := slices.IndexFunc(o.Declarations, func(x declaration) bool { return x.Key == d.Key() })
+		// Its rule, and the garbage collector's feed of its kind.
+		want := []rule{{Queue: "dashtoys", Prefix: "/registry/dashtoys/", Source: "declaration"}, {Queue: kinds.GarbageCollectorQueue, Prefix: "/registry/dashtoys/", Source: "declaration"}}
 		return o.Configured && o.Reachable && o.Ready &&
-			i >= 0 && o.Declarations[i].InForceRevision > 0 && len(o.Declarations[i].Watches) == 1 && o.Declarations[i].Watches[0].Prefix == "/registry/dashtoys/" &&
+			i >= 0 && o.Declarations[i].InForceRevision > 0 && slices.Equal(o.Declarations[i].Watches, want) &&
 			slices.ContainsFunc(o.Prefixes, func(p prefix) bool { return p.Prefix == "/registry/dashtoys/" && p.Listed }), body
 	})
 	if !slices.ContainsFunc(o.Rules, func(r rule) bool { return r.Queue == "replicasets" && r.Source == "built in" }) {

@@ -286,7 +286,7 @@ func TestBuiltinDeclarationsAnnounceNothingNew(t *testing.T) {
 	})
 	settle(t, o, cli)
 	after := observerStatus(t, o)
-	if !slices.Equal(ruleLines(after), ruleLines(before)) || len(after.GetRules()) != 9 {
+	if !slices.Equal(ruleLines(after), ruleLines(before)) || len(after.GetRules()) != len(rules.Builtin()) {
 		t.Errorf("rules changed: %q, want %q", ruleLines(after), ruleLines(before))
 	}
 	for i, p := range after.GetPrefixes() {
@@ -366,4 +366,91 @@ func TestDeclaredPrefixSurvivesSIGKILLAndCompaction(t *testing.T) {
 	if !slices.Contains(prefixes(observerStatus(t, o2)), "/registry/widgets/") {
 		t.Errorf("the widgets declared while no observer ran are not watched: %v", prefixes(observerStatus(t, o2)))
 	}
+}
+
+// collectorStatus is Status asked for the garbage collector's rules.
+func collectorStatus(t testing.TB, o *observerConn) *observerv1.StatusResponse {
+	t.Helper()
+	st, err := o.rpc.Status(t.Context(), &observerv1.StatusRequest{Queue: kinds.GarbageCollectorQueue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// collectedKinds are the kinds the observer feeds the garbage collector,
+// as "Kind prefix" lines, sorted.
+func collectedKinds(st *observerv1.StatusResponse) []string {
+	var out []string
+	for _, r := range st.GetRules() {
+		if r.GetQueue() == kinds.GarbageCollectorQueue && r.GetResourceKeys() {
+			out = append(out, r.GetKind()+" "+r.GetPrefix())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// With the built-in rules, the observer feeds the garbage collector's one
+// queue every object of every kind in force, keyed by resource: the
+// reference kinds from the start, a declared kind (its backlog, then its
+// changes) while its declaration is in force, never a refused one's.
+// Status asked for the collector's queue holds its rules alone, each
+// with its kind, and a declarations revision that passes every change
+// under /baton/rules/ once the rules reflect it.
+func TestCollectorIsFedEveryKindInForce(t *testing.T) {
+	srv, cli := etcdWithClient(t)
+	q := startQueue(t)
+	o := startObserver(t, srv.Endpoints(), q.addr, func(c *service.Config) { c.Rules = nil })
+	put(t, cli, "/registry/pods/gc/web-1", objectValue("Pod", "gc", "web-1", "ReplicaSet", "web"))
+	put(t, cli, greetingKind.Key("gc", "g1"), objectValue("Greeting", "gc", "g1", "", ""))
+	settle(t, o, cli)
+	waitKeys(t, q, kinds.GarbageCollectorQueue, "pods/gc/web-1")
+	st := collectorStatus(t, o)
+	reference := []string{"Deployment /registry/deployments/", "Job /registry/jobs/", "Pod /registry/pods/", "ReplicaSet /registry/replicasets/", "StatefulSet /registry/statefulsets/"}
+	if got := collectedKinds(st); !slices.Equal(got, reference) || len(st.GetRules()) != len(reference) || len(st.GetPrefixes())+len(st.GetDeclarations())+len(st.GetOutboxes()) != 0 {
+		t.Errorf("Status of the collector's queue: %v, want its rules of the reference kinds alone", st)
+	}
+	if st.GetDeclarationsRevision() <= 0 {
+		t.Errorf("declarations revision %d once listed", st.GetDeclarationsRevision())
+	}
+
+	rev := publish(t, cli, greetingsDeclaration())
+	waitKeys(t, q, kinds.GarbageCollectorQueue, "pods/gc/web-1", "greetings/gc/g1")
+	waitFor(t, 30*time.Second, "the declarations revision to pass the declaration", func() (bool, string) {
+		st := collectorStatus(t, o)
+		return st.GetDeclarationsRevision() >= rev, fmt.Sprint(st.GetDeclarationsRevision())
+	})
+	if got, want := collectedKinds(collectorStatus(t, o)), append(slices.Clone(reference), "Greeting /registry/greetings/"); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Errorf("fed %v, want %v", got, want)
+	}
+	// A status-only change says nothing of owners or deletion.
+	q.drainQueues(t, kinds.GarbageCollectorQueue)
+	var g map[string]any
+	json.Unmarshal([]byte(objectValue("Greeting", "gc", "g1", "", "")), &g)
+	g["status"] = map[string]any{"said": "hello"}
+	b, _ := json.Marshal(g)
+	put(t, cli, greetingKind.Key("gc", "g1"), string(b))
+	put(t, cli, greetingKind.Key("gc", "g2"), objectValue("Greeting", "gc", "g2", "", ""))
+	waitKeys(t, q, kinds.GarbageCollectorQueue, "greetings/gc/g2")
+
+	// A refused declaration feeds nothing: its revision is weighed, and
+	// its kind is not fed.
+	refused := kinds.Declaration{Queue: "widgets", For: kinds.Kind{Kind: "Widget", Resource: "widgets"}}
+	b, _ = refused.Marshal()
+	rev = put(t, cli, "/baton/rules/impostor", string(b))
+	waitFor(t, 30*time.Second, "the refused declaration weighed", func() (bool, string) {
+		st := collectorStatus(t, o)
+		return st.GetDeclarationsRevision() >= rev, fmt.Sprint(st.GetDeclarationsRevision())
+	})
+	if got := collectedKinds(collectorStatus(t, o)); slices.Contains(got, "Widget /registry/widgets/") {
+		t.Errorf("a refused declaration's kind is fed: %v", got)
+	}
+
+	rev = headRevision(t, cli)
+	del(t, cli, greetingsDeclaration().Key())
+	waitFor(t, 30*time.Second, "the declared kind's feed to go", func() (bool, string) {
+		st := collectorStatus(t, o)
+		return slices.Equal(collectedKinds(st), reference) && st.GetDeclarationsRevision() > rev, fmt.Sprint(collectedKinds(st), st.GetDeclarationsRevision())
+	})
 }

@@ -13,12 +13,15 @@
 //
 // Which prefixes feed which queues is set by rules (see docs/observer.md for
 // the file format). Without --rules the built-in rules of the reference
-// controllers apply. A bad rules file makes Run fail at once, naming the line
-// and the reason. To these the observer adds, while it runs, the rules of
-// every controller's declaration published under /baton/rules/ (package
-// declarations; client/kinds): a new declaration starts the watches it needs
-// and announces its backlog, a deleted one stops them, and one it refuses
-// changes nothing and is shown in Status.
+// controllers and of the garbage collector apply. A bad rules file makes Run
+// fail at once, naming the line and the reason. To these the observer adds,
+// while it runs, the rules of every controller's declaration published under
+// /baton/rules/ (package declarations; client/kinds): a new declaration
+// starts the watches it needs and announces its backlog, a deleted one stops
+// them, and one it refuses changes nothing and is shown in Status. With the
+// built-in rules, every kind of a declaration in force is also fed to the
+// garbage collector's one queue (rules.Collector), which learns them from
+// Status asked for that queue.
 //
 // # Parts
 //

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonrun/baton/client/kinds"
@@ -29,23 +30,25 @@ import (
 // ones and the controllers' declarations, which one more informer watches
 // under kinds.DeclarationPrefix (watches.go).
 type observer struct {
-	etcd      *clientv3.Client
-	mux       *watchmux.Mux // every informer's watch, on one etcd stream
-	cache     *cache.Cache
-	announcer *announcer.Announcer
-	outbox    *outbox.Set
-	keeper    *checkpoint.Keeper
-	decls     *declarations.Set
-	declWatch *informer.Informer // the declarations' informer
-	declC     chan struct{}      // a declaration changed
-	metrics   *metrics
-	log       *slog.Logger
+	etcd       *clientv3.Client
+	mux        *watchmux.Mux // every informer's watch, on one etcd stream
+	cache      *cache.Cache
+	announcer  *announcer.Announcer
+	outbox     *outbox.Set
+	keeper     *checkpoint.Keeper
+	decls      *declarations.Set
+	declWatch  *informer.Informer // the declarations' informer
+	declC      chan struct{}      // a declaration changed
+	declHanded atomic.Int64       // the newest revision of a declaration's change handed on
+	metrics    *metrics
+	log        *slog.Logger
 
 	mu       sync.Mutex
 	rules    []rules.Rule // in force
 	statuses []declarations.Status
 	watches  map[string]*watch // prefix → its informer
 	started  bool              // the start's prefixes have been set up
+	declRev  int64             // the rules reflect the declarations up to it (declarationsRevision)
 }
 
 // CheckpointKey is where observers record the revision up to which every
@@ -74,7 +77,7 @@ func newObserver(etcd *clientv3.Client, add outbox.Adder, rs []rules.Rule, recor
 	})
 	o.keeper = checkpoint.NewKeeper(checkpoint.NewEtcd(etcd), o.outbox, recordInterval, log)
 	o.announcer = announcer.New(nil, o.cache, o.outbox, o.keeper, log)
-	o.declWatch = informer.New(o.mux, kinds.DeclarationPrefix, o.cache, nil, declChanged(o.declC), informer.Options{Logger: log})
+	o.declWatch = informer.New(o.mux, kinds.DeclarationPrefix, o.cache, nil, declChanged{c: o.declC, rev: &o.declHanded}, informer.Options{Logger: log})
 	return o
 }
 
@@ -153,9 +156,20 @@ func (o *observer) ready(ctx context.Context) error {
 	return nil
 }
 
-// Status describes the watches, outboxes, rules and declarations.
-func (o *observer) Status() *observerv1.StatusResponse {
-	resp := &observerv1.StatusResponse{}
+// Status describes the watches, outboxes, rules and declarations; with a
+// queue, only that queue's rules (and the declarations' revision).
+func (o *observer) Status(queue string) *observerv1.StatusResponse {
+	resp := &observerv1.StatusResponse{DeclarationsRevision: o.declarationsRevision()}
+	if queue != "" {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		for _, r := range o.rules {
+			if r.Queue == queue {
+				resp.Rules = append(resp.Rules, ruleStatus(r))
+			}
+		}
+		return resp
+	}
 	for _, in := range o.informers() {
 		s := in.Stats()
 		resp.Prefixes = append(resp.Prefixes, &observerv1.PrefixStatus{
@@ -173,14 +187,18 @@ func (o *observer) Status() *observerv1.StatusResponse {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, r := range o.rules {
-		resp.Rules = append(resp.Rules, &observerv1.Rule{Queue: r.Queue, Prefix: r.Prefix, OwnerKind: r.OwnerKind,
-			Source: ruleSource(r), DeclarationKey: r.Declaration, IgnoreOwnStatus: r.IgnoreOwnStatus})
+		resp.Rules = append(resp.Rules, ruleStatus(r))
 	}
 	for _, d := range o.statuses {
 		resp.Declarations = append(resp.Declarations, &observerv1.DeclarationStatus{Key: d.Key, ModRevision: d.ModRevision,
 			Queue: d.Queue, InForceRevision: d.InForceRevision, Refused: d.Refused})
 	}
 	return resp
+}
+
+func ruleStatus(r rules.Rule) *observerv1.Rule {
+	return &observerv1.Rule{Queue: r.Queue, Prefix: r.Prefix, OwnerKind: r.OwnerKind, Source: ruleSource(r),
+		DeclarationKey: r.Declaration, IgnoreOwnStatus: r.IgnoreOwnStatus, Kind: r.Kind, ResourceKeys: r.ResourceKeys}
 }
 
 func ruleSource(r rules.Rule) observerv1.RuleSource {

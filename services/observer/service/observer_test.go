@@ -564,7 +564,7 @@ func TestLoadRules(t *testing.T) {
 		warnings int
 		err      string
 	}{
-		{"builtin", service.Config{}, "[deployments jobs pods replicasets statefulsets]", 0, ""},
+		{"builtin", service.Config{}, "[deployments garbagecollector jobs pods replicasets statefulsets]", 0, ""},
 		{"file", service.Config{RulesFile: write("ok.yaml", testRulesYAML)}, "[pods replicasets]", 0, ""},
 		{"unknown owner kind", service.Config{RulesFile: write("cron.yaml", "rules:\n  - queue: cronjobs\n    prefix: /registry/jobs/\n    ownerKind: CronJob\n")}, "[cronjobs]", 1, ""},
 		{"invalid", service.Config{RulesFile: write("bad.yaml", "rules:\n  - queue: x\n    prefix: /a/\n    color: red\n")}, "", 0, `bad.yaml:4: unknown field "color"`},

@@ -82,7 +82,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	flagenv.ListVar(fs, &c.EtcdEndpoints, "etcd-endpoints", "comma-separated etcd client URLs")
 	c.Etcd.RegisterFlags(fs)
 	fs.StringVar(&c.QueueAddr, "queue-addr", c.QueueAddr, "baton-queue gRPC address")
-	fs.StringVar(&c.RulesFile, "rules", c.RulesFile, "YAML rules file (default: the built-in rules of the reference controllers)")
+	fs.StringVar(&c.RulesFile, "rules", c.RulesFile, "YAML rules file (default: the built-in rules of the reference controllers and the garbage collector)")
 	fs.DurationVar(&c.Resync, "resync", c.Resync, "re-announce every object at low priority this often (0 = off)")
 	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "how long SIGTERM waits for calls in flight")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve /debug/pprof/ on the HTTP address")

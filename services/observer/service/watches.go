@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/services/observer/internal/cache"
@@ -29,12 +30,24 @@ type watch struct {
 
 // declChanged is the declarations' informer's consumer: it only says that
 // something changed; the observer then reads every declaration from the
-// cache (level-based, so a burst of changes is one update).
-type declChanged chan struct{}
+// cache (level-based, so a burst of changes is one update). It remembers
+// the newest revision it was handed: the informer caches a change before
+// it hands it on, so an update that reads it first reads every change up
+// to it (declarationsRevision).
+type declChanged struct {
+	c   chan struct{}
+	rev *atomic.Int64
+}
 
-func (c declChanged) Changed(informer.Change) {
+func (d declChanged) Changed(ch informer.Change) {
+	for {
+		cur := d.rev.Load()
+		if ch.Rev <= cur || d.rev.CompareAndSwap(cur, ch.Rev) {
+			break
+		}
+	}
 	select {
-	case c <- struct{}{}:
+	case d.c <- struct{}{}:
 	default:
 	}
 }
@@ -69,6 +82,8 @@ func (o *observer) run(ctx context.Context) {
 // update recomputes the rules in force from the declarations in the cache
 // and makes the watches and the announcer follow.
 func (o *observer) update(ctx context.Context, atStart bool) {
+	// Read before the declarations: they reflect at least this revision.
+	rev := max(o.cache.Revision(kinds.DeclarationPrefix), o.declHanded.Load())
 	var entries []declarations.Entry
 	o.cache.Range(kinds.DeclarationPrefix, func(obj *cache.Object) bool {
 		entries = append(entries, declarations.Entry{Key: obj.Key, ModRevision: obj.ModRevision, Value: obj.Value})
@@ -79,6 +94,27 @@ func (o *observer) update(ctx context.Context, atStart bool) {
 	o.statuses = statuses
 	o.mu.Unlock()
 	o.apply(ctx, rs, atStart)
+	o.mu.Lock()
+	o.declRev = max(o.declRev, rev)
+	o.mu.Unlock()
+}
+
+// declarationsRevision is the etcd revision up to which the rules in force
+// reflect every change under kinds.DeclarationPrefix (StatusResponse's
+// declarations_revision), 0 before the first update. Once the last update
+// has taken every change handed on, the rules reflect the declarations'
+// cache as far as it goes; the cache's revision is read before the newest
+// change handed, so a change cached and not yet handed (the informer hands
+// each change on before it moves the revision) is never claimed.
+func (o *observer) declarationsRevision() int64 {
+	cached := o.cache.Revision(kinds.DeclarationPrefix)
+	handed := o.declHanded.Load()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.declRev == 0 || handed > o.declRev {
+		return o.declRev
+	}
+	return max(o.declRev, cached)
 }
 
 // apply puts rs in force. New prefixes get an informer, started after the

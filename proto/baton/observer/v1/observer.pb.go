@@ -444,9 +444,15 @@ func (x *Object) GetModRevision() int64 {
 	return 0
 }
 
-// StatusRequest is empty.
+// StatusRequest asks for the whole status, or for one queue's rules.
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// If set, the response holds only the rules in force whose queue this
+	// is, and declarations_revision: what a controller fed by rules it did
+	// not declare (the garbage collector, fed with every kind) needs to
+	// know of its feed, at a size bounded by the rules in force whatever
+	// else etcd holds under /baton/rules/.
+	Queue         string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -481,6 +487,13 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_baton_observer_v1_observer_proto_rawDescGZIP(), []int{5}
 }
 
+func (x *StatusRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
 // StatusResponse describes the observer.
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -494,9 +507,14 @@ type StatusResponse struct {
 	Outboxes []*OutboxStatus `protobuf:"bytes,4,rep,name=outboxes,proto3" json:"outboxes,omitempty"`
 	// Every controller's declaration found under /baton/rules/, by key, and
 	// what became of it.
-	Declarations  []*DeclarationStatus `protobuf:"bytes,5,rep,name=declarations,proto3" json:"declarations,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Declarations []*DeclarationStatus `protobuf:"bytes,5,rep,name=declarations,proto3" json:"declarations,omitempty"`
+	// The rules in force reflect every change under /baton/rules/ up to this
+	// etcd revision: a client that saw a change there at revision R knows
+	// the observer has weighed it once this is R or more. 0 until the
+	// declarations are first listed.
+	DeclarationsRevision int64 `protobuf:"varint,6,opt,name=declarations_revision,json=declarationsRevision,proto3" json:"declarations_revision,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -562,6 +580,13 @@ func (x *StatusResponse) GetDeclarations() []*DeclarationStatus {
 		return x.Declarations
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetDeclarationsRevision() int64 {
+	if x != nil {
+		return x.DeclarationsRevision
+	}
+	return 0
 }
 
 // PrefixStatus describes one watch.
@@ -751,8 +776,15 @@ type Rule struct {
 	// this rule (ignoreOwnStatus of a declaration or a rules file). Only a
 	// rule without owner_kind sets it.
 	IgnoreOwnStatus bool `protobuf:"varint,6,opt,name=ignore_own_status,json=ignoreOwnStatus,proto3" json:"ignore_own_status,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The kind of the objects under prefix, when the rule's source names it
+	// (a declaration's for or owns kind, a built-in rule); empty for a rules
+	// file's.
+	Kind string `protobuf:"bytes,7,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The keys name the resource first, <resource>/<namespace>/<name>: a
+	// rule of the garbage collector's queue, which hears of every kind.
+	ResourceKeys  bool `protobuf:"varint,8,opt,name=resource_keys,json=resourceKeys,proto3" json:"resource_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Rule) Reset() {
@@ -823,6 +855,20 @@ func (x *Rule) GetDeclarationKey() string {
 func (x *Rule) GetIgnoreOwnStatus() bool {
 	if x != nil {
 		return x.IgnoreOwnStatus
+	}
+	return false
+}
+
+func (x *Rule) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Rule) GetResourceKeys() bool {
+	if x != nil {
+		return x.ResourceKeys
 	}
 	return false
 }
@@ -944,15 +990,17 @@ const file_baton_observer_v1_observer_proto_rawDesc = "" +
 	"\x06Object\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12!\n" +
-	"\fmod_revision\x18\x03 \x01(\x03R\vmodRevision\"\x0f\n" +
-	"\rStatusRequest\"\xa4\x02\n" +
+	"\fmod_revision\x18\x03 \x01(\x03R\vmodRevision\"%\n" +
+	"\rStatusRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"\xd9\x02\n" +
 	"\x0eStatusResponse\x12;\n" +
 	"\bprefixes\x18\x01 \x03(\v2\x1f.baton.observer.v1.PrefixStatusR\bprefixes\x12\x1f\n" +
 	"\voutbox_size\x18\x02 \x01(\x04R\n" +
 	"outboxSize\x12-\n" +
 	"\x05rules\x18\x03 \x03(\v2\x17.baton.observer.v1.RuleR\x05rules\x12;\n" +
 	"\boutboxes\x18\x04 \x03(\v2\x1f.baton.observer.v1.OutboxStatusR\boutboxes\x12H\n" +
-	"\fdeclarations\x18\x05 \x03(\v2$.baton.observer.v1.DeclarationStatusR\fdeclarations\"\x8a\x02\n" +
+	"\fdeclarations\x18\x05 \x03(\v2$.baton.observer.v1.DeclarationStatusR\fdeclarations\x123\n" +
+	"\x15declarations_revision\x18\x06 \x01(\x03R\x14declarationsRevision\"\x8a\x02\n" +
 	"\fPrefixStatus\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12+\n" +
 	"\x11observed_revision\x18\x02 \x01(\x03R\x10observedRevision\x12#\n" +
@@ -965,7 +1013,7 @@ const file_baton_observer_v1_observer_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x03 \x01(\tR\tlastError\"\xdf\x01\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError\"\x98\x02\n" +
 	"\x04Rule\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x1d\n" +
@@ -973,7 +1021,9 @@ const file_baton_observer_v1_observer_proto_rawDesc = "" +
 	"owner_kind\x18\x03 \x01(\tR\townerKind\x125\n" +
 	"\x06source\x18\x04 \x01(\x0e2\x1d.baton.observer.v1.RuleSourceR\x06source\x12'\n" +
 	"\x0fdeclaration_key\x18\x05 \x01(\tR\x0edeclarationKey\x12*\n" +
-	"\x11ignore_own_status\x18\x06 \x01(\bR\x0fignoreOwnStatus\"\xa4\x01\n" +
+	"\x11ignore_own_status\x18\x06 \x01(\bR\x0fignoreOwnStatus\x12\x12\n" +
+	"\x04kind\x18\a \x01(\tR\x04kind\x12#\n" +
+	"\rresource_keys\x18\b \x01(\bR\fresourceKeys\"\xa4\x01\n" +
 	"\x11DeclarationStatus\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12!\n" +
 	"\fmod_revision\x18\x02 \x01(\x03R\vmodRevision\x12\x14\n" +

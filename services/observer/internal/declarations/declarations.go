@@ -33,6 +33,15 @@
 // force (the reference workers publish the built-in declarations) adds
 // nothing, so it starts no watch and announces nothing.
 //
+// # The garbage collector
+//
+// When the configured rules feed the garbage collector (the built-in ones
+// do: rules.Collects), the kinds of the declarations in force are fed to it
+// too (rules.Collector): no declaration of its own, and so none of the
+// limits above, stands between a declared kind and the collector, and a
+// kind stops being fed when the last declaration in force that names it
+// goes. A refused declaration feeds it nothing.
+//
 // # Cost
 //
 // Update costs what the declarations hold, once: a value is parsed when
@@ -104,6 +113,7 @@ type Status struct {
 type Set struct {
 	configured []rules.Rule
 	reserved   []string
+	collect    bool // the configured rules feed the garbage collector
 	log        *slog.Logger
 
 	inForce map[string]version // key → the version in force
@@ -148,13 +158,14 @@ func New(configured []rules.Rule, reserved []string, log *slog.Logger) *Set {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Set{configured: configured, reserved: reserved, log: log,
+	return &Set{configured: configured, reserved: reserved, collect: rules.Collects(configured), log: log,
 		inForce: map[string]version{}, parsed: map[string]parsed{}, logged: map[string]logged{}}
 }
 
 // Update takes entries, every declaration etcd holds now, and returns the
 // rules in force (the configured ones first, then the declarations', each
-// rule once) and what became of each declaration, by key.
+// rule once, then the garbage collector's of the declared kinds) and what
+// became of each declaration, by key.
 func (s *Set) Update(entries []Entry) ([]rules.Rule, []Status) {
 	entries = slices.Clone(entries)
 	slices.SortFunc(entries, func(a, b Entry) int {
@@ -192,7 +203,10 @@ func (s *Set) Update(entries []Entry) ([]rules.Rule, []Status) {
 	s.forget(entries, next)
 	s.inForce = next
 	slices.SortFunc(statuses, func(a, b Status) int { return cmp.Compare(a.Key, b.Key) })
-	return idx.rules, statuses
+	if !s.collect {
+		return idx.rules, statuses
+	}
+	return append(idx.rules, rules.Collector(idx.rules)...), statuses
 }
 
 // parse returns what e's value says on its own, parsing it only when its

@@ -278,3 +278,65 @@ func TestUpdateParsesEachValueOnce(t *testing.T) {
 		t.Errorf("status %+v, want refused for its key", st[0])
 	}
 }
+
+// collected is the garbage collector's rules of rs as "Kind prefix" lines.
+func collected(rs []rules.Rule) string {
+	var lines []string
+	for _, r := range rs {
+		if r.Queue == kinds.GarbageCollectorQueue {
+			lines = append(lines, r.Kind+" "+r.Prefix)
+		}
+	}
+	return strings.Join(lines, "; ")
+}
+
+// TestCollectorFollowsTheDeclarationsInForce: on top of the built-in
+// rules, the garbage collector is fed the kinds of the declarations in
+// force, each once, and nothing of a refused declaration; a kind goes
+// from its feed with the last declaration in force that names it, and the
+// kinds of a refused version of a key stay fed while its version in force
+// stays. Without the built-in rules it is fed nothing.
+func TestCollectorFollowsTheDeclarationsInForce(t *testing.T) {
+	s := New(rules.Builtin(), reserved, nil)
+	builtin := collected(rules.Builtin())
+	rs, _ := s.Update(nil)
+	if got := collected(rs); got != builtin {
+		t.Fatalf("fed %q with no declaration, want the reference kinds %q", got, builtin)
+	}
+	bar := kinds.Kind{Kind: "Bar", Resource: "bars"}
+	d := greetings(kinds.MustBuiltin(kinds.Pod), bar)
+	also := kinds.Declaration{Queue: "bars", For: bar}
+	rs, _ = s.Update([]Entry{entry(t, d, 10), entry(t, also, 11)})
+	if got, want := collected(rs), builtin+"; Greeting /registry/greetings/; Bar /registry/bars/"; got != want {
+		t.Fatalf("fed %q, want %q", got, want)
+	}
+	// The first declaration goes: Bar stays fed by the second.
+	rs, _ = s.Update([]Entry{entry(t, also, 11)})
+	if got, want := collected(rs), builtin+"; Bar /registry/bars/"; got != want {
+		t.Fatalf("fed %q, want %q", got, want)
+	}
+	// A refused version keeps the version in force, and its kinds.
+	bad := Entry{Key: also.Key(), ModRevision: 12, Value: []byte(`{"queue":"bars"}`)}
+	rs, st := s.Update([]Entry{bad})
+	if got, want := collected(rs), builtin+"; Bar /registry/bars/"; got != want || st[0].Refused == "" || st[0].InForceRevision != 11 {
+		t.Fatalf("fed %q, want %q; status %+v", got, want, st)
+	}
+	// A declaration refused from the start feeds nothing.
+	var entries []Entry
+	for i := range kinds.MaxDeclarations {
+		entries = append(entries, entry(t, kinds.Declaration{Queue: fmt.Sprintf("q%04d", i), For: kinds.MustBuiltin(kinds.Pod)}, int64(100+i)))
+	}
+	late := kinds.Declaration{Queue: "late", For: kinds.Kind{Kind: "Late", Resource: "lates"}}
+	rs, st = New(rules.Builtin(), reserved, nil).Update(append(entries, entry(t, late, 5000)))
+	if got := collected(rs); got != builtin {
+		t.Errorf("fed %q past kinds.MaxDeclarations, want the reference kinds alone", got)
+	}
+	if i := slices.IndexFunc(st, func(x Status) bool { return x.Key == late.Key() }); i < 0 || st[i].Reason != ReasonTooManyDeclarations {
+		t.Errorf("the declaration past the cap: %+v", st)
+	}
+
+	rs, _ = New([]rules.Rule{{Queue: "pods", Prefix: "/registry/pods/", Line: 2}}, reserved, nil).Update([]Entry{entry(t, d, 10)})
+	if got := collected(rs); got != "" {
+		t.Errorf("fed %q without the built-in rules", got)
+	}
+}

@@ -8,8 +8,8 @@
 // own status write is no news to it.
 //
 // The built-in rules serve the reference controllers (they are the rules
-// of kinds.BuiltinDeclarations); a YAML file replaces them, or, with
-// `builtin: true`, adds to them:
+// of kinds.BuiltinDeclarations) and the garbage collector (Collector); a
+// YAML file replaces them, or, with `builtin: true`, adds to them:
 //
 //	builtin: true          # optional: keep the reference controllers' rules
 //	rules:
@@ -21,6 +21,18 @@
 //	    ownerKind: Greeting
 //
 // Parse refuses a bad file with the line of the problem and the reason.
+//
+// # The garbage collector's rules
+//
+// The garbage collector hears of every object of every kind on one queue,
+// kinds.GarbageCollectorQueue, which no declaration or file may name: with
+// the built-in rules, the observer feeds it one rule per kind its rules in
+// force name (Collector), keyed <resource>/<namespace>/<name>
+// (ResourceKeys). A kind is fed once: by the first rule that names its
+// prefix or its kind name (the configured rules first, then the
+// declarations oldest first), so the collector's kinds map one to one onto
+// prefixes, and a kind goes from its feed when the last rule that names it
+// goes.
 package rules
 
 import (
@@ -58,6 +70,16 @@ type Rule struct {
 	// Declaration is the etcd key of the declaration that states the rule
 	// (SourceDeclaration).
 	Declaration string
+	// Kind is the kind of the objects under Prefix, when the rule's source
+	// names it (a declaration's For or Owns kind, a built-in rule); empty
+	// for a rules file's. It decides what the garbage collector is fed
+	// (Collector), nothing else.
+	Kind string
+	// ResourceKeys (only without OwnerKind, on a kind's prefix
+	// /registry/<resource>/): the keys name the resource first,
+	// <resource>/<namespace>/<name> (kinds.CollectorKey), for the garbage
+	// collector's one queue of every kind.
+	ResourceKeys bool
 }
 
 // Source says where a rule comes from.
@@ -97,25 +119,83 @@ func (r Rule) Same(o Rule) bool {
 	return r.Queue == o.Queue && r.Prefix == o.Prefix && r.OwnerKind == o.OwnerKind
 }
 
-// Builtin returns the rules of the reference controllers: those of
-// kinds.BuiltinDeclarations, in order.
+// Builtin returns the rules of the reference controllers, those of
+// kinds.BuiltinDeclarations in order, and the garbage collector's of their
+// kinds (Collector).
 func Builtin() []Rule {
 	var out []Rule
 	for _, d := range kinds.BuiltinDeclarations() {
 		out = append(out, DeclarationRules(d, SourceBuiltin, "")...)
 	}
-	return out
+	return append(out, Collector(out)...)
 }
 
 // DeclarationRules returns the rules d stands for, from src, stated by the
 // declaration at key (for SourceDeclaration).
 func DeclarationRules(d kinds.Declaration, src Source, key string) []Rule {
 	var out []Rule
-	for _, r := range d.Rules() {
+	for i, r := range d.Rules() {
+		kind := d.For.Kind
+		if i > 0 {
+			kind = d.Owns[i-1].Kind // Rules: For first, then Owns in order
+		}
 		out = append(out, Rule{Queue: r.Queue, Prefix: r.Prefix, OwnerKind: r.OwnerKind, IgnoreOwnStatus: r.IgnoreOwnStatus,
-			Source: src, Declaration: key})
+			Source: src, Declaration: key, Kind: kind})
 	}
 	return out
+}
+
+// Collector returns the garbage collector's rules for the kinds rs name
+// that no rule of rs feeds it yet: one rule per kind, on
+// kinds.GarbageCollectorQueue, keyed by resource, ignoring status-only
+// changes (an object's status says nothing of its owners, finalizers or
+// deletion), stated by the first rule of rs that names the kind. A kind
+// whose name or prefix is fed already, or whose prefix is not a kind's
+// (/registry/<resource>/), is skipped: each kind name and each prefix is
+// fed once, so the collector maps owner references to prefixes without
+// doubt.
+func Collector(rs []Rule) []Rule {
+	names, prefixes := map[string]bool{}, map[string]bool{}
+	for _, r := range rs {
+		if r.Queue == kinds.GarbageCollectorQueue {
+			names[r.Kind], prefixes[r.Prefix] = true, true
+		}
+	}
+	var out []Rule
+	for _, r := range rs {
+		if r.Kind == "" || r.Queue == kinds.GarbageCollectorQueue || names[r.Kind] || prefixes[r.Prefix] {
+			continue
+		}
+		if _, ok := resourceOf(r.Prefix); !ok {
+			continue
+		}
+		names[r.Kind], prefixes[r.Prefix] = true, true
+		out = append(out, Rule{Queue: kinds.GarbageCollectorQueue, Prefix: r.Prefix, Kind: r.Kind, ResourceKeys: true, IgnoreOwnStatus: true,
+			Line: r.Line, Source: r.Source, Declaration: r.Declaration})
+	}
+	return out
+}
+
+// collects reports whether r is one of the garbage collector's rules, as
+// Collector makes them.
+func (r Rule) collects() bool {
+	_, ok := resourceOf(r.Prefix)
+	return r.Queue == kinds.GarbageCollectorQueue && r.ResourceKeys && r.OwnerKind == "" && kinds.ValidKindName(r.Kind) && ok
+}
+
+// Collects reports whether rs hold the garbage collector's rules (the
+// built-in ones do): then the kinds of the declarations in force are fed
+// to it too.
+func Collects(rs []Rule) bool { return slices.ContainsFunc(rs, Rule.collects) }
+
+// resourceOf returns the resource of a kind's prefix, /registry/<resource>/.
+func resourceOf(prefix string) (string, bool) {
+	res, ok := strings.CutPrefix(prefix, kinds.RegistryPrefix)
+	if !ok {
+		return "", false
+	}
+	res, ok = strings.CutSuffix(res, "/")
+	return res, ok && dnsLabel.MatchString(res)
 }
 
 // KnownKinds are the kinds of the reference controllers' objects
@@ -153,10 +233,15 @@ func (r Rule) Ignores(statusOnly bool) bool {
 // under r: the object's own key, or its owners' of r.OwnerKind.
 func (r Rule) Keys(etcdKey string, m object.Meta) []string {
 	if r.OwnerKind == "" {
-		if k, ok := object.QueueKey(etcdKey, r.Prefix); ok {
-			return []string{k}
+		k, ok := object.QueueKey(etcdKey, r.Prefix)
+		if !ok {
+			return nil
 		}
-		return nil
+		if r.ResourceKeys {
+			res, _ := resourceOf(r.Prefix)
+			k = kinds.CollectorKey(kinds.Kind{Resource: res}, k)
+		}
+		return []string{k}
 	}
 	var out []string
 	ns := ""
@@ -338,6 +423,9 @@ func parseRule(name string, item *yaml.Node) (Rule, string, error) {
 			if !dnsLabel.MatchString(v.Value) {
 				return fail(v.Line, "queue %q is not a DNS label (lower-case letters, digits and '-', at most 63)", v.Value)
 			}
+			if v.Value == kinds.GarbageCollectorQueue {
+				return fail(v.Line, "%s", errCollectorQueue)
+			}
 			r.Queue = v.Value
 		case "prefix":
 			switch {
@@ -374,6 +462,10 @@ func parseRule(name string, item *yaml.Node) (Rule, string, error) {
 	return r, warning, nil
 }
 
+// errCollectorQueue: the collector's queue is keyed by resource, which a
+// rule of a file or of code cannot ask for.
+const errCollectorQueue = "queue " + kinds.GarbageCollectorQueue + " is the garbage collector's, fed with every kind by the built-in rules (builtin: true); no other rule may name it"
+
 // errOwnerIgnoresStatus: a child's status change is what its owner's
 // controller waits for (a pod becoming Running, a job pod finishing).
 const errOwnerIgnoresStatus = "ignoreOwnStatus is for a rule keyed by the object itself, not with ownerKind: a child's status is news to its owner"
@@ -388,6 +480,10 @@ func Validate(rs []Rule) error {
 		switch {
 		case !dnsLabel.MatchString(r.Queue):
 			return fmt.Errorf("rule %d: queue %q is not a DNS label", i, r.Queue)
+		case r.Queue == kinds.GarbageCollectorQueue && !r.collects():
+			return fmt.Errorf("rule %d: %s", i, errCollectorQueue)
+		case r.ResourceKeys && r.Queue != kinds.GarbageCollectorQueue:
+			return fmt.Errorf("rule %d: keys by resource are the garbage collector's alone (queue %s)", i, kinds.GarbageCollectorQueue)
 		case !strings.HasPrefix(r.Prefix, "/") || !strings.HasSuffix(r.Prefix, "/") || r.Prefix == "/":
 			return fmt.Errorf("rule %d: prefix %q must be a directory below / ending with /", i, r.Prefix)
 		case r.OwnerKind != "" && !kindName.MatchString(r.OwnerKind):

@@ -117,7 +117,8 @@ func TestBuiltin(t *testing.T) {
 			got[r.Queue] = append(got[r.Queue], r.Keys("/registry/pods/default/web-abcde", pod)...)
 		}
 	}
-	want := map[string][]string{"replicasets": {"default/web"}, "jobs": nil, "statefulsets": nil, "pods": {"default/web-abcde"}}
+	want := map[string][]string{"replicasets": {"default/web"}, "jobs": nil, "statefulsets": nil, "pods": {"default/web-abcde"},
+		kinds.GarbageCollectorQueue: {"pods/default/web-abcde"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pod keys = %v, want %v", got, want)
 	}
@@ -131,6 +132,9 @@ func TestValidate(t *testing.T) {
 		{{Queue: "a", Prefix: "/p/", OwnerKind: "x"}},
 		{{Queue: "a", Prefix: "/p/"}, {Queue: "a", Prefix: "/p/q/"}},
 		{{Queue: "a", Prefix: "/p/", OwnerKind: "X", IgnoreOwnStatus: true}},
+		{{Queue: "garbagecollector", Prefix: "/registry/pods/"}},
+		{{Queue: "garbagecollector", Prefix: "/p/", Kind: "P", ResourceKeys: true}},
+		{{Queue: "a", Prefix: "/registry/pods/", Kind: "Pod", ResourceKeys: true}},
 	} {
 		if err := Validate(rs); err == nil {
 			t.Errorf("Validate(%+v) = nil, want an error", rs)
@@ -157,6 +161,7 @@ func TestParseBuiltin(t *testing.T) {
 		{"builtin: yes\n", "r.yaml:1: builtin must be true or false"},
 		{"builtin: false\nrules: []\n", "r.yaml:2: rules is empty"},
 		{"builtin: false\n", "no rules list"},
+		{"builtin: true\nrules:\n  - queue: garbagecollector\n    prefix: /registry/greetings/\n", "r.yaml:3: queue garbagecollector is the garbage collector's"},
 	} {
 		if _, _, err := Parse("r.yaml", []byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.file, err, c.want)
@@ -165,27 +170,36 @@ func TestParseBuiltin(t *testing.T) {
 }
 
 // The built-in rules come from client/kinds and are the rules the observer
-// always had for the reference controllers.
+// always had for the reference controllers, and the garbage collector's of
+// their kinds.
 func TestBuiltinFromKinds(t *testing.T) {
+	gc := func(kind, resource string) Rule {
+		return Rule{Queue: kinds.GarbageCollectorQueue, Prefix: "/registry/" + resource + "/", Kind: kind, ResourceKeys: true, IgnoreOwnStatus: true}
+	}
 	want := []Rule{
-		{Queue: "replicasets", Prefix: "/registry/replicasets/"},
-		{Queue: "replicasets", Prefix: "/registry/pods/", OwnerKind: "ReplicaSet"},
-		{Queue: "deployments", Prefix: "/registry/deployments/"},
-		{Queue: "deployments", Prefix: "/registry/replicasets/", OwnerKind: "Deployment"},
-		{Queue: "jobs", Prefix: "/registry/jobs/"},
-		{Queue: "jobs", Prefix: "/registry/pods/", OwnerKind: "Job"},
-		{Queue: "statefulsets", Prefix: "/registry/statefulsets/"},
-		{Queue: "statefulsets", Prefix: "/registry/pods/", OwnerKind: "StatefulSet"},
-		{Queue: "pods", Prefix: "/registry/pods/"},
+		{Queue: "replicasets", Prefix: "/registry/replicasets/", Kind: "ReplicaSet"},
+		{Queue: "replicasets", Prefix: "/registry/pods/", OwnerKind: "ReplicaSet", Kind: "Pod"},
+		{Queue: "deployments", Prefix: "/registry/deployments/", Kind: "Deployment"},
+		{Queue: "deployments", Prefix: "/registry/replicasets/", OwnerKind: "Deployment", Kind: "ReplicaSet"},
+		{Queue: "jobs", Prefix: "/registry/jobs/", Kind: "Job"},
+		{Queue: "jobs", Prefix: "/registry/pods/", OwnerKind: "Job", Kind: "Pod"},
+		{Queue: "statefulsets", Prefix: "/registry/statefulsets/", Kind: "StatefulSet"},
+		{Queue: "statefulsets", Prefix: "/registry/pods/", OwnerKind: "StatefulSet", Kind: "Pod"},
+		{Queue: "pods", Prefix: "/registry/pods/", Kind: "Pod"},
+		gc("ReplicaSet", "replicasets"), gc("Pod", "pods"), gc("Deployment", "deployments"), gc("Job", "jobs"), gc("StatefulSet", "statefulsets"),
 	}
 	got := Builtin()
 	if len(got) != len(want) {
 		t.Fatalf("Builtin() = %v, want %v", got, want)
 	}
 	for i := range want {
-		if !got[i].Same(want[i]) || got[i].Source != SourceBuiltin || got[i].Where() != "a built-in rule" {
-			t.Errorf("rule %d = %+v, want %+v from the built-in rules", i, got[i], want[i])
+		g := got[i]
+		if !g.Same(want[i]) || g.Kind != want[i].Kind || g.ResourceKeys != want[i].ResourceKeys || g.Source != SourceBuiltin || g.Where() != "a built-in rule" {
+			t.Errorf("rule %d = %+v, want %+v from the built-in rules", i, g, want[i])
 		}
+	}
+	if !Collects(got) {
+		t.Error("the built-in rules do not feed the garbage collector")
 	}
 	if got, want := strings.Join(KnownKinds, ","), "Deployment,Job,Pod,ReplicaSet,StatefulSet"; got != want {
 		t.Errorf("KnownKinds = %s, want %s", got, want)
@@ -235,5 +249,44 @@ func TestIgnoreOwnStatus(t *testing.T) {
 		if got := tc.r.Ignores(tc.statusOnly); got != tc.want {
 			t.Errorf("%+v.Ignores(%v) = %v, want %v", tc.r, tc.statusOnly, got, tc.want)
 		}
+	}
+}
+
+// TestCollector: the garbage collector is fed each kind the rules name
+// once, by the first rule that names its kind name or its prefix, keyed by
+// resource; a rule that names no kind, or a prefix that is no kind's, adds
+// nothing.
+func TestCollector(t *testing.T) {
+	foo := kinds.Kind{Kind: "Foo", Resource: "foos"}
+	d := kinds.Declaration{Queue: "foos", For: foo, Owns: []kinds.Kind{kinds.MustBuiltin(kinds.Pod), {Kind: "Bar", Resource: "bars"}}}
+	rs := append(Builtin(), DeclarationRules(d, SourceDeclaration, d.Key())...)
+	// Later names of a fed kind or prefix, a file's rule with no kind, a
+	// prefix that is no kind's.
+	other := kinds.Declaration{Queue: "others", For: kinds.Kind{Kind: "Foo", Resource: "foos2"}, Owns: []kinds.Kind{{Kind: "Baz", Resource: "bars"}}}
+	rs = append(rs, DeclarationRules(other, SourceDeclaration, other.Key())...)
+	rs = append(rs, Rule{Queue: "files", Prefix: "/registry/files/", Line: 3}, Rule{Queue: "odd", Prefix: "/odd/", Kind: "Odd"})
+	got := Collector(rs)
+	if len(got) != 2 || got[0].Kind != "Foo" || got[0].Prefix != "/registry/foos/" || got[1].Kind != "Bar" || got[1].Prefix != "/registry/bars/" {
+		t.Fatalf("Collector = %+v, want Foo's and Bar's alone", got)
+	}
+	for _, r := range got {
+		if r.Queue != kinds.GarbageCollectorQueue || !r.ResourceKeys || !r.IgnoreOwnStatus || r.Source != SourceDeclaration || r.Declaration != d.Key() {
+			t.Errorf("%+v: want a rule of the collector's queue keyed by resource, stated by %s", r, d.Key())
+		}
+	}
+	if keys := got[0].Keys("/registry/foos/default/app", object.Meta{}); !reflect.DeepEqual(keys, []string{"foos/default/app"}) {
+		t.Errorf("keys %v, want foos/default/app", keys)
+	}
+	if keys := got[0].Keys("/registry/foos/app", object.Meta{}); !reflect.DeepEqual(keys, []string{"foos/app"}) {
+		t.Errorf("keys of a cluster-scoped object %v, want foos/app", keys)
+	}
+	if err := Validate(append(rs, got...)); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	if again := Collector(append(rs, got...)); len(again) != 0 {
+		t.Errorf("Collector of rules that feed the collector already: %+v", again)
+	}
+	if Collects(rs[:9]) {
+		t.Error("the reference controllers' rules alone feed the collector")
 	}
 }

@@ -30,8 +30,9 @@ type Observer interface {
 	// ReadWaited observes how long a read with a min_revision waited for
 	// the cache to reach it.
 	ReadWaited(d time.Duration)
-	// Status describes the watches, outboxes and rules.
-	Status() *observerv1.StatusResponse
+	// Status describes the watches, outboxes and rules; with a queue, only
+	// that queue's rules and the declarations' revision.
+	Status(queue string) *observerv1.StatusResponse
 }
 
 type server struct {
@@ -134,8 +135,8 @@ func (s *server) List(ctx context.Context, req *observerv1.ListRequest) (*observ
 	return resp, nil
 }
 
-func (s *server) Status(context.Context, *observerv1.StatusRequest) (*observerv1.StatusResponse, error) {
-	return s.obs.Status(), nil
+func (s *server) Status(_ context.Context, req *observerv1.StatusRequest) (*observerv1.StatusResponse, error) {
+	return s.obs.Status(req.GetQueue()), nil
 }
 
 // A page token is the last key of the previous page, opaque to clients.

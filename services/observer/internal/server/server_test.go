@@ -18,9 +18,9 @@ type fakeObserver struct {
 	waits  []time.Duration
 }
 
-func (f *fakeObserver) Nudge()                             { f.nudges++ }
-func (f *fakeObserver) ReadWaited(d time.Duration)         { f.waits = append(f.waits, d) }
-func (f *fakeObserver) Status() *observerv1.StatusResponse { return &observerv1.StatusResponse{} }
+func (f *fakeObserver) Nudge()                                   { f.nudges++ }
+func (f *fakeObserver) ReadWaited(d time.Duration)               { f.waits = append(f.waits, d) }
+func (f *fakeObserver) Status(string) *observerv1.StatusResponse { return &observerv1.StatusResponse{} }
 
 func TestWaitError(t *testing.T) {
 	for _, tc := range []struct {
