@@ -31,6 +31,9 @@ type fakeQueue struct {
 	maxAcksPerCall                    int
 	acks                              []*queuev1.Ack // accepted acks, in order
 	refused                           int            // acks refused as LEASE_LOST
+	// refuseLeases, if set, answers every Lease (as a queue at a limit
+	// does).
+	refuseLeases error
 }
 
 type fakeItem struct {
@@ -114,7 +117,11 @@ func (f *fakeQueue) Lease(ctx context.Context, req *queuev1.LeaseRequest) (*queu
 	}
 	f.mu.Lock()
 	f.leaseCalls++
+	refuse := f.refuseLeases
 	f.mu.Unlock()
+	if refuse != nil {
+		return nil, refuse
+	}
 	for {
 		f.mu.Lock()
 		now := time.Now()

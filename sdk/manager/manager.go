@@ -80,6 +80,15 @@
 // last_error until the key is announced again), logged at error level and
 // counted as result="terminal".
 //
+// # Logs
+//
+// A failure of a controller's loops that repeats while they retry (Lease,
+// Ack or Extend failing, the work stream refused or broken: the queue
+// unreachable, or at one of its limits) is logged once per cause, its call
+// and gRPC code, per ratelog.DefaultInterval (package ratelog), the next
+// line saying how many were held back: a refusal that lasts costs the log
+// a line a minute, not one per retry.
+//
 // # Events
 //
 // With Options.Events, a Recorder of package events, Run runs it from
@@ -112,9 +121,11 @@ import (
 	"github.com/batonrun/baton/client/schema"
 	"github.com/batonrun/baton/sdk/declare"
 	"github.com/batonrun/baton/sdk/events"
+	"github.com/batonrun/baton/sdk/ratelog"
 	"github.com/batonrun/baton/sdk/reconcile"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/status"
 )
 
 // Results, the values of the result label of reconcile_total.
@@ -280,9 +291,12 @@ func New(q *queueclient.Client, o Options) *Manager {
 // Add registers a controller. Added before Run, it starts with the others.
 // Added while Run runs, it publishes its declaration (if it makes one, and
 // the Manager has Options.Etcd) and starts leasing at once: a program that
-// learns of a kind at run time, as Baton's garbage collector does of each
-// declared kind, adds a controller for it then. After Run's context is
-// done, Add fails.
+// learns of a kind at run time may add a controller for it then. Each
+// controller holds a work stream of its own, which the queue counts
+// against its limits of waiting Leases per connection and per identity
+// (docs/design.md): a program that adds one per kind it learns lets
+// whoever declares kinds exhaust them, so Baton's garbage collector runs one
+// controller for every kind. After Run's context is done, Add fails.
 func (m *Manager) Add(c Controller) error {
 	if c.Name == "" || c.Reconciler == nil {
 		return errors.New("manager: a controller needs a Name and a Reconciler")
@@ -406,12 +420,14 @@ func (m *Manager) start(ctx context.Context, e *entry) {
 	}
 	e.running = true
 	c := e.c
+	log := m.log.With("controller", c.Name)
 	r := &runner{
 		c:        c,
 		q:        m.q,
 		worker:   m.o.Worker,
 		grace:    m.o.GracePeriod,
-		log:      m.log.With("controller", c.Name),
+		log:      log,
+		failures: ratelog.New(log, 0),
 		metrics:  m.metrics,
 		inflight: map[string]*job{},
 		acks:     make(chan ack, c.Concurrency),
@@ -446,6 +462,10 @@ func (m *Manager) declare(ctx context.Context, ctrls []Controller) error {
 	return nil
 }
 
+// cause names a failure of a runner's loop for its log (ratelog): what
+// failed and the call's gRPC code.
+func cause(what string, err error) string { return what + " " + status.Code(err).String() }
+
 // job is one leased key being reconciled or waiting for its ack.
 type job struct {
 	lease  queueclient.Lease
@@ -461,12 +481,16 @@ type ack struct {
 
 // runner runs one controller.
 type runner struct {
-	c       Controller
-	q       *queueclient.Client
-	worker  string
-	grace   time.Duration
-	log     *slog.Logger
-	metrics *metrics
+	c      Controller
+	q      *queueclient.Client
+	worker string
+	grace  time.Duration
+	log    *slog.Logger
+	// failures logs the failures of its loops that repeat while they
+	// retry (the queue unreachable, a call refused): a line per cause per
+	// ratelog.DefaultInterval.
+	failures *ratelog.Logger
+	metrics  *metrics
 
 	mu       sync.Mutex
 	inflight map[string]*job // by key: leased and not yet acked
@@ -561,7 +585,7 @@ func (r *runner) lease(ctx, workCtx context.Context, workers *pool) {
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.Warn("lease failed", "err", err, "retry_in", backoff)
+			r.failures.Warn(cause("lease", err), "lease failed", "err", err, "retry_in", backoff)
 			select {
 			case <-ctx.Done():
 				return
@@ -713,7 +737,7 @@ func (r *runner) send(batch []ack) {
 	results, err := r.q.Ack(ctx, r.c.Name, acks)
 	cancel()
 	if err != nil {
-		r.log.Warn("ack failed; leases will lapse", "keys", len(acks), "err", err)
+		r.failures.Warn(cause("ack", err), "ack failed; leases will lapse", "keys", len(acks), "err", err)
 	}
 	for i, a := range batch {
 		if i < len(results) && results[i].Status == queueclient.LeaseLost {
@@ -758,7 +782,7 @@ func (r *runner) extendUnary() {
 	results, err := r.q.Extend(ctx, r.c.Name, refs, r.c.LeaseDuration)
 	cancel()
 	if err != nil {
-		r.log.Warn("extend failed", "keys", len(refs), "err", err)
+		r.failures.Warn(cause("extend", err), "extend failed", "keys", len(refs), "err", err)
 		return
 	}
 	for i, res := range results {

@@ -65,7 +65,7 @@ func (r *runner) runStream(ctx context.Context) error {
 		}
 		if err != nil {
 			cancelStream()
-			r.log.Warn("opening the work stream failed", "err", err, "retry_in", backoff)
+			r.failures.Warn(cause("open", err), "opening the work stream failed", "err", err, "retry_in", backoff)
 			select {
 			case <-ctx.Done():
 				return nil
@@ -130,7 +130,7 @@ func (r *runner) serve(ctx, workCtx context.Context, cancelWork context.CancelFu
 		}
 		ss.mu.Unlock()
 		if ctx.Err() == nil {
-			r.log.Warn("the work stream ended; its reconciles are cancelled and a new stream opened", "err", err, "cancelled", n)
+			r.failures.Warn(cause("stream", err), "the work stream ended; its reconciles are cancelled and a new stream opened", "err", err, "cancelled", n)
 		}
 	}
 }
