@@ -98,6 +98,9 @@ func (c *Cache) RemovePrefix(prefix string) int {
 		c.unindex(o)
 	}
 	delete(c.revs, prefix)
+	// A read waiting for it waits no more: it holds nothing now.
+	close(c.changed)
+	c.changed = make(chan struct{})
 	return len(gone)
 }
 
@@ -316,8 +319,8 @@ func (c *Cache) SetRevision(prefix string, rev int64) {
 }
 
 // Revision returns the lowest revision reached by the given prefixes (all
-// watched prefixes when none are given): the cache reflects etcd at least
-// up to it for all of them.
+// watched prefixes when none are given), those no longer kept left out:
+// the cache reflects etcd at least up to it for all of them.
 func (c *Cache) Revision(prefixes ...string) int64 {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -332,24 +335,40 @@ func (c *Cache) revisionLocked(prefixes []string) int64 {
 	}
 	var low int64 = -1
 	for _, p := range prefixes {
-		if r := c.revs[p]; low < 0 || r < low {
+		if r, ok := c.revs[p]; ok && (low < 0 || r < low) {
 			low = r
 		}
 	}
 	return max(low, 0)
 }
 
-// Wait blocks until every given prefix has reached rev, or ctx ends (its
-// error is returned). While waiting it calls nudge, if set, at once and then
-// every NudgeInterval: the informers then ask etcd for a progress
-// notification, so an idle prefix catches up without waiting for the
-// periodic one (etcd ignores a request while a watch is catching up, hence
-// the repeats).
+// reachedLocked reports whether every given prefix still kept (every one
+// when none are given) has reached rev. A prefix removed meanwhile holds
+// nothing to wait for: a read over many prefixes (a List of /registry/)
+// must not wait for one whose declaration went while it waited.
+func (c *Cache) reachedLocked(rev int64, prefixes []string) bool {
+	if len(prefixes) == 0 {
+		return c.revisionLocked(nil) >= rev
+	}
+	for _, p := range prefixes {
+		if r, ok := c.revs[p]; ok && r < rev {
+			return false
+		}
+	}
+	return true
+}
+
+// Wait blocks until every given prefix still kept has reached rev, or ctx
+// ends (its error is returned). While waiting it calls nudge, if set, at
+// once and then every NudgeInterval: the informers then ask etcd for a
+// progress notification, so an idle prefix catches up without waiting for
+// the periodic one (etcd ignores a request while a watch is catching up,
+// hence the repeats).
 func (c *Cache) Wait(ctx context.Context, rev int64, nudge func(), prefixes ...string) error {
 	var tick <-chan time.Time
 	for {
 		c.mu.RLock()
-		reached := c.revisionLocked(prefixes) >= rev
+		reached := c.reachedLocked(rev, prefixes)
 		ch := c.changed
 		c.mu.RUnlock()
 		if reached {

@@ -131,6 +131,39 @@ func TestWait(t *testing.T) {
 	}
 }
 
+// TestWaitIgnoresARemovedPrefix: a read waiting on several prefixes (a
+// List of /registry/) returns once those still kept reach its revision:
+// one removed while it waits (its declaration went) holds it no longer,
+// and one removed before holds it not at all.
+func TestWaitIgnoresARemovedPrefix(t *testing.T) {
+	c := New([]string{"/a/", "/b/"})
+	done := make(chan error, 1)
+	go func() { done <- c.Wait(t.Context(), 5, nil, "/a/", "/b/") }()
+	c.SetRevision("/a/", 5)
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned %v with /b/ behind", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	c.RemovePrefix("/b/")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait still waits for a prefix no longer kept")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.Wait(ctx, 9, nil, "/b/"); err != nil {
+		t.Errorf("Wait on a prefix no longer kept = %v, want at once", err)
+	}
+	if got := c.Revision("/a/", "/b/"); got != 5 {
+		t.Errorf("Revision(/a/, /b/) = %d, want /a/'s 5", got)
+	}
+}
+
 func TestAddAndRemovePrefix(t *testing.T) {
 	c := New([]string{"/registry/pods/"})
 	c.AddPrefix("/registry/greetings/")

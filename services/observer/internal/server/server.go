@@ -86,6 +86,10 @@ func (s *server) Get(ctx context.Context, req *observerv1.GetRequest) (*observer
 		if err := s.wait(ctx, rev, prefix); err != nil {
 			return nil, err
 		}
+		if _, ok := s.cache.PrefixOf(req.GetKey()); !ok {
+			// Its prefix stopped being watched while the read waited.
+			return nil, status.Errorf(codes.InvalidArgument, "key %q is under no watched prefix (%v)", req.GetKey(), s.cache.Prefixes())
+		}
 	}
 	// The revision is read before the object: the object is then at least
 	// as new as the revision claims.

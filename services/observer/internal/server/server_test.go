@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,13 +14,25 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// fakeObserver records the server's calls; reads may run at once.
 type fakeObserver struct {
+	mu     sync.Mutex
 	nudges int
 	waits  []time.Duration
 }
 
-func (f *fakeObserver) Nudge()                                   { f.nudges++ }
-func (f *fakeObserver) ReadWaited(d time.Duration)               { f.waits = append(f.waits, d) }
+func (f *fakeObserver) Nudge() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nudges++
+}
+
+func (f *fakeObserver) ReadWaited(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.waits = append(f.waits, d)
+}
+
 func (f *fakeObserver) Status(string) *observerv1.StatusResponse { return &observerv1.StatusResponse{} }
 
 func TestWaitError(t *testing.T) {
@@ -107,5 +120,46 @@ func TestHandlers(t *testing.T) {
 		if _, err := s.List(ctx, req); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("List(%v) = %v, want InvalidArgument", req, err)
 		}
+	}
+}
+
+// TestReadsWhilePrefixesGo: a List over several prefixes that waits for a
+// revision returns once those still watched reach it, without one removed
+// while it waited; a Get whose prefix is removed while it waits is
+// refused as under no watched prefix, not answered NOT_FOUND.
+func TestReadsWhilePrefixesGo(t *testing.T) {
+	c := cache.New([]string{"/registry/pods/", "/registry/foos/"})
+	c.Put(&cache.Object{Key: "/registry/pods/ns/a", Value: []byte("a"), ModRevision: 3, Namespace: "ns",
+		Meta: object.Meta{Owners: []object.OwnerRef{{Kind: "Foo", Name: "f", UID: "u"}}}})
+	c.SetRevision("/registry/pods/", 3)
+	c.SetRevision("/registry/foos/", 3)
+	s := New(c, &fakeObserver{})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+
+	listed := make(chan error, 1)
+	var items int
+	go func() {
+		resp, err := s.List(ctx, &observerv1.ListRequest{Prefix: "/registry/", OwnerKind: "Foo", OwnerName: "f", MinRevision: 5})
+		items = len(resp.GetItems())
+		listed <- err
+	}()
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.Get(ctx, &observerv1.GetRequest{Key: "/registry/foos/ns/f", MinRevision: 5})
+		got <- err
+	}()
+	c.SetRevision("/registry/pods/", 5)
+	select {
+	case err := <-listed:
+		t.Fatalf("List returned %v with /registry/foos/ behind", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	c.RemovePrefix("/registry/foos/")
+	if err := <-listed; err != nil || items != 1 {
+		t.Errorf("List = %d items, %v; want the pod", items, err)
+	}
+	if err := <-got; status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Get under a prefix removed while it waited = %v, want InvalidArgument", err)
 	}
 }
