@@ -19,6 +19,7 @@ require (
 	github.com/batonrun/baton/services/runtime v0.0.0-00010101000000-000000000000
 	github.com/batonrun/baton/test/framework v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
+	go.etcd.io/etcd/api/v3 v3.6.16
 	go.etcd.io/etcd/client/v3 v3.6.16
 	go.uber.org/zap v1.27.0
 	google.golang.org/grpc v1.85.0
@@ -54,7 +55,6 @@ require (
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20201229170055-e5319fda7802 // indirect
 	github.com/xiang90/probing v0.0.0-20190116061207-43a291ad63a2 // indirect
 	go.etcd.io/bbolt v1.4.3 // indirect
-	go.etcd.io/etcd/api/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/server/v3 v3.6.16 // indirect

@@ -12,9 +12,11 @@
 //   - pods: the pod runtime, standing in for a node agent: Pending → Running,
 //     and job pods Succeeded or Failed after their simulated duration.
 //   - garbagecollector: no object outlives its owners, for every kind, the
-//     declared ones included (GarbageCollector): an object whose owner
-//     references name, by uid, no live object is deleted, and a delete's
-//     propagation (background, foreground, orphan) is carried out.
+//     declared ones included: an object whose owner references name, by
+//     uid, no live object is deleted, and a delete's propagation
+//     (background, foreground, orphan) is carried out. It is one controller
+//     for every kind, in a package of its own (services/worker/
+//     garbagecollector); this package names it among the controllers.
 //
 // Every controller is level-based: it reads its object and its children
 // through the observer's cache, at least at the revision of the change that
@@ -58,10 +60,16 @@ import (
 	"github.com/batonrun/baton/sdk/reconcile"
 )
 
+// GarbageCollectorName is the garbage collector's name among the
+// controllers (--controllers), kube-controller-manager's, and its queue's:
+// one queue for every kind, which the observer feeds (package
+// garbagecollector).
+const GarbageCollectorName = kinds.GarbageCollectorQueue
+
 // Names lists every reference controller, in the order --controllers=all
 // starts them. A controller is named like its queue, the queue of its
 // declaration in client/kinds (BuiltinDeclarations); the garbage collector
-// (GarbageCollectorName), last, runs a controller of its own per kind.
+// (GarbageCollectorName), last, declares nothing.
 var Names = func() []string {
 	var out []string
 	for _, d := range kinds.BuiltinDeclarations() {
@@ -105,7 +113,7 @@ func New(name string, d Deps) (reconcile.Reconciler, error) {
 		d.Now = time.Now
 	}
 	if name == GarbageCollectorName {
-		return nil, errors.New("controllers: the garbage collector has a reconciler per kind (NewGarbageCollector)")
+		return nil, errors.New("controllers: the garbage collector is package garbagecollector's (garbagecollector.New)")
 	}
 	decl, err := Declaration(name)
 	if err != nil {

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/sdk/objects"
 	"github.com/batonrun/baton/sdk/reconcile"
 	"github.com/batonrun/baton/services/etcdembed"
+	"github.com/batonrun/baton/services/worker/garbagecollector"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -26,7 +28,7 @@ type world struct {
 	cli   *clientv3.Client
 	st    *objects.Client
 	ctrls map[string]reconcile.Reconciler
-	gc    *GarbageCollector
+	gc    *garbagecollector.Collector
 
 	mu   sync.Mutex
 	now  time.Time
@@ -53,7 +55,11 @@ func newWorld(t *testing.T) *world {
 		}
 		w.ctrls[n] = r
 	}
-	w.gc = NewGarbageCollector(Deps{Objects: w.st})
+	gc, err := garbagecollector.New(garbagecollector.Options{Objects: w.st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.gc = gc
 	return w
 }
 
@@ -78,7 +84,8 @@ func (w *world) rev() int64 {
 }
 
 // pass reconciles every key once per controller, and then once by the
-// garbage collector of each kind it knows; it returns whether etcd changed.
+// garbage collector, every key of each kind it knows; it returns whether
+// etcd changed.
 func (w *world) pass() bool {
 	w.t.Helper()
 	before := w.rev()
@@ -93,10 +100,10 @@ func (w *world) pass() bool {
 		}
 	}
 	for _, kind := range w.gc.Kinds() {
-		q := GarbageCollectorQueue(kind)
 		for _, k := range w.keys(kind.Resource) {
-			if _, err := w.gc.Reconciler(kind).Reconcile(w.t.Context(), reconcile.Request{Queue: q, Key: k}); err != nil {
-				w.t.Fatalf("reconcile %s %s: %v", q, k, err)
+			key := kinds.CollectorKey(kind, k)
+			if _, err := w.gc.Reconcile(w.t.Context(), reconcile.Request{Queue: garbagecollector.Name, Key: key}); err != nil {
+				w.t.Fatalf("reconcile %s %s: %v", garbagecollector.Name, key, err)
 			}
 		}
 	}

@@ -20,10 +20,10 @@ func TestControllersAreTheBuiltinDeclarations(t *testing.T) {
 		t.Fatalf("Names = %v, want the built-in declarations' queues and the collector %v", Names, want)
 	}
 	if _, err := Declaration(GarbageCollectorName); err == nil {
-		t.Error("Declaration(garbagecollector) succeeded: the collector declares a queue per kind")
+		t.Error("Declaration(garbagecollector) succeeded: the collector declares nothing (the observer feeds its queue)")
 	}
 	if _, err := New(GarbageCollectorName, Deps{}); err == nil {
-		t.Error("New(garbagecollector) succeeded: the collector has a reconciler per kind")
+		t.Error("New(garbagecollector) succeeded: the collector is package garbagecollector's")
 	}
 	for _, want := range decls {
 		got, err := Declaration(want.Queue)

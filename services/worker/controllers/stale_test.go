@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/sdk/objects"
 	"github.com/batonrun/baton/sdk/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -144,31 +143,6 @@ func TestStaleCacheKeepsALiveOwnersChildren(t *testing.T) {
 	}
 	if n := newPods(); n != 2 {
 		t.Fatalf("the new set has %d pods, want 2", n)
-	}
-}
-
-// TestStaleCacheStillCleansUp: when the owner is really gone, the garbage
-// collector reading through a cache deletes its children, confirming once
-// in etcd and deleting each as it read it, with no read of its own.
-func TestStaleCacheStillCleansUp(t *testing.T) {
-	w := newWorld(t)
-	w.apply("jobs", "default", "batch", map[string]any{"kind": "Job", "metadata": map[string]any{}, "spec": map[string]any{"parallelism": 3, "completions": 3, "template": template("busybox", 1000, 0)}})
-	w.converge(nil)
-	if n := len(w.pods("Job", "batch")); n != 3 {
-		t.Fatalf("the job has %d pods, want 3", n)
-	}
-	w.del(objects.Key("jobs", "default", "batch"))
-	st := objects.NewClientWithCache(w.cli, &laggingCache{cli: w.cli, at: map[string]int64{}})
-	job := kinds.MustBuiltin(kinds.Job)
-	gc := NewGarbageCollector(Deps{Objects: st})
-	if _, err := gc.Reconciler(job).Reconcile(t.Context(), reconcile.Request{Queue: GarbageCollectorQueue(job), Key: "default/batch"}); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(w.pods("Job", "batch")); n != 0 {
-		t.Fatalf("the deleted job kept %d pods", n)
-	}
-	if r := st.Reads(); r.Etcd != 1 {
-		t.Errorf("etcd reads %d, want 1 (the owner confirmed gone)", r.Etcd)
 	}
 }
 

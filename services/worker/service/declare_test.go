@@ -9,16 +9,16 @@ import (
 
 	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/services/etcdembed"
-	"github.com/batonrun/baton/services/worker/controllers"
 	"github.com/batonrun/baton/services/worker/service"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestWorkerPublishesItsDeclarations: baton-worker publishes what each of
-// its controllers watches (client/kinds' built-in declarations, and the
-// garbage collector's, one per kind it knows from the start) before it
-// leases, so it does so with no queue to lease from, and the records stay
-// after it stops.
+// its controllers watches (client/kinds' built-in declarations; the
+// garbage collector declares nothing) before it leases, so it does so with
+// no queue to lease from, and the records stay after it stops. The
+// per-kind declarations of an earlier version's garbage collector are
+// gone.
 func TestWorkerPublishesItsDeclarations(t *testing.T) {
 	srv := etcdembed.StartForTest(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second})
@@ -32,6 +32,15 @@ func TestWorkerPublishesItsDeclarations(t *testing.T) {
 	}
 	noQueue := l.Addr().String()
 	l.Close()
+
+	legacy := kinds.Declaration{Queue: kinds.GarbageCollectorQueuePrefix + "pods", For: kinds.MustBuiltin(kinds.Pod), IgnoreOwnStatus: true}
+	b, err := legacy.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(t.Context(), legacy.Key(), string(b)); err != nil {
+		t.Fatal(err)
+	}
 
 	cfg := service.DefaultConfig()
 	cfg.HTTPAddr, cfg.QueueAddr, cfg.ObserverAddr = "127.0.0.1:0", noQueue, ""
@@ -57,12 +66,8 @@ func TestWorkerPublishesItsDeclarations(t *testing.T) {
 		return out
 	}
 	want := kinds.BuiltinDeclarations()
-	gc := controllers.NewGarbageCollector(controllers.Deps{})
-	for _, k := range gc.Kinds() {
-		want = append(want, gc.Declaration(k))
-	}
 	deadline := time.Now().Add(30 * time.Second)
-	for len(declared()) < len(want) {
+	for got := declared(); len(got) != len(want) || slices.ContainsFunc(got, func(d kinds.Declaration) bool { return d.Queue == legacy.Queue }); got = declared() {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 30s, etcd holds %d declarations, want %d", len(declared()), len(want))
 		}

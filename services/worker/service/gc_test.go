@@ -2,11 +2,13 @@ package service_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/batonrun/baton/client/kinds"
+	observerv1 "github.com/batonrun/baton/proto/baton/observer/v1"
 	"github.com/batonrun/baton/sdk/objects"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -17,7 +19,8 @@ import (
 // the foreground the pods go before their ReplicaSet and the ReplicaSet
 // before the Deployment), orphan leaves the ReplicaSet, owned by nobody,
 // and its pods. Then a kind the worker knows only from a declaration
-// published while it runs (a Foo owning a Deployment) is collected too.
+// published while it runs (a Foo owning a Deployment), which the observer
+// feeds the collector's one queue, is collected too.
 func TestGarbageCollectorEndToEnd(t *testing.T) {
 	s := startStack(t)
 	s.startWorker(s.workerConfig())
@@ -139,12 +142,17 @@ func TestGarbageCollectorEndToEnd(t *testing.T) {
 		return rs != "" && running(s.pods("ReplicaSet", rs)) == 2
 	})
 	appRS := rsOf("app")
-	waitFor(t, converge, "the worker collects Foo", func() bool {
-		resp, err := s.cli.Get(ctx, kinds.DeclarationPrefix+"garbagecollector-foos")
-		return err == nil && len(resp.Kvs) == 1
+	waitFor(t, converge, "the observer feeds the collector Foo", func() bool {
+		st, err := s.observer.Status(ctx, &observerv1.StatusRequest{Queue: kinds.GarbageCollectorQueue})
+		return err == nil && slices.ContainsFunc(st.GetRules(), func(r *observerv1.Rule) bool { return r.GetKind() == "Foo" })
 	})
 	s.del("foos", "app")
 	waitFor(t, converge, "the Foo's deployment, replicaset and pods gone", func() bool {
 		return gone("deployments", "app") && gone("replicasets", appRS) && len(s.pods("ReplicaSet", appRS)) == 0
 	})
+	// The collector declared nothing for it, nor for any kind.
+	resp, err := s.cli.Get(ctx, kinds.DeclarationPrefix+kinds.GarbageCollectorQueue, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Errorf("declarations of the collector in etcd: %d (%v), want none", resp.Count, err)
+	}
 }

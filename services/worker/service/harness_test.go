@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -104,10 +105,15 @@ type worker struct {
 
 func (s *stack) startWorker(cfg service.Config) *worker {
 	s.t.Helper()
+	return s.startWorkerLogged(cfg, framework.Logger(s.t, "worker"))
+}
+
+// startWorkerLogged is startWorker with the worker's logger.
+func (s *stack) startWorkerLogged(cfg service.Config, log *slog.Logger) *worker {
+	s.t.Helper()
 	addrs := make(chan string, 1)
 	cfg.OnListen = func(h net.Addr) { addrs <- h.String() }
 	w := &worker{}
-	log := framework.Logger(s.t, "worker")
 	w.stop = runBackground(s.t, "worker", func(ctx context.Context) error { return service.Run(ctx, cfg, log) })
 	select {
 	case w.httpAddr = <-addrs:

@@ -3,9 +3,13 @@
 // writing to etcd, with /metrics, /healthz and /readyz over HTTP. The worker
 // serves no gRPC: it is a client of the queue, the observer and etcd. Before
 // it leases, it publishes what each of its controllers watches (client/kinds'
-// built-in declarations, at /baton/rules/<queue>, and the garbage
-// collector's per kind). The baton-worker binary and the embedded dev stack
-// both call Run.
+// built-in declarations, at /baton/rules/<queue>); the garbage collector
+// declares nothing (the observer feeds its one queue every kind in force,
+// package garbagecollector). Whatever the kinds declared, it holds one work
+// stream per controller on its one connection to the queue, six with
+// --controllers=all, far below the queue's limits of waiting Leases per
+// connection and per identity. The baton-worker binary and the embedded dev
+// stack both call Run.
 package service
 
 import (
@@ -21,7 +25,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batonrun/baton/client/kinds"
 	queueclient "github.com/batonrun/baton/client/queue"
 	"github.com/batonrun/baton/client/queue/limits"
 	"github.com/batonrun/baton/sdk/etcdconn"
@@ -32,6 +35,7 @@ import (
 	"github.com/batonrun/baton/services/runtime/serve"
 	"github.com/batonrun/baton/services/runtime/trust"
 	"github.com/batonrun/baton/services/worker/controllers"
+	"github.com/batonrun/baton/services/worker/garbagecollector"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -234,39 +238,34 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// The manager publishes what each controller watches (its declaration
 	// in client/kinds) before it leases, and runs the recorder.
 	m := manager.New(queue, manager.Options{Worker: cfg.Worker, GracePeriod: cfg.GracePeriod, Logger: log, Registerer: reg, Etcd: etcd, Events: rec})
-	var gc *controllers.GarbageCollector
-	gcController := func(k kinds.Kind) manager.Controller {
-		d := gc.Declaration(k)
-		c := manager.Controller{Name: d.Queue, Reconciler: gc.Reconciler(k), For: d.For, IgnoreOwnStatus: d.IgnoreOwnStatus, Concurrency: cfg.Concurrency,
-			LeaseDuration: cfg.LeaseDuration, ReconcileTimeout: cfg.ReconcileTimeout}
-		if cfg.Wrap != nil {
-			c = cfg.Wrap(d.Queue, c)
-		}
-		return c
-	}
+	var gc *garbagecollector.Collector
 	for _, n := range names {
+		c := manager.Controller{Name: n, Concurrency: cfg.Concurrency, LeaseDuration: cfg.LeaseDuration, ReconcileTimeout: cfg.ReconcileTimeout}
 		if n == controllers.GarbageCollectorName {
-			// A controller per kind it knows now; Learn adds one for
-			// each kind declared later.
-			gc = controllers.NewGarbageCollector(controllers.Deps{Objects: objs, Log: log.With("controller", n)})
-			for _, k := range gc.Kinds() {
-				if err := m.Add(gcController(k)); err != nil {
-					return err
-				}
+			// One controller for every kind, on the queue the observer
+			// feeds; it declares nothing.
+			o := garbagecollector.Options{Objects: objs, Log: log.With("controller", n), Etcd: etcd}
+			if observer != nil {
+				o.Kinds = garbagecollector.ObserverKinds(observer)
+			} else {
+				log.Info("without an observer the garbage collector knows the reference kinds alone (it learns the declared ones from the observer's Status)")
 			}
-			continue
+			if gc, err = garbagecollector.New(o); err != nil {
+				return err
+			}
+			c.Reconciler = gc
+		} else {
+			r, err := controllers.New(n, controllers.Deps{Objects: objs, Log: log.With("controller", n), Events: rec})
+			if err != nil {
+				return err
+			}
+			decl, err := controllers.Declaration(n)
+			if err != nil {
+				return err
+			}
+			c.Reconciler, c.For, c.Owns, c.IgnoreOwnStatus = r, decl.For, decl.Owns, decl.IgnoreOwnStatus
+			c.Schema, c.PrinterColumns = decl.Schema, decl.PrinterColumns
 		}
-		r, err := controllers.New(n, controllers.Deps{Objects: objs, Log: log.With("controller", n), Events: rec})
-		if err != nil {
-			return err
-		}
-		decl, err := controllers.Declaration(n)
-		if err != nil {
-			return err
-		}
-		c := manager.Controller{Name: n, Reconciler: r, For: decl.For, Owns: decl.Owns, IgnoreOwnStatus: decl.IgnoreOwnStatus,
-			Schema: decl.Schema, PrinterColumns: decl.PrinterColumns, Concurrency: cfg.Concurrency,
-			LeaseDuration: cfg.LeaseDuration, ReconcileTimeout: cfg.ReconcileTimeout}
 		if cfg.Wrap != nil {
 			c = cfg.Wrap(n, c)
 		}
@@ -306,9 +305,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	})
 	if gc != nil {
-		wg.Go(func() {
-			_ = gc.Learn(sctx, etcd, func(k kinds.Kind) error { return m.Add(gcController(k)) })
-		})
+		wg.Go(func() { _ = gc.Run(sctx) })
 	}
 	runErr = m.Run(sctx)
 	stopServe()

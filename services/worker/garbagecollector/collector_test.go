@@ -1,81 +1,15 @@
-package controllers
+package garbagecollector
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/batonrun/baton/client/kinds"
 	"github.com/batonrun/baton/sdk/objects"
-	"github.com/batonrun/baton/sdk/reconcile"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// deployment is a Deployment of n pods, as a test applies it.
-func deployment(n int) map[string]any {
-	return map[string]any{"kind": "Deployment", "metadata": map[string]any{}, "spec": map[string]any{"replicas": n, "template": template("nginx", 0, 0)}}
-}
-
-// names lists the names of the objects of resource in default.
-func (w *world) names(resource string) []string {
-	w.t.Helper()
-	raws, err := w.st.ListDirect(w.t.Context(), objects.Prefix(resource, "default"), objects.OwnedBy{})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	var out []string
-	for _, r := range raws {
-		out = append(out, strings.TrimPrefix(r.Key, objects.Prefix(resource, "default")))
-	}
-	return out
-}
-
-// meta returns the metadata of resource/name in default, if it is there.
-func (w *world) meta(resource, name string) (objects.ObjectMeta, bool) {
-	w.t.Helper()
-	raw, err := w.st.GetDirect(w.t.Context(), objects.Key(resource, "default", name))
-	if errors.Is(err, objects.ErrNotFound) {
-		return objects.ObjectMeta{}, false
-	}
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	m, err := decodeMeta(raw)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return m, true
-}
-
-// deletions returns the revision at which each key under /registry/ was
-// removed after rev, from etcd's history.
-func (w *world) deletions(rev int64) map[string]int64 {
-	w.t.Helper()
-	end := w.rev()
-	ctx, cancel := context.WithTimeout(w.t.Context(), 10*time.Second)
-	defer cancel()
-	out := map[string]int64{}
-	for resp := range w.cli.Watch(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-		if err := resp.Err(); err != nil {
-			w.t.Fatal(err)
-		}
-		for _, ev := range resp.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				out[string(ev.Kv.Key)] = ev.Kv.ModRevision
-			}
-		}
-		if resp.Header.Revision >= end {
-			return out
-		}
-	}
-	w.t.Fatal("the watch of the history ended early")
-	return nil
-}
 
 // TestCollectorPropagation deletes a Deployment of three pods with each
 // propagation and checks what is left: with background and foreground
@@ -87,7 +21,7 @@ func TestCollectorPropagation(t *testing.T) {
 		t.Run(string(prop), func(t *testing.T) {
 			w := newWorld(t)
 			w.apply("deployments", "default", "web", deployment(3))
-			w.converge(nil)
+			w.converge()
 			rss := w.names("replicasets")
 			if len(rss) != 1 || len(w.names("pods")) != 3 {
 				t.Fatalf("before: replicasets %v, pods %v", rss, w.names("pods"))
@@ -107,7 +41,7 @@ func TestCollectorPropagation(t *testing.T) {
 			if m, ok := w.meta("deployments", "web"); prop != objects.Background && (!ok || !m.IsDeleting() || !m.HasFinalizer(map[objects.Propagation]string{objects.Foreground: objects.FinalizerForeground, objects.Orphan: objects.FinalizerOrphan}[prop])) {
 				t.Fatalf("the deployment deleted in the %s: %+v (there: %v)", prop, m, ok)
 			}
-			w.converge(nil)
+			w.converge()
 			if _, ok := w.meta("deployments", "web"); ok {
 				t.Fatal("the deployment is still there")
 			}
@@ -170,7 +104,7 @@ func TestCollectorForegroundWaitsForBlockingDependents(t *testing.T) {
 	if _, err := w.st.DeleteWith(ctx, objects.Key("replicasets", "default", "web"), objects.DeleteOptions{Propagation: objects.Foreground}); err != nil {
 		t.Fatal(err)
 	}
-	w.converge(nil)
+	w.converge()
 	if m, ok := w.meta("replicasets", "web"); !ok || !m.HasFinalizer(objects.FinalizerForeground) {
 		t.Fatalf("the replicaset did not wait for its held pod: %+v (there: %v)", m, ok)
 	}
@@ -180,7 +114,7 @@ func TestCollectorForegroundWaitsForBlockingDependents(t *testing.T) {
 	if err := w.st.RemoveFinalizer(ctx, objects.Key("pods", "default", "held"), "", "example.com/flush"); err != nil {
 		t.Fatal(err)
 	}
-	w.converge(nil)
+	w.converge()
 	if got := w.names("replicasets"); len(got) != 0 {
 		t.Fatalf("replicasets %v after the held pod went", got)
 	}
@@ -206,12 +140,12 @@ func TestCollectorKeepsAnObjectWithALiveOwner(t *testing.T) {
 	if _, err := w.st.Create(ctx, objects.Key("pods", "default", "shared"), shared); err != nil {
 		t.Fatal(err)
 	}
-	w.converge(nil)
+	w.converge()
 	if got := w.names("pods"); !slices.Equal(got, []string{"shared"}) {
 		t.Fatalf("pods %v, want the shared one alone (each set has its one)", got)
 	}
 	w.del(objects.Key("replicasets", "default", "a"))
-	w.converge(nil)
+	w.converge()
 	m, ok := w.meta("pods", "shared")
 	if !ok {
 		t.Fatal("the pod went with one of its two owners")
@@ -220,7 +154,7 @@ func TestCollectorKeepsAnObjectWithALiveOwner(t *testing.T) {
 		t.Errorf("owner references %+v, want only set b's", m.OwnerReferences)
 	}
 	w.del(objects.Key("replicasets", "default", "b"))
-	w.converge(nil)
+	w.converge()
 	if _, ok := w.meta("pods", "shared"); ok {
 		t.Error("the pod outlived both its owners")
 	}
@@ -232,21 +166,22 @@ func TestCollectorRemovesAFinalizedObject(t *testing.T) {
 	w := newWorld(t)
 	w.put(objects.Key("pods", "default", "done"), map[string]any{"kind": "Pod", "metadata": map[string]any{
 		"name": "done", "namespace": "default", "uid": objects.NewUID(), "deletionTimestamp": "2026-01-01T00:00:00Z"}})
-	w.converge(nil)
+	w.converge()
 	if _, ok := w.meta("pods", "done"); ok {
 		t.Fatal("a pod being deleted with no finalizer left is still there")
 	}
 }
 
-// TestCollectorDeclaredKind: a kind known only from a declaration in etcd
-// (a Foo owning a Deployment) is learned while the collector runs (Learn
-// starts its controller with add). Until then a Deployment that names a Foo
-// as owner is left alone, whether or not the Foo lives; once it is known,
-// a Deployment whose Foo is gone is collected at once, and deleting a live
-// Foo takes its Deployment, ReplicaSet and pods with it.
+// TestCollectorDeclaredKind: a kind known only from a declaration the
+// observer executes (a Foo owning a Deployment) is learned while the
+// collector runs. Until then a Deployment that names a Foo as owner is
+// left alone, whether or not the Foo lives; once it is known, a Deployment
+// whose Foo is gone is collected at once, and deleting a live Foo takes
+// its Deployment, ReplicaSet and pods with it.
 func TestCollectorDeclaredKind(t *testing.T) {
 	w := newWorld(t)
-	ctx := t.Context()
+	obs := &fakeObserver{cli: w.cli}
+	w.gc = w.collector(Options{Objects: w.st, Kinds: obs, Etcd: w.cli})
 	foo := kinds.Kind{Kind: "Foo", Resource: "foos", Aliases: []string{"foo"}}
 
 	// A Deployment of a Foo that never was, before Foo is declared.
@@ -254,7 +189,7 @@ func TestCollectorDeclaredKind(t *testing.T) {
 		"name": "stray", "namespace": "default", "uid": objects.NewUID(),
 		"ownerReferences": []any{map[string]any{"kind": "Foo", "name": "ghost", "uid": objects.NewUID()}}},
 		"spec": map[string]any{"replicas": 0, "template": template("nginx", 0, 0)}})
-	_, err := w.gc.Reconciler(kinds.MustBuiltin(kinds.Deployment)).Reconcile(ctx, reconcile.Request{Queue: "garbagecollector-deployments", Key: "default/stray"})
+	_, err := w.judge(w.gc, kinds.MustBuiltin(kinds.Deployment), "default/stray")
 	if !errors.Is(err, errUnknownKind) {
 		t.Fatalf("judging a reference to an undeclared kind: %v, want errUnknownKind", err)
 	}
@@ -262,33 +197,10 @@ func TestCollectorDeclaredKind(t *testing.T) {
 		t.Fatal("a deployment whose owner's kind is unknown was deleted")
 	}
 
-	var mu sync.Mutex
-	var added []string
-	lctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- w.gc.Learn(lctx, w.cli, func(k kinds.Kind) error {
-			mu.Lock()
-			defer mu.Unlock()
-			added = append(added, k.Kind)
-			return nil
-		})
-	}()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Learn: %v", err)
-		}
-	}()
-	b, err := (kinds.Declaration{Queue: "foos", For: foo, Owns: []kinds.Kind{kinds.MustBuiltin(kinds.Deployment)}}).Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.cli.Put(ctx, kinds.DeclarationPrefix+"foos", string(b)); err != nil {
-		t.Fatal(err)
-	}
+	w.run(w.gc)
+	w.publish(kinds.Declaration{Queue: "foos", For: foo, Owns: []kinds.Kind{kinds.MustBuiltin(kinds.Deployment)}})
 	waitUntil(t, "the collector learns Foo", func() bool {
-		_, ok := w.gc.kind("Foo")
+		_, ok := w.gc.kinds.kind("Foo")
 		return ok
 	})
 	// Learning Foo looked again at the stray Deployment, whose Foo is gone.
@@ -296,11 +208,13 @@ func TestCollectorDeclaredKind(t *testing.T) {
 		_, ok := w.meta("deployments", "stray")
 		return !ok
 	})
-	mu.Lock()
-	if !slices.Equal(added, []string{"Foo"}) {
-		t.Errorf("Learn started controllers for %v, want only Foo's (Deployment is known)", added)
+	var names []string
+	for _, k := range w.gc.Kinds() {
+		names = append(names, k.Kind)
 	}
-	mu.Unlock()
+	if want := []string{"Deployment", "ReplicaSet", "StatefulSet", "Job", "Pod", "Foo"}; !slices.Equal(names, want) {
+		t.Errorf("kinds %v, want %v (Deployment is known once)", names, want)
+	}
 
 	w.put(objects.Key("foos", "default", "app"), map[string]any{"kind": "Foo", "metadata": map[string]any{
 		"name": "app", "namespace": "default", "uid": objects.NewUID()}})
@@ -308,12 +222,12 @@ func TestCollectorDeclaredKind(t *testing.T) {
 	d := deployment(2)
 	d["metadata"].(map[string]any)["ownerReferences"] = []any{map[string]any{"kind": "Foo", "name": "app", "uid": app.UID}}
 	w.apply("deployments", "default", "app", d)
-	w.converge(nil)
+	w.converge()
 	if len(w.names("deployments")) != 1 || len(w.names("replicasets")) != 1 || len(w.names("pods")) != 2 {
 		t.Fatalf("with a live Foo: deployments %v, replicasets %v, pods %v", w.names("deployments"), w.names("replicasets"), w.names("pods"))
 	}
 	w.del(objects.Key("foos", "default", "app"))
-	w.converge(nil)
+	w.converge()
 	if n := len(w.names("deployments")) + len(w.names("replicasets")) + len(w.names("pods")); n != 0 {
 		t.Fatalf("after the Foo went: deployments %v, replicasets %v, pods %v", w.names("deployments"), w.names("replicasets"), w.names("pods"))
 	}
@@ -335,7 +249,7 @@ func TestCollectorStaleCache(t *testing.T) {
 				return map[string]any{"kind": "ReplicaSet", "metadata": map[string]any{}, "spec": map[string]any{"replicas": 2, "template": template("nginx", 0, 0)}}
 			}
 			w.apply("replicasets", "default", "web", rs())
-			w.converge(nil)
+			w.converge()
 			old, _ := w.meta("replicasets", "web")
 			withOld := w.rev()
 			w.del(objects.Key("replicasets", "default", "web"))
@@ -358,10 +272,10 @@ func TestCollectorStaleCache(t *testing.T) {
 			cache := &laggingCache{cli: w.cli, at: map[string]int64{}}
 			cache.pin("replicasets", map[string]int64{"shows the set gone": gone, "shows the old set": withOld}[lag])
 			st := objects.NewClientWithCache(w.cli, cache)
-			gc := NewGarbageCollector(Deps{Objects: st})
+			gc := w.collector(Options{Objects: st})
 			judge := func(k kinds.Kind, key string) {
 				t.Helper()
-				if _, err := gc.Reconciler(k).Reconcile(ctx, reconcile.Request{Queue: GarbageCollectorQueue(k), Key: key}); err != nil {
+				if _, err := w.judge(gc, k, key); err != nil {
 					t.Fatalf("collect %s %s: %v", k.Kind, key, err)
 				}
 			}
@@ -383,47 +297,11 @@ func TestCollectorStaleCache(t *testing.T) {
 			if owned(cur.UID) != 2 {
 				t.Fatalf("a cache that %s made the collector delete the live set's pods when it judged each", lag)
 			}
-			w.converge(nil)
+			w.converge()
 			if owned(old.UID) != 0 || owned(cur.UID) != 2 {
 				t.Errorf("current again: the old set's pods %d, the new set's %d, want 0 and 2", owned(old.UID), owned(cur.UID))
 			}
 		})
-	}
-}
-
-// podsOf lists the pods that name ownerKind/ownerName with uid as owner.
-func (w *world) podsOf(ownerKind, ownerName, uid string) []*objects.Pod {
-	var out []*objects.Pod
-	for _, p := range w.pods(ownerKind, ownerName) {
-		if p.Metadata.OwnedBy(ownerKind, ownerName, uid) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// waitUntil polls cond for up to 30 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30s: not %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// TestGarbageCollectorQueue: every kind's queue is a DNS label, and kinds
-// with long resources still get queues of their own.
-func TestGarbageCollectorQueue(t *testing.T) {
-	if q := GarbageCollectorQueue(kinds.MustBuiltin(kinds.Pod)); q != "garbagecollector-pods" {
-		t.Errorf("pods: %q", q)
-	}
-	long := func(s string) kinds.Kind { return kinds.Kind{Kind: "Long", Resource: strings.Repeat("a", 55) + s} }
-	a, b := GarbageCollectorQueue(long("x")), GarbageCollectorQueue(long("y"))
-	if a == b || len(a) > 63 || len(b) > 63 {
-		t.Errorf("long resources: %q and %q", a, b)
 	}
 }
 
@@ -454,12 +332,35 @@ func TestCollectorDependentChangedSinceRead(t *testing.T) {
 
 	cache := &laggingCache{cli: w.cli, at: map[string]int64{}}
 	cache.pin("pods", seen)
-	gc := NewGarbageCollector(Deps{Objects: objects.NewClientWithCache(w.cli, cache)})
-	k := kinds.MustBuiltin(kinds.ReplicaSet)
-	if _, err := gc.Reconciler(k).Reconcile(ctx, reconcile.Request{Queue: GarbageCollectorQueue(k), Key: "default/web"}); err != nil {
+	gc := w.collector(Options{Objects: objects.NewClientWithCache(w.cli, cache)})
+	if _, err := w.judge(gc, kinds.MustBuiltin(kinds.ReplicaSet), "default/web"); err != nil {
 		t.Fatalf("collect the replicaset's key: %v", err)
 	}
 	if _, ok := w.meta("pods", "web-0"); ok {
 		t.Fatal("the pod of a gone replicaset is still there: its status change since the cache saw it made the collector give up on it")
+	}
+}
+
+// TestStaleCacheStillCleansUp: when the owner is really gone, the garbage
+// collector reading through a cache deletes its children, confirming once
+// in etcd and deleting each as it read it, with no read of its own.
+func TestStaleCacheStillCleansUp(t *testing.T) {
+	w := newWorld(t)
+	w.apply("jobs", "default", "batch", map[string]any{"kind": "Job", "metadata": map[string]any{}, "spec": map[string]any{"parallelism": 3, "completions": 3, "template": template("busybox", 1000, 0)}})
+	w.converge()
+	if n := len(w.pods("Job", "batch")); n != 3 {
+		t.Fatalf("the job has %d pods, want 3", n)
+	}
+	w.del(objects.Key("jobs", "default", "batch"))
+	st := objects.NewClientWithCache(w.cli, &laggingCache{cli: w.cli, at: map[string]int64{}})
+	job := kinds.MustBuiltin(kinds.Job)
+	if _, err := w.judge(w.collector(Options{Objects: st}), job, "default/batch"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.pods("Job", "batch")); n != 0 {
+		t.Fatalf("the deleted job kept %d pods", n)
+	}
+	if r := st.Reads(); r.Etcd != 1 {
+		t.Errorf("etcd reads %d, want 1 (the owner confirmed gone)", r.Etcd)
 	}
 }
