@@ -223,7 +223,7 @@ func restoreSingle(dir, name string, r io.Reader, log *slog.Logger) (backup.Info
 	err = st.Snapshot(func(emit func([]byte) error) error {
 		var err error
 		info, err = backup.Stream(name, r, func(rec *record.Record) error {
-			buf = record.Append(buf[:0], rec)
+			buf = record.Append(buf[:0], rec, st.RecordVersion())
 			return emit(buf)
 		})
 		return err
@@ -296,9 +296,13 @@ func freshID(taken func(uint64) bool) (uint64, error) {
 // and a claim file for each other member. The state is held in memory
 // (a Raft snapshot is one value), as the member holds it once it runs.
 func restoreMember(cfg RestoreConfig, peers []replicaPeer, name string, r io.Reader, log *slog.Logger) (backup.Info, error) {
+	// The state at this build's record version, which the seed's
+	// snapshot holds (replica.SeedLog writes it at the version holding
+	// it): a member of this build, at any level, reads it.
+	recordVersion := format.Records.Current
 	var state []byte
 	info, err := backup.Stream(name, r, func(rec *record.Record) error {
-		state = record.Append(state, rec)
+		state = record.Append(state, rec, recordVersion)
 		return nil
 	})
 	if err != nil {
@@ -308,7 +312,7 @@ func restoreMember(cfg RestoreConfig, peers []replicaPeer, name string, r io.Rea
 	if err != nil {
 		return backup.Info{}, err
 	}
-	seed := replica.Seed{Term: info.Fence.Epoch, State: state}
+	seed := replica.Seed{Term: info.Fence.Epoch, State: state, Version: recordVersion}
 	for _, p := range peers {
 		seed.Members = append(seed.Members, replica.Member{ID: p.id, Name: p.name, Addr: p.addr})
 		if p.name == cfg.Name {

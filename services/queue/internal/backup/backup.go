@@ -89,18 +89,28 @@ type Writer struct {
 	buf          []byte // the frame being filled
 	count        uint64
 	queues, keys int
+	version      format.Version
+	records      format.Version // the version of its records
 	fence        Fence
 	err          error
 }
 
-// NewWriter starts a backup file on w with its header and fence.
-func NewWriter(w io.Writer, f Fence) *Writer {
-	bw := &Writer{w: w, fence: f}
-	bw.write(format.Header(kind, format.Backup.Current))
-	var fb [fenceLen]byte
-	binary.BigEndian.PutUint64(fb[0:], f.Epoch)
-	binary.BigEndian.PutUint64(fb[8:], f.Token)
-	bw.write(fb[:])
+// NewWriter starts a backup file of version v (the queue's level's,
+// format.Backup.Writes, so that a restore of that level reads it) on w
+// with its header and, from version 2, the fence.
+func NewWriter(w io.Writer, v format.Version, f Fence) *Writer {
+	if format.Backup.Check(v) != nil {
+		panic(fmt.Sprintf("backup: no version %d to write", v))
+	}
+	bw := &Writer{w: w, version: v, records: format.Backup.RecordsAt(v)}
+	bw.write(format.Header(kind, v))
+	if v >= 2 {
+		bw.fence = f
+		var fb [fenceLen]byte
+		binary.BigEndian.PutUint64(fb[0:], f.Epoch)
+		binary.BigEndian.PutUint64(fb[8:], f.Token)
+		bw.write(fb[:])
+	}
 	return bw
 }
 
@@ -114,7 +124,7 @@ func (bw *Writer) write(b []byte) {
 
 // Add appends one record.
 func (bw *Writer) Add(r *record.Record) error {
-	bw.buf = record.Append(bw.buf, r)
+	bw.buf = record.Append(bw.buf, r, bw.records)
 	bw.count++
 	if r.Kind == record.KindQueue {
 		bw.queues++
@@ -127,32 +137,9 @@ func (bw *Writer) Add(r *record.Record) error {
 	return bw.err
 }
 
-// AddEncoded appends records already encoded (record.Append's), back to
-// back.
-func (bw *Writer) AddEncoded(recs []byte) error {
-	for off := 0; off < len(recs); {
-		r, n, err := record.Decode(recs[off:])
-		if err != nil {
-			return fmt.Errorf("backup: a record to write does not decode: %w", err)
-		}
-		bw.buf = append(bw.buf, recs[off:off+n]...)
-		bw.count++
-		if r.Kind == record.KindQueue {
-			bw.queues++
-		} else {
-			bw.keys++
-		}
-		off += n
-		if len(bw.buf) >= maxFrame {
-			bw.flush()
-		}
-	}
-	return bw.err
-}
-
 // Info is what the file written holds, once Close has returned nil.
 func (bw *Writer) Info() Info {
-	return Info{Version: format.Backup.Current, Records: bw.count, Queues: bw.queues, Keys: bw.keys, Checksum: bw.crc, Fence: bw.fence, Fenced: true}
+	return Info{Version: bw.version, Records: bw.count, Queues: bw.queues, Keys: bw.keys, Checksum: bw.crc, Fence: bw.fence, Fenced: bw.version >= 2}
 }
 
 func (bw *Writer) flush() {
@@ -278,6 +265,7 @@ func (sr *streamReader) read(fn func(*record.Record) error) (Info, error) {
 		return Info{}, err
 	}
 	info := Info{Version: v}
+	records := format.Backup.RecordsAt(v) // what this file's records are
 	if v >= 2 {
 		var fb [fenceLen]byte
 		if err := sr.full(fb[:], true, "its fence"); err != nil {
@@ -322,7 +310,7 @@ func (sr *streamReader) read(fn func(*record.Record) error) (Info, error) {
 			return Info{}, sr.damaged(at, "a frame's checksum fails")
 		}
 		for p := 0; p < len(payload); {
-			r, k, err := record.Decode(payload[p:])
+			r, k, err := record.Decode(payload[p:], records)
 			if err != nil {
 				return Info{}, sr.damaged(at+frameHeader+int64(p), "a record does not decode: %v", err)
 			}

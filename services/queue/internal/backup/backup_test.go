@@ -40,7 +40,7 @@ func sample(n int) []record.Record {
 func write(t *testing.T, recs []record.Record) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w := NewWriter(&buf, testFence)
+	w := NewWriter(&buf, format.Backup.Current, testFence)
 	for i := range recs {
 		if err := w.Add(&recs[i]); err != nil {
 			t.Fatal(err)
@@ -189,7 +189,7 @@ func (e *endless) Read(p []byte) (int, error) {
 func TestStreamRefusesWhatIsNoBackupAtOnce(t *testing.T) {
 	header := func() []byte {
 		var buf bytes.Buffer
-		w := NewWriter(&buf, testFence)
+		w := NewWriter(&buf, format.Backup.Current, testFence)
 		_ = w
 		return buf.Bytes()
 	}()
@@ -236,5 +236,26 @@ func TestStreamRefusesBytesAfterTheFooter(t *testing.T) {
 	b := append(write(t, sample(3)), 'x')
 	if _, err := Stream("f", bytes.NewReader(b), nil); !errors.Is(err, ErrDamaged) {
 		t.Fatalf("a byte after the footer: %v, want ErrDamaged", err)
+	}
+}
+
+// TestWriteAnOlderVersion: a writer asked for version 1 (a queue whose
+// members read no newer) writes a file of version 1, without a fence,
+// that reads back.
+func TestWriteAnOlderVersion(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, 1, testFence)
+	recs := sample(10)
+	for i := range recs {
+		if err := w.Add(&recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, info, err := readAll(t, "v1", buf.Bytes())
+	if err != nil || info.Version != 1 || info.Fenced || !slices.Equal(got, recs) {
+		t.Fatalf("a file written at version 1: %+v, %v (%d records)", info, err, len(got))
 	}
 }

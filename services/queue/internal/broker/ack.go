@@ -90,7 +90,7 @@ func (b *Broker) ack(queue string, holder *string, acks []AckItem, lazy bool) (o
 			// Someone waits after all: an empty Append makes the records
 			// in line urgent and returns what covers them.
 			var err error
-			if batch, err = b.j.Append(nil); err != nil {
+			if batch, err = b.j.Append(0, nil); err != nil {
 				return err
 			}
 		}

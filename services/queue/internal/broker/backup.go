@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/batonrun/baton/services/queue/internal/backup"
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/queue/internal/record"
 )
 
@@ -66,7 +67,7 @@ func (b *Broker) Backup(ctx context.Context, w io.Writer) (backup.Info, error) {
 	// The fence, once the leadership is confirmed: no token of this queue
 	// so far has a higher epoch (a replicated leader's is its term, the
 	// highest any leader has had) or is above the last one made.
-	bw := backup.NewWriter(w, b.tokens.fence())
+	bw := backup.NewWriter(w, format.Backup.Writes(b.j.Level()), b.tokens.fence())
 	for i := range recs {
 		if err := bw.Add(&recs[i]); err != nil {
 			return backup.Info{}, fmt.Errorf("backup: %w", err)

@@ -11,6 +11,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/batonrun/baton/services/queue/internal/format"
 )
 
 // abort ends an operation begun on qs that changed nothing.
@@ -34,7 +36,7 @@ func (b *Broker) advance(qs *queueState) {
 		qs.wake(ready)
 		return
 	}
-	_, err := b.j.Append(qs.buf) // expiry records need no waiter
+	_, err := b.j.Append(qs.ver, qs.buf) // expiry records need no waiter
 	qs.buf = qs.buf[:0]
 	if err != nil {
 		qs.q.Rollback()
@@ -101,10 +103,10 @@ func (b *Broker) commit(qs *queueState, pendingBefore int, existed bool) (waiter
 // nothing, an Ack refused) is answered from memory alone: its batch is a
 // confirmation (below), not the latest proposal, whose commit may be
 // older than the operation.
-func (b *Broker) commitTo(qs *queueState, pendingBefore int, existed bool, appendTo func([]byte) (waiter, error)) (waiter, error) {
+func (b *Broker) commitTo(qs *queueState, pendingBefore int, existed bool, appendTo func(format.Version, []byte) (waiter, error)) (waiter, error) {
 	wrote := len(qs.buf) > 0
 	gen := b.gen.Load() // under the locks: the operation's leadership
-	batch, err := appendTo(qs.buf)
+	batch, err := appendTo(qs.ver, qs.buf)
 	qs.buf = qs.buf[:0]
 	if err != nil {
 		qs.q.Rollback()

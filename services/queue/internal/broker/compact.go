@@ -8,11 +8,13 @@ import (
 	"errors"
 	"time"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/queue/internal/record"
 )
 
-// walk emits the stored state of every queue, one queue locked at a time.
-func (b *Broker) walk(emit func([]byte) error) error {
+// walk emits the stored state of every queue, one queue locked at a time,
+// as records of version v (the snapshot's).
+func (b *Broker) walk(v format.Version, emit func([]byte) error) error {
 	b.mu.RLock()
 	queues := make([]*queueState, 0, len(b.queues))
 	for _, qs := range b.queues {
@@ -21,7 +23,7 @@ func (b *Broker) walk(emit func([]byte) error) error {
 	b.mu.RUnlock()
 	var buf []byte
 	for _, qs := range queues {
-		if err := b.walkQueue(qs, &buf, emit); err != nil {
+		if err := b.walkQueue(qs, v, &buf, emit); err != nil {
 			return err
 		}
 	}
@@ -31,7 +33,7 @@ func (b *Broker) walk(emit func([]byte) error) error {
 // walkQueue emits one queue's stored state in steps of a few thousand keys,
 // holding its lock only for each step, so a snapshot of millions of keys
 // never stalls the queue for long.
-func (b *Broker) walkQueue(qs *queueState, buf *[]byte, emit func([]byte) error) error {
+func (b *Broker) walkQueue(qs *queueState, v format.Version, buf *[]byte, emit func([]byte) error) error {
 	step := b.walkStep
 	if step <= 0 {
 		step = 4096
@@ -42,14 +44,14 @@ func (b *Broker) walkQueue(qs *queueState, buf *[]byte, emit func([]byte) error)
 	if !exists {
 		return nil
 	}
-	*buf = record.Append((*buf)[:0], &record.Record{Kind: record.KindQueue, Queue: qs.q.Name()})
+	*buf = record.Append((*buf)[:0], &record.Record{Kind: record.KindQueue, Queue: qs.q.Name()}, v)
 	cursor, startGen := 0, uint64(0)
 	for first := true; cursor >= 0; first = false {
 		qs.mu.Lock()
-		next, gen := qs.q.EachStep(cursor, step, func(r *record.Record) { *buf = record.Append(*buf, r) })
+		next, gen := qs.q.EachStep(cursor, step, func(r *record.Record) { *buf = record.Append(*buf, r, v) })
 		if !first && gen != startGen {
 			// Resized between steps: items moved, so start over.
-			next, gen = qs.q.EachStep(0, step, func(r *record.Record) { *buf = record.Append(*buf, r) })
+			next, gen = qs.q.EachStep(0, step, func(r *record.Record) { *buf = record.Append(*buf, r, v) })
 		}
 		startGen = gen
 		qs.mu.Unlock()

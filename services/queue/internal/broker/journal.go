@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/queue/internal/record"
 	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/store"
@@ -22,14 +23,25 @@ import (
 // (committed = on a majority's disks). The broker writes to it under a
 // queue's lock, in the order it made the records, and waits outside.
 type journal interface {
-	// Append puts recs (the records of one operation) in line and returns
-	// what to wait on; with no recs, the latest still in flight, which
-	// covers every record before. An error means nothing was put in line.
-	Append(recs []byte) (waiter, error)
+	// Append puts recs (the records of one operation, of version v:
+	// RecordVersion's when the operation began) in line and returns what
+	// to wait on; with no recs (v is then ignored), the latest still in
+	// flight, which covers every record before. An error means nothing
+	// was put in line.
+	Append(v format.Version, recs []byte) (waiter, error)
 	// AppendLazy is Append for records whose caller will not wait for
 	// them (a work stream's acks of success): they may be kept a little
 	// later, with the next Append's (store.AppendLazy).
-	AppendLazy(recs []byte) (waiter, error)
+	AppendLazy(v format.Version, recs []byte) (waiter, error)
+	// RecordVersion is the version of the records to put in line now
+	// (format.Records): what the single member's segments hold, or the
+	// entries a replicated queue's level writes. An operation takes it
+	// once, under its queue's lock, and encodes every record with it.
+	RecordVersion() format.Version
+	// Level is the queue's format level: a single member's build's, a
+	// replicated queue's lowest member's. What the broker writes for
+	// others to read (a backup) is written at it.
+	Level() format.Level
 	// Confirm returns nil once this member may answer from its memory:
 	// at once on a single member, which always leads; on a replicated
 	// member once a majority has confirmed, after the call, that it still
@@ -61,7 +73,7 @@ type journal interface {
 // the snapshot covers.
 type compactor interface {
 	Sizes() (log, snap int64)
-	Compact(walk func(emit func([]byte) error) error) error
+	Compact(walk func(v format.Version, emit func([]byte) error) error) error
 }
 
 // epochs hands out a fresh token epoch, for a run that has used up the
@@ -79,7 +91,10 @@ type waiter interface {
 // storeJournal is a single member's store.
 type storeJournal struct{ *store.Store }
 
-func (j storeJournal) Append(recs []byte) (waiter, error) {
+func (j storeJournal) Append(v format.Version, recs []byte) (waiter, error) {
+	if err := j.checkVersion(v, recs); err != nil {
+		return nil, err
+	}
 	b, err := j.Store.Append(recs)
 	if err != nil {
 		return nil, err
@@ -87,7 +102,10 @@ func (j storeJournal) Append(recs []byte) (waiter, error) {
 	return b, nil
 }
 
-func (j storeJournal) AppendLazy(recs []byte) (waiter, error) {
+func (j storeJournal) AppendLazy(v format.Version, recs []byte) (waiter, error) {
+	if err := j.checkVersion(v, recs); err != nil {
+		return nil, err
+	}
 	b, err := j.Store.AppendLazy(recs)
 	if err != nil {
 		return nil, err
@@ -95,13 +113,27 @@ func (j storeJournal) AppendLazy(recs []byte) (waiter, error) {
 	return b, nil
 }
 
+// checkVersion refuses records of another version than the store's
+// segments hold: an operation that began before an upgrade cannot exist
+// in one process, so this is a mistake of the broker's, refused before
+// anything is written.
+func (j storeJournal) checkVersion(v format.Version, recs []byte) error {
+	if len(recs) > 0 && v != j.Store.RecordVersion() {
+		return fmt.Errorf("broker: records of version %d for a store that holds version %d", v, j.Store.RecordVersion())
+	}
+	return nil
+}
+
+func (j storeJournal) RecordVersion() format.Version { return j.Store.RecordVersion() }
+func (storeJournal) Level() format.Level             { return format.BuildLevel }
+
 func (storeJournal) Confirm(context.Context) error { return nil }
 func (storeJournal) SettlesLeases() bool           { return false }
 
 // Sizes and Compact make the store its own compactor.
 func (j storeJournal) Sizes() (int64, int64) { return j.Store.WALBytes() }
-func (j storeJournal) Compact(walk func(emit func([]byte) error) error) error {
-	return j.Store.Snapshot(walk)
+func (j storeJournal) Compact(walk func(v format.Version, emit func([]byte) error) error) error {
+	return j.Store.Snapshot(func(emit func([]byte) error) error { return walk(j.Store.RecordVersion(), emit) })
 }
 
 // raftJournal is a replicated queue's log, through this member's node,
@@ -116,11 +148,11 @@ type raftJournal struct {
 // earlier term's entries): the leader answers.
 var ErrNotLeader = errors.New("broker: this member does not lead the queue")
 
-func (j raftJournal) Append(recs []byte) (waiter, error) {
+func (j raftJournal) Append(v format.Version, recs []byte) (waiter, error) {
 	if len(recs) == 0 {
 		return proposal{j.n.Last()}, nil
 	}
-	p, err := j.n.EnqueueAll(split(recs, j.n.MaxRecordBytes()))
+	p, err := j.n.EnqueueAll(v, split(recs, j.n.MaxRecordBytes(), v))
 	if err != nil {
 		return nil, notProposed(err)
 	}
@@ -142,7 +174,12 @@ func notProposed(err error) error {
 
 // AppendLazy is Append: the node batches every proposal waiting at once
 // into one entry anyway, and commits it as soon as a majority has it.
-func (j raftJournal) AppendLazy(recs []byte) (waiter, error) { return j.Append(recs) }
+func (j raftJournal) AppendLazy(v format.Version, recs []byte) (waiter, error) {
+	return j.Append(v, recs)
+}
+
+func (j raftJournal) RecordVersion() format.Version { return j.n.RecordVersion() }
+func (j raftJournal) Level() format.Level           { return j.n.ClusterLevel() }
 
 func (j raftJournal) Confirm(ctx context.Context) error { return j.n.Confirm(ctx) }
 func (raftJournal) SettlesLeases() bool                 { return true }
@@ -169,14 +206,14 @@ func (p proposal) Wait(ctx context.Context) error {
 // record boundaries (one piece, without decoding, when they fit): an
 // operation may write more than one entry holds (the expiry of a hundred
 // thousand leases at once), and every record alone fits.
-func split(recs []byte, max int) [][]byte {
+func split(recs []byte, max int, v format.Version) [][]byte {
 	if len(recs) <= max {
 		return [][]byte{recs}
 	}
 	var out [][]byte
 	start, off := 0, 0
 	for off < len(recs) {
-		_, n, err := record.Decode(recs[off:])
+		_, n, err := record.Decode(recs[off:], v)
 		if err != nil {
 			// The broker's own encoding: cannot happen. Let the node
 			// refuse the rest whole rather than cut a record.

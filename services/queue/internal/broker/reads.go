@@ -91,7 +91,7 @@ func (b *Broker) read(ctx context.Context, opts ReadOptions, fn func() error) er
 // memory until they expire or Follow throws them away: leased to nobody,
 // like a crashed worker's.
 func (b *Broker) settled(ctx context.Context, gen uint64, confirm bool) error {
-	w, err := b.j.Append(nil) // the latest record in flight, covering every earlier one
+	w, err := b.j.Append(0, nil) // the latest record in flight, covering every earlier one
 	if err == nil && confirm {
 		err = b.j.Confirm(ctx)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/queue/internal/record"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 )
@@ -26,6 +27,10 @@ type queueState struct {
 	exists bool   // Stats answers NOT_FOUND until it does
 	used   int64  // when work last touched it (Unix ns); reads do not count
 	buf    []byte // records of the operation in progress
+	// ver is the version the operation in progress encodes its records
+	// at: the journal's RecordVersion when the operation locked the
+	// queue.
+	ver format.Version
 	// waitq is the Leases waiting for a key, the longest-waiting first:
 	// each key that becomes ready wakes one (wake), so a queue with many
 	// idle workers wakes one of them a key, not all of them for each.
@@ -59,7 +64,7 @@ func (b *Broker) load(qs *queueState, r *record.Record) {
 	}
 }
 
-func (qs *queueState) sink(r *record.Record) { qs.buf = record.Append(qs.buf, r) }
+func (qs *queueState) sink(r *record.Record) { qs.buf = record.Append(qs.buf, r, qs.ver) }
 
 // queueLocked returns the named queue, creating it; the caller holds b.mu
 // exclusively or is recovering.
@@ -107,6 +112,7 @@ func (b *Broker) lockExisting(name string) (*queueState, error) {
 		return nil, nil
 	}
 	qs.mu.Lock()
+	qs.ver = b.j.RecordVersion()
 	b.advance(qs)
 	return qs, nil
 }

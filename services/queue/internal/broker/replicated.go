@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/queue/internal/record"
 	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/store"
@@ -76,19 +77,17 @@ func openReplicated(cfg Config, rcfg replica.Config, metrics *Metrics, log *slog
 // the broker's unexported ones, which no caller of the broker may.
 type fsm struct{ b *Broker }
 
-func (f fsm) Apply(records [][]byte, index uint64)     { f.b.apply(records, index) }
-func (f fsm) Restore(state []byte, index uint64) error { return f.b.restore(state, index) }
-func (f fsm) Lead(term uint64)                         { f.b.lead(term) }
-func (f fsm) Follow(replay func(apply func(records [][]byte, index uint64)) error) error {
-	return f.b.follow(replay)
-}
+func (f fsm) Apply(e replica.Entry)              { f.b.apply(e) }
+func (f fsm) Restore(s replica.State) error      { return f.b.restore(s) }
+func (f fsm) Lead(term uint64)                   { f.b.lead(term) }
+func (f fsm) Follow(replay replica.Replay) error { return f.b.follow(replay) }
 
 // SnapshotNeeded: housekeeping compacts within a second; the node asks
 // again until it has a snapshot with every member.
 func (f fsm) SnapshotNeeded() { f.b.wantSnapshot.Store(true) }
 
 // apply is the node's Apply: a follower loads the committed records.
-func (b *Broker) apply(recs [][]byte, index uint64) {
+func (b *Broker) apply(e replica.Entry) {
 	if b.leading.Load() {
 		return // its own, in memory since it made them
 	}
@@ -99,13 +98,13 @@ func (b *Broker) apply(recs [][]byte, index uint64) {
 	// a follower: it may forget an empty queue the leader still keeps.
 	// Only the queue's counters differ; an Add makes it again.)
 	now := time.Now().UnixNano()
-	for _, data := range recs {
+	for _, data := range e.Records {
 		for off := 0; off < len(data); {
-			r, n, err := b.names.Decode(data[off:])
+			r, n, err := b.names.Decode(data[off:], e.Version)
 			if err != nil {
 				// The leader's own encoding in a checksummed log: if this
 				// happens, every member skips the same bytes.
-				b.log.Error("a committed entry holds a record that does not decode; its rest is skipped", "index", index, "offset", off, "error", err)
+				b.log.Error("a committed entry holds a record that does not decode; its rest is skipped", "index", e.Index, "offset", off, "error", err)
 				break
 			}
 			off += n
@@ -149,7 +148,7 @@ func (b *Broker) lead(term uint64) {
 }
 
 // follow is the node's Follow (see above).
-func (b *Broker) follow(replay func(apply func(records [][]byte, index uint64)) error) error {
+func (b *Broker) follow(replay replica.Replay) error {
 	b.discard()
 	start := time.Now()
 	if err := replay(b.apply); err != nil {
@@ -165,10 +164,10 @@ func (b *Broker) follow(replay func(apply func(records [][]byte, index uint64)) 
 // restore is the node's Restore: the state becomes a snapshot's, which is
 // the records of a state walk (raftCompactor.Compact's), loaded as a
 // follower loads an entry's.
-func (b *Broker) restore(data []byte, index uint64) error {
+func (b *Broker) restore(s replica.State) error {
 	b.discard()
-	b.apply([][]byte{data}, index)
-	b.snapBytes.Store(int64(len(data)))
+	b.apply(replica.Entry{Index: s.Index, Version: s.Version, Records: [][]byte{s.Records}})
+	b.snapBytes.Store(int64(len(s.Records)))
 	return nil
 }
 
@@ -225,13 +224,14 @@ func (c raftCompactor) Sizes() (int64, int64) { return c.log.Bytes(), c.b.snapBy
 // every change the walk saw in the log, and the snapshot a state of the
 // log's. If leadership changed meanwhile, or a snapshot replaced the
 // state, the walk is thrown away.
-func (c raftCompactor) Compact(walk func(emit func([]byte) error) error) error {
+func (c raftCompactor) Compact(walk func(v format.Version, emit func([]byte) error) error) error {
 	b := c.b
 	gen := b.gen.Load()
 	leading := b.leading.Load()
 	index := c.n.Status().Applied
+	v := c.n.RecordVersion()
 	var data []byte
-	if err := walk(func(p []byte) error { data = append(data, p...); return nil }); err != nil {
+	if err := walk(v, func(p []byte) error { data = append(data, p...); return nil }); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -244,7 +244,7 @@ func (c raftCompactor) Compact(walk func(emit func([]byte) error) error) error {
 		}
 	}()
 	if leading {
-		w, err := b.j.Append(nil)
+		w, err := b.j.Append(0, nil)
 		if err == nil {
 			err = w.Wait(ctx)
 		}
@@ -255,7 +255,7 @@ func (c raftCompactor) Compact(walk func(emit func([]byte) error) error) error {
 	if b.gen.Load() != gen {
 		return errStateReplaced
 	}
-	err := c.n.Compact(ctx, index, data)
+	err := c.n.Compact(ctx, index, v, data)
 	if errors.Is(err, replica.ErrCompactRefused) {
 		// A snapshot at or past index came meanwhile: nothing to do.
 		b.log.Debug("compaction skipped", "error", err)

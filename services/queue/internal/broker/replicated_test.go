@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -249,9 +250,10 @@ func dump(t *testing.T, b *Broker) []string {
 	t.Helper()
 	now := time.Now().UnixNano()
 	var out []string
-	err := b.walk(func(recs []byte) error {
+	v := b.j.RecordVersion()
+	err := b.walk(v, func(recs []byte) error {
 		for off := 0; off < len(recs); {
-			r, n, err := record.Decode(recs[off:])
+			r, n, err := record.Decode(recs[off:], v)
 			if err != nil {
 				return err
 			}
@@ -497,8 +499,8 @@ type done struct{}
 
 func (done) Wait(context.Context) error { return nil }
 
-func (h hasty) Append(recs []byte) (waiter, error) {
-	if _, err := h.journal.Append(recs); err != nil {
+func (h hasty) Append(v format.Version, recs []byte) (waiter, error) {
+	if _, err := h.journal.Append(v, recs); err != nil {
 		return nil, err
 	}
 	return done{}, nil

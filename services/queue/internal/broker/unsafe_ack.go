@@ -5,6 +5,8 @@ package broker
 import (
 	"context"
 	"log/slog"
+
+	"github.com/batonrun/baton/services/queue/internal/format"
 )
 
 // This file is built only with the baton_unsafe_ack tag, and makes a
@@ -26,14 +28,16 @@ func ackJournal(j journal, log *slog.Logger) journal {
 // and returns a waiter that does not wait.
 type earlyAck struct{ journal }
 
-func (e earlyAck) Append(recs []byte) (waiter, error) {
-	if _, err := e.journal.Append(recs); err != nil {
+func (e earlyAck) Append(v format.Version, recs []byte) (waiter, error) {
+	if _, err := e.journal.Append(v, recs); err != nil {
 		return nil, err
 	}
 	return answered{}, nil
 }
 
-func (e earlyAck) AppendLazy(recs []byte) (waiter, error) { return e.Append(recs) }
+func (e earlyAck) AppendLazy(v format.Version, recs []byte) (waiter, error) {
+	return e.Append(v, recs)
+}
 
 // answered is a waiter that is done at once.
 type answered struct{}

@@ -12,6 +12,8 @@
 //
 // # Formats
 //
+//	Records        one key's stored state (package record): the fields of
+//	               its kind, in the container's record version
 //	WALSegment     a single member's log segment: header "BTNWAL" and two
 //	               decimal digits, then CRC-framed records (package record)
 //	WALSnapshot    a single member's snapshot: header "BTNSNP" and two
@@ -35,9 +37,16 @@
 // field they do not know: a new field needs no version, and a change to
 // an existing field's meaning would be a new field.
 //
-// Records (package record) have no version of their own: they only ever
-// appear inside a segment, snapshot or entry, whose version says how they
-// are encoded. The messages members exchange over gRPC (raftpb messages,
+// Records (package record) have a version of their own (Records), which
+// the record codec takes as an argument, but never carry it: they only
+// ever appear inside a container (a log segment, a snapshot, a Raft entry
+// or snapshot, a backup), whose version says which record version it
+// holds (Format.RecordsAt). The containers that hold records are one
+// group (Containers) and move together: a new record version is a new
+// version of each of them, holding it, so that every reader learns the
+// records' version from its container's header and hands it down to the
+// codec, and a writer writes records of the version its container holds.
+// The messages members exchange over gRPC (raftpb messages,
 // Join, Publish) are protobuf, which evolves by its own rules (new fields,
 // never renumbered: buf breaking checks the contract). The other small
 // files of a data directory (epoch, clean) are fixed encodings that are
@@ -80,6 +89,19 @@ type Format struct {
 	// Since gives, for each version from Oldest, the level from which it
 	// is written (Since[v-Oldest]); nil: Current at every level.
 	Since []Level
+	// Records gives, for a container of records (Containers), the record
+	// version each of its versions from Oldest holds (Records[v-Oldest]);
+	// nil for a format that holds no records.
+	Records []Version
+}
+
+// RecordsAt is the version of the records a container of f at version v
+// holds; v must be one this build reads (Check).
+func (f Format) RecordsAt(v Version) Version {
+	if f.Records == nil || v < f.Oldest || int(v-f.Oldest) >= len(f.Records) {
+		panic(fmt.Sprintf("format: %s version %d holds no records this build knows", f.Name, v))
+	}
+	return f.Records[v-f.Oldest]
 }
 
 // Writes is the version of f to write at level l: the newest whose level
@@ -97,19 +119,39 @@ func (f Format) Writes(l Level) Version {
 	return min(v, f.Current)
 }
 
-// The formats, with the versions this build writes and reads.
+// Holding is the version of container f to write records of version
+// records in at level l: the newest that l writes (no newer than
+// f.Writes(l)) holding them. false if none does: records newer than the
+// level, which no writer at that level may make.
+func (f Format) Holding(records Version, l Level) (Version, bool) {
+	for v := f.Writes(l); v >= f.Oldest && v > 0; v-- {
+		if f.RecordsAt(v) == records {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// The formats, with the versions this build writes and reads. A new
+// record version is a new version of every container (Containers), its
+// Records entry naming the record version it holds: see
+// TestContainersMoveTogether.
 var (
-	WALSegment   = Format{Name: "log segment", Current: 1, Oldest: 1}
-	WALSnapshot  = Format{Name: "snapshot", Current: 1, Oldest: 1}
+	Records      = Format{Name: "record", Current: 1, Oldest: 1}
+	WALSegment   = Format{Name: "log segment", Current: 1, Oldest: 1, Records: []Version{1}}
+	WALSnapshot  = Format{Name: "snapshot", Current: 1, Oldest: 1, Records: []Version{1}}
 	RaftSegment  = Format{Name: "raft log segment", Current: 1, Oldest: 1}
-	RaftEntry    = Format{Name: "raft entry", Current: 1, Oldest: 1}
-	RaftSnapshot = Format{Name: "raft snapshot", Current: 2, Oldest: 1}
-	Backup       = Format{Name: "backup", Current: 2, Oldest: 1}
+	RaftEntry    = Format{Name: "raft entry", Current: 1, Oldest: 1, Records: []Version{1}}
+	RaftSnapshot = Format{Name: "raft snapshot", Current: 2, Oldest: 1, Records: []Version{1, 1}}
+	Backup       = Format{Name: "backup", Current: 2, Oldest: 1, Records: []Version{1, 1}}
 	IDFile       = Format{Name: "id file", Current: 2, Oldest: 1}
 )
 
+// Containers are the formats that hold records, which move with them.
+var Containers = []Format{WALSegment, WALSnapshot, RaftEntry, RaftSnapshot, Backup}
+
 // All is every format, for tests and for `version` output.
-var All = []Format{WALSegment, WALSnapshot, RaftSegment, RaftEntry, RaftSnapshot, Backup, IDFile}
+var All = []Format{Records, WALSegment, WALSnapshot, RaftSegment, RaftEntry, RaftSnapshot, Backup, IDFile}
 
 var (
 	// ErrNewer is returned for bytes written by a newer build than this

@@ -4,7 +4,8 @@
 // came before. That property is what lets the store take snapshots while the
 // queue keeps serving (see ../store/doc.go).
 //
-// A record is a kind byte followed by fields, with varint integers and
+// Version 1 of a record (format.Records), the only one so far, is a kind
+// byte followed by fields, with varint integers and
 // uvarint-length-prefixed strings:
 //
 //	Put:    'P' queue key state priority attempts not_before pending_since last_error
@@ -36,6 +37,7 @@ import (
 
 	"github.com/batonrun/baton/client/queue/limits"
 	"github.com/batonrun/baton/services/queue/internal/field"
+	"github.com/batonrun/baton/services/queue/internal/format"
 )
 
 // Kind tells what a record states.
@@ -71,8 +73,13 @@ type Record struct {
 // ErrCorrupt is returned when bytes do not decode as a record.
 var ErrCorrupt = errors.New("record: corrupt")
 
-// Append appends the encoding of r to dst.
-func Append(dst []byte, r *Record) []byte {
+// Append appends the encoding of r at version v (format.Records: the
+// version its container holds, format.Format.RecordsAt) to dst. A version
+// this build does not write is the caller's mistake, and panics.
+func Append(dst []byte, r *Record, v format.Version) []byte {
+	if v != 1 {
+		panic(fmt.Sprintf("record: no encoding of version %d", v))
+	}
 	dst = append(dst, byte(r.Kind))
 	dst = field.AppendString(dst, r.Queue)
 	if r.Kind == KindQueue {
@@ -91,19 +98,24 @@ func Append(dst []byte, r *Record) []byte {
 	return field.AppendString(dst, limits.ErrorText(r.LastError))
 }
 
-// Decode decodes one record from the front of src and returns it with the
-// number of bytes it used.
-func Decode(src []byte) (Record, int, error) { return decode(src, nil) }
+// Decode decodes one record of version v (its container's,
+// format.Format.RecordsAt) from the front of src and returns it with the
+// number of bytes it used. A version this build does not read is
+// format.Records' Check error, not corruption.
+func Decode(src []byte, v format.Version) (Record, int, error) { return decode(src, v, nil) }
 
 // Names interns queue names while decoding a log: a million records of one
 // queue then share one string instead of allocating a million copies.
 type Names map[string]string
 
 // Decode is the package's Decode, with queue names interned in n.
-func (n Names) Decode(src []byte) (Record, int, error) { return decode(src, n) }
+func (n Names) Decode(src []byte, v format.Version) (Record, int, error) { return decode(src, v, n) }
 
-func decode(src []byte, names Names) (Record, int, error) {
+func decode(src []byte, v format.Version, names Names) (Record, int, error) {
 	var r Record
+	if err := format.Records.Check(v); err != nil {
+		return r, 0, fmt.Errorf("record: %w", err)
+	}
 	d := decoder{Reader: field.NewReader(src, ErrCorrupt), names: names}
 	if len(src) == 0 {
 		return r, 0, fmt.Errorf("%w: empty", ErrCorrupt)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"github.com/batonrun/baton/client/queue/limits"
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +20,10 @@ func TestRoundTrip(t *testing.T) {
 	}
 	var buf []byte
 	for i := range recs {
-		buf = Append(buf, &recs[i])
+		buf = Append(buf, &recs[i], 1)
 	}
 	for i, want := range recs {
-		got, n, err := Decode(buf)
+		got, n, err := Decode(buf, 1)
 		if err != nil {
 			t.Fatalf("record %d: %v", i, err)
 		}
@@ -37,24 +38,24 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestDecodeRejects(t *testing.T) {
-	good := Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: StatePending, Priority: 1})
+	good := Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: StatePending, Priority: 1}, 1)
 	tests := map[string][]byte{
 		"empty":          {},
 		"unknown kind":   {'X', 1, 'q'},
 		"truncated":      good[:len(good)-1],
-		"bad state":      Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: 4, Priority: 1}),
-		"bad priority":   Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: StatePending, Priority: 0}),
-		"empty queue":    Append(nil, &Record{Kind: KindDelete, Key: "k"}),
-		"empty key":      Append(nil, &Record{Kind: KindDelete, Queue: "q"}),
+		"bad state":      Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: 4, Priority: 1}, 1),
+		"bad priority":   Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: StatePending, Priority: 0}, 1),
+		"empty queue":    Append(nil, &Record{Kind: KindDelete, Key: "k"}, 1),
+		"empty key":      Append(nil, &Record{Kind: KindDelete, Queue: "q"}, 1),
 		"huge length":    {'D', 0xff, 0xff, 0xff, 0xff, 0x0f},
 		"invalid utf8":   {'Q', 2, 0xff, 0xfe},
 		"bad varint":     {'Q', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
-		"long queue":     Append(nil, &Record{Kind: KindQueue, Queue: string(make([]byte, 64))}),
+		"long queue":     Append(nil, &Record{Kind: KindQueue, Queue: string(make([]byte, 64))}, 1),
 		"attempts range": {'P', 1, 'q', 1, 'k', 2, 1, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0, 0},
 	}
 	for name, b := range tests {
 		t.Run(name, func(t *testing.T) {
-			if _, _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
+			if _, _, err := Decode(b, 1); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("err = %v, want ErrCorrupt", err)
 			}
 		})
@@ -64,19 +65,19 @@ func TestDecodeRejects(t *testing.T) {
 // FuzzDecode checks that no input makes Decode panic, and that whatever it
 // accepts survives a round trip unchanged.
 func FuzzDecode(f *testing.F) {
-	f.Add(Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: StateDelayed, Priority: 2, Attempts: 3, NotBefore: 5, LastError: "e"}))
-	f.Add(Append(nil, &Record{Kind: KindDelete, Queue: "q", Key: "k"}))
-	f.Add(Append(nil, &Record{Kind: KindQueue, Queue: "q"}))
+	f.Add(Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: StateDelayed, Priority: 2, Attempts: 3, NotBefore: 5, LastError: "e"}, 1))
+	f.Add(Append(nil, &Record{Kind: KindDelete, Queue: "q", Key: "k"}, 1))
+	f.Add(Append(nil, &Record{Kind: KindQueue, Queue: "q"}, 1))
 	f.Add([]byte{'P'})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, n, err := Decode(b)
+		r, n, err := Decode(b, 1)
 		if err != nil {
 			return
 		}
 		if n <= 0 || n > len(b) {
 			t.Fatalf("used %d of %d bytes", n, len(b))
 		}
-		again, _, err := Decode(Append(nil, &r))
+		again, _, err := Decode(Append(nil, &r, 1), 1)
 		if err != nil || again != r {
 			t.Fatalf("round trip: %+v -> %+v, %v", r, again, err)
 		}
@@ -119,8 +120,8 @@ func FuzzRoundTrip(f *testing.F) {
 			{Kind: KindDelete, Queue: queue, Key: key},
 			{Kind: KindQueue, Queue: queue},
 		} {
-			got, n, err := Decode(Append(nil, &want))
-			if err != nil || got != want || n != len(Append(nil, &want)) {
+			got, n, err := Decode(Append(nil, &want, 1), 1)
+			if err != nil || got != want || n != len(Append(nil, &want, 1)) {
 				t.Fatalf("%+v: decoded %+v (%d bytes), %v", want, got, n, err)
 			}
 		}
@@ -139,7 +140,7 @@ func TestDecodeCutsLegacyErrors(t *testing.T) {
 		b = binary.AppendVarint(b, 0)
 		b = binary.AppendUvarint(b, uint64(len(text)))
 		b = append(b, text...)
-		r, n, err := Decode(b)
+		r, n, err := Decode(b, 1)
 		if err != nil || n != len(b) {
 			t.Fatalf("legacy error of %d bytes: %v (used %d of %d bytes)", len(text), err, n, len(b))
 		}
@@ -148,8 +149,18 @@ func TestDecodeCutsLegacyErrors(t *testing.T) {
 		}
 	}
 	// The encoder never writes what the decoder would cut.
-	long := Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: StateParked, Priority: 1, LastError: strings.Repeat("x", 1<<20)})
+	long := Append(nil, &Record{Kind: KindPut, Queue: "q", Key: "k", State: StateParked, Priority: 1, LastError: strings.Repeat("x", 1<<20)}, 1)
 	if len(long) > limits.MaxErrorBytes+64 {
 		t.Errorf("a 1 MiB error was encoded in %d bytes", len(long))
+	}
+}
+
+// TestVersionNotRead: a record version this build does not read is
+// refused as such (format.ErrNewer), naming it, never taken for damage.
+func TestVersionNotRead(t *testing.T) {
+	b := Append(nil, &Record{Kind: KindQueue, Queue: "q"}, 1)
+	_, _, err := Decode(b, format.Records.Current+1)
+	if !errors.Is(err, format.ErrNewer) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a record of the next version: %v, want format.ErrNewer", err)
 	}
 }

@@ -53,13 +53,15 @@ func recordSize(rec []byte) int {
 	return binary.PutUvarint(tmp[:], uint64(len(rec))) + len(rec)
 }
 
-// decodeEntry splits an entry's data. The records alias data.
-func decodeEntry(data []byte) (proposalID, [][]byte, error) {
+// decodeEntry splits an entry's data and returns the version of its
+// records (the one its version holds). The records alias data.
+func decodeEntry(data []byte) (proposalID, format.Version, [][]byte, error) {
 	if len(data) < entryHeader {
-		return proposalID{}, nil, fmt.Errorf("%w: %d bytes, shorter than the header", errBadEntry, len(data))
+		return proposalID{}, 0, nil, fmt.Errorf("%w: %d bytes, shorter than the header", errBadEntry, len(data))
 	}
-	if err := format.RaftEntry.Check(format.Version(data[0])); err != nil {
-		return proposalID{}, nil, fmt.Errorf("%w: %w", errBadEntry, err)
+	v := format.Version(data[0])
+	if err := format.RaftEntry.Check(v); err != nil {
+		return proposalID{}, 0, nil, fmt.Errorf("%w: %w", errBadEntry, err)
 	}
 	id := proposalID{
 		member:      binary.BigEndian.Uint64(data[1:]),
@@ -70,11 +72,11 @@ func decodeEntry(data []byte) (proposalID, [][]byte, error) {
 	for rest := data[entryHeader:]; len(rest) > 0; {
 		n, k := binary.Uvarint(rest)
 		if k <= 0 || n > uint64(len(rest)-k) {
-			return proposalID{}, nil, fmt.Errorf("%w: record %d's length runs past the entry", errBadEntry, len(recs))
+			return proposalID{}, 0, nil, fmt.Errorf("%w: record %d's length runs past the entry", errBadEntry, len(recs))
 		}
 		rest = rest[k:]
 		recs = append(recs, rest[:n:n])
 		rest = rest[n:]
 	}
-	return id, recs, nil
+	return id, format.RaftEntry.RecordsAt(v), recs, nil
 }

@@ -22,8 +22,8 @@ func TestEntryRoundTrip(t *testing.T) {
 		if len(data) != size {
 			t.Fatalf("entry of %d bytes, recordSize says %d", len(data), size)
 		}
-		gotID, got, err := decodeEntry(data)
-		if err != nil || gotID != id || len(got) != len(recs) {
+		gotID, v, got, err := decodeEntry(data)
+		if err != nil || gotID != id || v != format.RaftEntry.RecordsAt(format.RaftEntry.Current) || len(got) != len(recs) {
 			t.Fatalf("decode: %v %v %d records, want %v %d", err, gotID, len(got), id, len(recs))
 		}
 		for i := range recs {
@@ -39,12 +39,12 @@ func TestEntryRoundTrip(t *testing.T) {
 		"newer version":  append([]byte{byte(format.RaftEntry.Current + 1)}, good[1:]...),
 		"length overrun": append(appendEntryHeader(nil, format.RaftEntry.Current, id), 0xff, 0xff, 0xff, 0xff, 0x0f),
 	} {
-		if _, _, err := decodeEntry(data); !errors.Is(err, errBadEntry) {
+		if _, _, _, err := decodeEntry(data); !errors.Is(err, errBadEntry) {
 			t.Errorf("%s: %v, want errBadEntry", name, err)
 		}
 	}
 	// A newer version is named as one, with the versions this build reads.
-	if _, _, err := decodeEntry(append([]byte{byte(format.RaftEntry.Current + 1)}, good[1:]...)); !errors.Is(err, format.ErrNewer) {
+	if _, _, _, err := decodeEntry(append([]byte{byte(format.RaftEntry.Current + 1)}, good[1:]...)); !errors.Is(err, format.ErrNewer) {
 		t.Errorf("an entry of the next version: %v, want format.ErrNewer", err)
 	}
 }

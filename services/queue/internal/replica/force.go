@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -162,8 +163,10 @@ type Seed struct {
 	// leader's term, and with it every token of the restored queue, is
 	// above every token that queue issued. 0 means 1.
 	Term uint64
-	// State is a StateMachine's, as Compact is given it.
-	State []byte
+	// State is a StateMachine's, as Compact is given it, its records of
+	// Version.
+	State   []byte
+	Version format.Version
 }
 
 // SeedLog writes into the empty log l a queue of every member of s,
@@ -198,8 +201,12 @@ func SeedLog(l *store.RaftLog, s Seed) error {
 	}
 	slices.Sort(voters)
 	term := max(s.Term, 1)
+	v, ok := format.RaftSnapshot.Holding(s.Version, format.BuildLevel)
+	if !ok {
+		return fmt.Errorf("replica: seed: no raft snapshot version holds records of version %d", s.Version)
+	}
 	snap := raftpb.Snapshot{
-		Data:     snapshotData(members, s.State),
+		Data:     snapshotData(members, s.State, v),
 		Metadata: raftpb.SnapshotMetadata{Index: 1, Term: term, ConfState: raftpb.ConfState{Voters: voters}},
 	}
 	if err := l.Save(raftpb.HardState{Term: term, Commit: 1}, nil, snap); err != nil {

@@ -1,5 +1,7 @@
 package replica
 
+import "github.com/batonrun/baton/services/queue/internal/format"
+
 // StateMachine is the application a Node replicates: the contract between
 // consensus and what it orders, as hashicorp/raft's FSM and etcd's apply
 // layer draw it. The node owns the Raft log, the network and leadership;
@@ -23,22 +25,22 @@ package replica
 // committed entry after it (Apply or replay), so the records alone must
 // determine the state.
 type StateMachine interface {
-	// Apply loads the records of one committed entry at index: on every
-	// member, in log order, once per entry that holds records. On a
-	// restart it is called again for every committed entry in the log
-	// after its snapshot. It must not modify the records (it may keep
-	// them). A leader between Lead and Follow may ignore it: the entry is
-	// one it proposed, whose change it made already.
-	Apply(records [][]byte, index uint64)
-	// Restore discards everything the state machine holds and takes state
-	// (what some member's Compact was given) as its state as of index:
+	// Apply loads the records of one committed entry: on every member, in
+	// log order, once per entry that holds records. On a restart it is
+	// called again for every committed entry in the log after its
+	// snapshot. It must not modify the records (it may keep them). A
+	// leader between Lead and Follow may ignore it: the entry is one it
+	// proposed, whose change it made already.
+	Apply(e Entry)
+	// Restore discards everything the state machine holds and takes s
+	// (what some member's Compact was given) as its state as of s.Index:
 	// in New for a log that holds a snapshot, on the loop when a leader
 	// sends one (this member fell behind the leader's compacted log, or
 	// lost its disk), and first in Follow's replay when the log has been
-	// compacted. Apply is then called for the entries after index. An
+	// compacted. Apply is then called for the entries after it. An
 	// error stops the node: entries applied over a state not restored
 	// would diverge from the others'.
-	Restore(state []byte, index uint64) error
+	Restore(s State) error
 	// Lead is called once this member leads term and has applied every
 	// entry of the terms before: when the empty entry raft appends at the
 	// start of a term is applied on its leader. From then until Follow,
@@ -56,10 +58,34 @@ type StateMachine interface {
 	// which restores the log's snapshot (Restore) and hands every entry
 	// applied so far to apply, in log order, as a restart would. An error
 	// stops the node.
-	Follow(replay func(apply func(records [][]byte, index uint64)) error) error
+	Follow(replay Replay) error
 	// SnapshotNeeded is called when a member needs a snapshot the log does
 	// not have: the last one predates a configuration change, so a member
 	// it added is not in it (raft would send it, and the member ignore it,
 	// forever). The state machine should Compact soon, not here.
 	SnapshotNeeded()
 }
+
+// An Entry is one committed entry's records: its index, the version of
+// its records (format.Records, the one its entry's version holds:
+// format.RaftEntry.RecordsAt), and the records, which alias the log.
+type Entry struct {
+	Index   uint64
+	Version format.Version
+	Records [][]byte
+}
+
+// A State is a snapshot's state: the index it is the state as of, the
+// version of its records (the one the snapshot's version holds:
+// format.RaftSnapshot.RecordsAt), and the records, as Compact was given
+// them.
+type State struct {
+	Index   uint64
+	Version format.Version
+	Records []byte
+}
+
+// A Replay rebuilds a state machine from the log, for Follow: it restores
+// the log's snapshot (Restore) and hands every entry applied so far to
+// apply, in log order.
+type Replay func(apply func(Entry)) error

@@ -61,12 +61,12 @@ func (a *applied) lead(term uint64) {
 }
 
 // follow rebuilds the state machine from replay, as Follow asks.
-func (a *applied) follow(replay func(apply func(records [][]byte, index uint64)) error) error {
+func (a *applied) follow(replay Replay) error {
 	a.mu.Lock()
 	a.hooked = append(a.hooked, "follow")
 	a.records, a.index, a.entries, a.last = nil, map[string]uint64{}, 0, 0
 	a.mu.Unlock()
-	return replay(a.apply)
+	return replay(func(e Entry) { a.apply(e.Records, e.Index) })
 }
 
 // restore replaces the state machine with one of encode's.
@@ -119,19 +119,19 @@ type funcSM struct {
 	apply          func(records [][]byte, index uint64)
 	restore        func(state []byte, index uint64) error
 	lead           func(term uint64)
-	follow         func(replay func(apply func(records [][]byte, index uint64)) error) error
+	follow         func(replay Replay) error
 	snapshotNeeded func()
 }
 
-func (f funcSM) Apply(records [][]byte, index uint64) {
+func (f funcSM) Apply(e Entry) {
 	if f.apply != nil {
-		f.apply(records, index)
+		f.apply(e.Records, e.Index)
 	}
 }
 
-func (f funcSM) Restore(state []byte, index uint64) error {
+func (f funcSM) Restore(s State) error {
 	if f.restore != nil {
-		return f.restore(state, index)
+		return f.restore(s.Records, s.Index)
 	}
 	return nil
 }
@@ -142,7 +142,7 @@ func (f funcSM) Lead(term uint64) {
 	}
 }
 
-func (f funcSM) Follow(replay func(apply func(records [][]byte, index uint64)) error) error {
+func (f funcSM) Follow(replay Replay) error {
 	if f.follow != nil {
 		return f.follow(replay)
 	}
@@ -334,7 +334,7 @@ func (m *member) requestSnapshot() {
 		applied := node.Status().Applied
 		data, last := sm.encode()
 		if last <= applied {
-			_ = node.Compact(context.Background(), applied, data)
+			_ = node.Compact(context.Background(), applied, 1, data)
 		}
 	}()
 }

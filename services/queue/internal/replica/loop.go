@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/queue/internal/store"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -65,7 +66,7 @@ func (n *Node) loop(tick <-chan time.Time) error {
 		case c := <-n.transferc:
 			n.transfer(c)
 		case c := <-n.compactc:
-			err := n.compact(c.index, c.data)
+			err := n.compact(c.index, c.records, c.data)
 			c.done <- err
 			if errors.Is(err, store.ErrStopped) {
 				return fmt.Errorf("%w: %w", ErrStopped, err)
@@ -248,11 +249,11 @@ func (n *Node) apply(e *raftpb.Entry) error {
 	switch e.Type {
 	case raftpb.EntryNormal:
 		if len(e.Data) > 0 {
-			id, recs, err := decodeEntry(e.Data)
+			id, v, recs, err := decodeEntry(e.Data)
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.Index, err)
 			}
-			n.sm.Apply(recs, e.Index)
+			n.sm.Apply(Entry{Index: e.Index, Version: v, Records: recs})
 			n.complete(id, e.Index)
 		} else if bs := n.rn.BasicStatus(); !n.leading && bs.RaftState == raft.StateLeader && e.Term == bs.Term {
 			// The empty entry of this leader's term: everything before it
@@ -478,7 +479,7 @@ func (n *Node) follow() error {
 // goroutine, so nothing is applied meanwhile: the log's snapshot, if it
 // has been compacted, to Restore, then every entry after it that holds
 // records, in log order, to apply.
-func (n *Node) replay(apply func(records [][]byte, index uint64)) error {
+func (n *Node) replay(apply func(Entry)) error {
 	storage := n.cfg.Log.MemoryStorage()
 	snap, err := storage.Snapshot()
 	if err != nil {
@@ -489,7 +490,8 @@ func (n *Node) replay(apply func(records [][]byte, index uint64)) error {
 		if err != nil {
 			return err
 		}
-		if err := n.sm.Restore(state, snap.Metadata.Index); err != nil {
+		state.Index = snap.Metadata.Index
+		if err := n.sm.Restore(state); err != nil {
 			return fmt.Errorf("restore the snapshot at %d: %w", snap.Metadata.Index, err)
 		}
 	}
@@ -508,11 +510,11 @@ func (n *Node) replay(apply func(records [][]byte, index uint64)) error {
 			if e.Type != raftpb.EntryNormal || len(e.Data) == 0 {
 				continue
 			}
-			_, recs, err := decodeEntry(e.Data)
+			_, v, recs, err := decodeEntry(e.Data)
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.Index, err)
 			}
-			apply(recs, e.Index)
+			apply(Entry{Index: e.Index, Version: v, Records: recs})
 		}
 	}
 	return nil
@@ -532,7 +534,8 @@ func (n *Node) restore(snap *raftpb.Snapshot) error {
 		return fmt.Errorf("the snapshot at %d: %w", snap.Metadata.Index, err)
 	}
 	n.setMembers(ms)
-	if err := n.sm.Restore(state, snap.Metadata.Index); err != nil {
+	state.Index = snap.Metadata.Index
+	if err := n.sm.Restore(state); err != nil {
 		return fmt.Errorf("restore the snapshot at %d: %w", snap.Metadata.Index, err)
 	}
 	n.applied = snap.Metadata.Index
@@ -546,7 +549,7 @@ func (n *Node) restore(snap *raftpb.Snapshot) error {
 // compact makes data the log's snapshot at index and drops the entries up
 // to it (Compact), on the loop's goroutine: between two Readys, so no
 // Save, apply or replay runs meanwhile.
-func (n *Node) compact(index uint64, data []byte) error {
+func (n *Node) compact(index uint64, records format.Version, data []byte) error {
 	snap, err := n.cfg.Log.MemoryStorage().Snapshot()
 	if err != nil {
 		return err
@@ -561,7 +564,11 @@ func (n *Node) compact(index uint64, data []byte) error {
 	}
 	start := time.Now()
 	cs := n.confState
-	data = snapshotData(n.membership(), data)
+	v, ok := format.RaftSnapshot.Holding(records, n.level())
+	if !ok {
+		return fmt.Errorf("%w: no raft snapshot version the queue's level writes holds records of version %d", ErrCompactRefused, records)
+	}
+	data = snapshotData(n.membership(), data, v)
 	if err := n.cfg.Log.CreateSnapshot(index, &cs, data); err != nil {
 		return fmt.Errorf("replica: compact the log at %d: %w", index, err)
 	}

@@ -455,9 +455,14 @@ type memberState struct {
 	removed map[string]bool
 }
 
-func snapshotData(ms memberState, state []byte) []byte {
+// snapshotData encodes ms and state as a snapshot's data of version v
+// (the queue's level's: format.RaftSnapshot.Holding), whose records state
+// must be of (format.RaftSnapshot.RecordsAt(v)): a member one release
+// behind must read the snapshots the leader sends it.
+func snapshotData(ms memberState, state []byte, v format.Version) []byte {
 	b := make([]byte, 0, 1+16+len(ms.members)*64+len(ms.removed)*16+len(state))
-	b = append(b, byte(format.RaftSnapshot.Current))
+	b = append(b, byte(v))
+	v1 := v == 1
 	b = binary.AppendUvarint(b, uint64(len(ms.members)))
 	ids := make([]uint64, 0, len(ms.members))
 	for id := range ms.members {
@@ -473,12 +478,16 @@ func snapshotData(ms memberState, state []byte) []byte {
 		b = binary.AppendUvarint(b, id)
 		appendStr(m.Name)
 		appendStr(m.Addr)
-		appendStr(m.ClientAddr)
+		if !v1 {
+			appendStr(m.ClientAddr)
+		}
 	}
-	names := slices.Sorted(maps.Keys(ms.removed))
-	b = binary.AppendUvarint(b, uint64(len(names)))
-	for _, name := range names {
-		appendStr(name)
+	if !v1 {
+		names := slices.Sorted(maps.Keys(ms.removed))
+		b = binary.AppendUvarint(b, uint64(len(names)))
+		for _, name := range names {
+			appendStr(name)
+		}
 	}
 	return append(b, state...)
 }
@@ -524,21 +533,23 @@ func (r *snapshotReader) count() uint64 {
 	return c
 }
 
-// parseSnapshotData splits snapshotData's, of either version; state
-// aliases data.
-func parseSnapshotData(data []byte) (ms memberState, state []byte, err error) {
+// parseSnapshotData splits snapshotData's, of either version, into the
+// membership and the state (its Records aliasing data, its Version the
+// one the snapshot's version holds; Index is the caller's to set).
+func parseSnapshotData(data []byte) (ms memberState, state State, err error) {
 	bad := func(what string) error { return fmt.Errorf("%w: snapshot: %s", errBadEntry, what) }
 	if len(data) < 1 {
-		return memberState{}, nil, bad("empty")
+		return memberState{}, State{}, bad("empty")
 	}
-	if err := format.RaftSnapshot.Check(format.Version(data[0])); err != nil {
-		return memberState{}, nil, fmt.Errorf("%w: %w", errBadEntry, err)
+	v := format.Version(data[0])
+	if err := format.RaftSnapshot.Check(v); err != nil {
+		return memberState{}, State{}, fmt.Errorf("%w: %w", errBadEntry, err)
 	}
 	v1 := data[0] == 1
 	r := &snapshotReader{data: data, off: 1, ok: true}
 	count := r.count()
 	if !r.ok {
-		return memberState{}, nil, bad("member count")
+		return memberState{}, State{}, bad("member count")
 	}
 	ms = memberState{members: make(map[uint64]Member, count), removed: map[string]bool{}}
 	for range count {
@@ -547,7 +558,7 @@ func parseSnapshotData(data []byte) (ms memberState, state []byte, err error) {
 			m.ClientAddr = r.str()
 		}
 		if !r.ok || m.ID == 0 {
-			return memberState{}, nil, bad("a member")
+			return memberState{}, State{}, bad("a member")
 		}
 		ms.members[m.ID] = m
 	}
@@ -559,10 +570,10 @@ func parseSnapshotData(data []byte) (ms memberState, state []byte, err error) {
 			}
 		}
 		if !r.ok {
-			return memberState{}, nil, bad("the removed members")
+			return memberState{}, State{}, bad("the removed members")
 		}
 	}
-	return ms, data[r.off:], nil
+	return ms, State{Version: format.RaftSnapshot.RecordsAt(v), Records: data[r.off:]}, nil
 }
 
 // membership is the node's members and tombstones, copied.

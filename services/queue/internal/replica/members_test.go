@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"maps"
 	"os"
 	"slices"
@@ -123,7 +124,7 @@ func (c *cluster) compactAll(ctx context.Context) {
 			if index < last {
 				return false
 			}
-			err = m.node.Compact(ctx, index, data)
+			err = m.node.Compact(ctx, index, 1, data)
 			snap, _ := m.rlog.MemoryStorage().Snapshot()
 			if errors.Is(err, ErrCompactRefused) && snap.Metadata.Index < index {
 				return false
@@ -201,9 +202,9 @@ func TestSnapshotDataVersions(t *testing.T) {
 		},
 		removed: map[string]bool{"m3": true, "m4": true},
 	}
-	got, state, err := parseSnapshotData(snapshotData(ms, []byte("the state")))
-	if err != nil || string(state) != "the state" || !maps.Equal(got.members, ms.members) || !maps.Equal(got.removed, ms.removed) {
-		t.Fatalf("round trip: %+v %q %v, want %+v", got, state, err, ms)
+	got, state, err := parseSnapshotData(snapshotData(ms, []byte("the state"), format.RaftSnapshot.Current))
+	if err != nil || string(state.Records) != "the state" || state.Version != format.Records.Current || !maps.Equal(got.members, ms.members) || !maps.Equal(got.removed, ms.removed) {
+		t.Fatalf("round trip: %+v %+v %v, want %+v", got, state, err, ms)
 	}
 
 	v1 := []byte{1} // format.RaftSnapshot's version 1
@@ -218,10 +219,10 @@ func TestSnapshotDataVersions(t *testing.T) {
 	v1 = append(v1, "old state"...)
 	got, state, err = parseSnapshotData(v1)
 	wantV1 := map[uint64]Member{1: {ID: 1, Name: "a", Addr: "127.0.0.1:1"}, 2: {ID: 2, Name: "b", Addr: "127.0.0.1:2"}}
-	if err != nil || string(state) != "old state" || !maps.Equal(got.members, wantV1) || len(got.removed) != 0 {
-		t.Fatalf("version 1: %+v %q %v", got, state, err)
+	if err != nil || string(state.Records) != "old state" || !maps.Equal(got.members, wantV1) || len(got.removed) != 0 {
+		t.Fatalf("version 1: %+v %+v %v", got, state, err)
 	}
-	for _, bad := range [][]byte{nil, {3}, snapshotData(ms, nil)[:5]} {
+	for _, bad := range [][]byte{nil, {3}, snapshotData(ms, nil, format.RaftSnapshot.Current)[:5]} {
 		if _, _, err := parseSnapshotData(bad); err == nil {
 			t.Errorf("parseSnapshotData(%x) read it", bad)
 		}

@@ -246,9 +246,10 @@ type Node struct {
 
 // compaction is one Compact waiting for the loop.
 type compaction struct {
-	index uint64
-	data  []byte
-	done  chan error // buffered 1
+	index   uint64
+	records format.Version // of data's records
+	data    []byte
+	done    chan error // buffered 1
 }
 
 // readBatch is one ReadIndex and the Confirm callers it answers.
@@ -261,9 +262,10 @@ type readBatch struct {
 // call is one Propose waiting. res is written once, before done is
 // closed.
 type call struct {
-	data []byte
-	done chan struct{}
-	res  result
+	data    []byte
+	version format.Version // of data's records (EnqueueAll)
+	done    chan struct{}
+	res     result
 }
 
 type result struct {
@@ -356,7 +358,8 @@ func New(cfg Config, sm StateMachine) (*Node, error) {
 			return nil, fmt.Errorf("replica: the log's snapshot at %d: %w", snap.Metadata.Index, err)
 		}
 		n.setMembers(ms)
-		if err := sm.Restore(state, snap.Metadata.Index); err != nil {
+		state.Index = snap.Metadata.Index
+		if err := sm.Restore(state); err != nil {
 			return nil, fmt.Errorf("replica: restore the log's snapshot at %d: %w", snap.Metadata.Index, err)
 		}
 		n.applied, n.confIndex = snap.Metadata.Index, snap.Metadata.Index

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"net"
 	"os"
 	"slices"
@@ -62,7 +63,7 @@ func (a *acks) check(t *testing.T, m *member) {
 func propose(t *testing.T, m *member, rec string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	i, err := m.node.Propose(ctx, []byte(rec))
+	i, err := m.node.Propose(ctx, 1, []byte(rec))
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Propose %q on member %d hung for 20 s", rec, m.id)
 	}
@@ -170,7 +171,7 @@ func TestReplicatedProposals(t *testing.T) {
 			continue
 		}
 		// A follower proposes nothing and names the leader.
-		_, err := m.node.Propose(t.Context(), []byte("on a follower"))
+		_, err := m.node.Propose(t.Context(), 1, []byte("on a follower"))
 		var nl *NotLeaderError
 		if !errors.Is(err, ErrNotLeader) || !errors.As(err, &nl) || nl.Leader != lead.id {
 			t.Errorf("Propose on follower %d: %v, want ErrNotLeader naming %d", m.id, err, lead.id)
@@ -179,7 +180,7 @@ func TestReplicatedProposals(t *testing.T) {
 			t.Errorf("follower %d's Status %+v", m.id, st)
 		}
 	}
-	if _, err := lead.node.Propose(t.Context(), make([]byte, lead.node.cfg.MaxSizePerMsg)); !errors.Is(err, ErrTooLarge) {
+	if _, err := lead.node.Propose(t.Context(), 1, make([]byte, lead.node.cfg.MaxSizePerMsg)); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("Propose of a record of MaxSizePerMsg: %v, want ErrTooLarge", err)
 	}
 	if _, ok := lead.sm.indexOf("on a follower"); ok {
@@ -451,7 +452,7 @@ func single(t *testing.T) (*Node, *applied, *faultFS) {
 // past the unsaved Ready) instead would fail this.
 func TestNoSpaceRetriesTheSave(t *testing.T) {
 	n, sm, fs := single(t)
-	if _, err := n.Propose(t.Context(), []byte("before")); err != nil {
+	if _, err := n.Propose(t.Context(), 1, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
 	fs.noSpace.Store(true)
@@ -459,12 +460,12 @@ func TestNoSpaceRetriesTheSave(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		_, err := n.Propose(ctx, []byte("during"))
+		_, err := n.Propose(ctx, 1, []byte("during"))
 		res <- err
 	}()
 	// "during" is the only proposal, so the Ready that failed holds it.
 	eventually(t, "a save refused for the full disk", n.noSpace.Load)
-	if _, err := n.Propose(t.Context(), []byte("refused")); !errors.Is(err, store.ErrNoSpace) {
+	if _, err := n.Propose(t.Context(), 1, []byte("refused")); !errors.Is(err, store.ErrNoSpace) {
 		t.Fatalf("Propose while the disk is full: %v, want store.ErrNoSpace", err)
 	}
 	select {
@@ -476,7 +477,7 @@ func TestNoSpaceRetriesTheSave(t *testing.T) {
 	if err := <-res; err != nil {
 		t.Fatalf("the proposal saved once space was back: %v", err)
 	}
-	if _, err := n.Propose(t.Context(), []byte("after")); err != nil {
+	if _, err := n.Propose(t.Context(), 1, []byte("after")); err != nil {
 		t.Fatal(err)
 	}
 	recs, _, errs := sm.snapshot()
@@ -495,7 +496,7 @@ func TestNoSpaceRetriesTheSave(t *testing.T) {
 func TestSaveFailureStopsTheNode(t *testing.T) {
 	n, _, fs := single(t)
 	fs.syncFail.Store(true)
-	_, err := n.Propose(t.Context(), []byte("lost"))
+	_, err := n.Propose(t.Context(), 1, []byte("lost"))
 	if !errors.Is(err, ErrStopped) || !errors.Is(err, store.ErrStopped) || !strings.Contains(err.Error(), "fdatasync") {
 		t.Fatalf("Propose when fdatasync fails: %v, want ErrStopped naming fdatasync", err)
 	}
@@ -507,7 +508,7 @@ func TestSaveFailureStopsTheNode(t *testing.T) {
 	if !errors.Is(n.Err(), store.ErrStopped) {
 		t.Fatalf("Err: %v", n.Err())
 	}
-	if _, err := n.Propose(t.Context(), []byte("later")); !errors.Is(err, ErrStopped) {
+	if _, err := n.Propose(t.Context(), 1, []byte("later")); !errors.Is(err, ErrStopped) {
 		t.Fatalf("Propose after the failure: %v", err)
 	}
 	if err := n.Close(); !errors.Is(err, ErrStopped) {
@@ -527,7 +528,7 @@ func TestNewRefusesASnapshotNotRestored(t *testing.T) {
 	if err := rlog.Save(raftpb.HardState{Term: 1, Commit: 1}, []raftpb.Entry{{Term: 1, Index: 1}}, raftpb.Snapshot{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := rlog.CreateSnapshot(1, &raftpb.ConfState{Voters: []uint64{1}}, snapshotData(memberState{members: map[uint64]Member{1: {ID: 1, Name: "m1", Addr: "127.0.0.1:1"}}}, []byte("state"))); err != nil {
+	if err := rlog.CreateSnapshot(1, &raftpb.ConfState{Voters: []uint64{1}}, snapshotData(memberState{members: map[uint64]Member{1: {ID: 1, Name: "m1", Addr: "127.0.0.1:1"}}}, []byte("state"), format.RaftSnapshot.Current)); err != nil {
 		t.Fatal(err)
 	}
 	refuse := errors.New("not this state")
@@ -542,7 +543,7 @@ func TestNewRefusesASnapshotNotRestored(t *testing.T) {
 func proposeRange(t *testing.T, ctx context.Context, lead *member, from, to int) {
 	t.Helper()
 	for i := from; i < to; i++ {
-		if _, err := lead.node.Propose(ctx, []byte(fmt.Sprintf("r%03d", i))); err != nil {
+		if _, err := lead.node.Propose(ctx, 1, []byte(fmt.Sprintf("r%03d", i))); err != nil {
 			t.Fatalf("propose %d: %v", i, err)
 		}
 	}
@@ -562,7 +563,7 @@ func TestCompactAndCatchUp(t *testing.T) {
 	compact := func(m *member) {
 		t.Helper()
 		data, index := m.sm.encode()
-		if err := m.node.Compact(ctx, index, data); err != nil {
+		if err := m.node.Compact(ctx, index, 1, data); err != nil {
 			t.Fatalf("member %d: Compact at %d: %v", m.id, index, err)
 		}
 	}
@@ -588,10 +589,10 @@ func TestCompactAndCatchUp(t *testing.T) {
 	}
 	// The same index again is refused, and changes nothing.
 	data, index := lead.sm.encode()
-	if err := lead.node.Compact(ctx, index, data); !errors.Is(err, ErrCompactRefused) {
+	if err := lead.node.Compact(ctx, index, 1, data); !errors.Is(err, ErrCompactRefused) {
 		t.Fatalf("Compact at the snapshot's own index: %v, want ErrCompactRefused", err)
 	}
-	if err := lead.node.Compact(ctx, index+1000, data); !errors.Is(err, ErrCompactRefused) {
+	if err := lead.node.Compact(ctx, index+1000, 1, data); !errors.Is(err, ErrCompactRefused) {
 		t.Fatalf("Compact beyond the applied index: %v, want ErrCompactRefused", err)
 	}
 	propose(80, 90)
@@ -664,7 +665,7 @@ func TestRejoinAfterLostDisk(t *testing.T) {
 	for _, m := range []*member{lead, other} {
 		eventually(t, "40 applied", func() bool { return m.sm.len() >= 40 })
 		data, index := m.sm.encode()
-		if err := m.node.Compact(ctx, index, data); err != nil {
+		if err := m.node.Compact(ctx, index, 1, data); err != nil {
 			t.Fatalf("member %d: Compact: %v", m.id, err)
 		}
 	}

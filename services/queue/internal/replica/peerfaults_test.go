@@ -121,7 +121,7 @@ func TestForceNewCluster(t *testing.T) {
 		t.Fatalf("the survivor holds %d records (%v), want the %d the three committed", len(recs), errs, len(want))
 	}
 	// It commits alone.
-	if _, err := survivor.node.Propose(ctx, []byte("after")); err != nil {
+	if _, err := survivor.node.Propose(ctx, 1, []byte("after")); err != nil {
 		t.Fatalf("Propose on the queue of one: %v", err)
 	}
 

@@ -12,7 +12,8 @@ import (
 	"go.etcd.io/raft/v3"
 )
 
-// Propose puts data, one record, in the log and returns the index of the
+// Propose puts data, one record of version v (RecordVersion's), in the
+// log and returns the index of the
 // entry that holds it once that entry is committed and applied on this
 // member (Apply has returned for it). Records of concurrent callers share
 // an entry (group commit), in the order the proposer took them.
@@ -21,8 +22,8 @@ import (
 // store.ErrNoSpace (a full disk) leave nothing in the log. ErrLeadershipLost,
 // ErrStopped, and ctx's error once the entry may have been proposed, leave
 // the outcome unknown: the record may yet be committed.
-func (n *Node) Propose(ctx context.Context, data []byte) (uint64, error) {
-	p, err := n.Enqueue(data)
+func (n *Node) Propose(ctx context.Context, v format.Version, data []byte) (uint64, error) {
+	p, err := n.Enqueue(v, data)
 	if err != nil {
 		return 0, err
 	}
@@ -52,14 +53,27 @@ func (p *Proposal) Wait(ctx context.Context) (uint64, error) {
 // is what lets a caller enqueue under its own lock and wait outside it. Its
 // errors are Propose's known outcomes (nothing is in line); Wait gives the
 // rest.
-func (n *Node) Enqueue(data []byte) (*Proposal, error) { return n.EnqueueAll([][]byte{data}) }
+func (n *Node) Enqueue(v format.Version, data []byte) (*Proposal, error) {
+	return n.EnqueueAll(v, [][]byte{data})
+}
 
-// EnqueueAll is Enqueue for several records at once: all of them are put
-// in line, in order, or none is. The Proposal is the last one's, which
+// RecordVersion is the version of the records to enqueue now: the one the
+// entries the queue's level writes hold (format.RaftEntry), so that every
+// member reads them.
+func (n *Node) RecordVersion() format.Version {
+	return format.RaftEntry.RecordsAt(format.RaftEntry.Writes(n.level()))
+}
+
+// level is the level the leader writes at (levels.go).
+func (n *Node) level() format.Level { return format.Level(n.writeLevel.Load()) }
+
+// EnqueueAll is Enqueue for several records at once, all of version v
+// (format.Records: RecordVersion's when they were made): all of them are
+// put in line, in order, or none is. The Proposal is the last one's, which
 // commits after the others. A caller with more than MaxRecordBytes to log
 // splits it into records this way, so that a full disk or a lost
 // leadership can never leave half of it in line.
-func (n *Node) EnqueueAll(datas [][]byte) (*Proposal, error) {
+func (n *Node) EnqueueAll(v format.Version, datas [][]byte) (*Proposal, error) {
 	if len(datas) == 0 {
 		return n.Last(), nil
 	}
@@ -80,9 +94,12 @@ func (n *Node) EnqueueAll(datas [][]byte) (*Proposal, error) {
 		return nil, fmt.Errorf("replica: %w", store.ErrNoSpace)
 	}
 	// Copies: the caller may reuse datas at once.
+	if _, ok := format.RaftEntry.Holding(v, n.level()); !ok {
+		return nil, fmt.Errorf("replica: records of version %d, which no entry the queue's level writes holds", v)
+	}
 	calls := make([]*call, len(datas))
 	for i, data := range datas {
-		calls[i] = &call{data: bytes.Clone(data), done: make(chan struct{})}
+		calls[i] = &call{data: bytes.Clone(data), version: v, done: make(chan struct{})}
 	}
 	n.mu.Lock()
 	if n.closed {
@@ -152,13 +169,27 @@ func (n *Node) proposePending() {
 		fail(calls, &NotLeaderError{Leader: bs.Lead})
 		return
 	}
-	version := format.RaftEntry.Writes(format.Level(n.writeLevel.Load()))
 	for len(calls) > 0 {
+		// An entry holds records of one version, in the version of entry
+		// the level writes that holds them.
+		version, ok := format.RaftEntry.Holding(calls[0].version, n.level())
+		if !ok {
+			// The level fell below the records' since they were enqueued
+			// (a member of an older release joined): never proposed.
+			k := 1
+			for k < len(calls) && calls[k].version == calls[0].version {
+				k++
+			}
+			fail(calls[:k], fmt.Errorf("%w: records of version %d, which the queue's level no longer writes", ErrDropped, calls[0].version))
+			n.dropped = true
+			calls = calls[k:]
+			continue
+		}
 		n.seq++
 		data := appendEntryHeader(make([]byte, 0, n.entrySize(calls)), version, proposalID{n.cfg.ID, n.incarnation, n.seq})
 		k := 0
 		for ; k < len(calls); k++ {
-			if k > 0 && len(data)+recordSize(calls[k].data) > n.maxData {
+			if k > 0 && (calls[k].version != calls[0].version || len(data)+recordSize(calls[k].data) > n.maxData) {
 				break
 			}
 			data = appendRecord(data, calls[k].data)
@@ -331,8 +362,8 @@ func (n *Node) readLost(bs raft.BasicStatus) {
 // Errors: ErrCompactRefused for an index it may not use now, and the
 // log's (store.ErrNoSpace changes nothing; store.ErrStopped stops the
 // node), ErrStopped, or ctx's.
-func (n *Node) Compact(ctx context.Context, index uint64, data []byte) error {
-	c := &compaction{index: index, data: data, done: make(chan error, 1)}
+func (n *Node) Compact(ctx context.Context, index uint64, records format.Version, data []byte) error {
+	c := &compaction{index: index, records: records, data: data, done: make(chan error, 1)}
 	select {
 	case n.compactc <- c:
 	case <-n.done:

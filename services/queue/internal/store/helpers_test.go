@@ -27,11 +27,11 @@ func putRec(dst []byte, key string, ver uint32) []byte {
 		Kind: record.KindPut, Queue: testQueue, Key: key,
 		State: record.StatePending, Priority: 1, Attempts: ver,
 		NotBefore: int64(ver) * 1000, PendingSince: 1, LastError: payload(key, ver),
-	})
+	}, 1)
 }
 
 func delRec(dst []byte, key string) []byte {
-	return record.Append(dst, &record.Record{Kind: record.KindDelete, Queue: testQueue, Key: key})
+	return record.Append(dst, &record.Record{Kind: record.KindDelete, Queue: testQueue, Key: key}, 1)
 }
 
 // state is what a store holds: the version of every present key.
@@ -91,7 +91,7 @@ func mustOpen(t *testing.T, opts Options) (*Store, state) {
 func walkOf(st state) func(emit func([]byte) error) error {
 	keys := slices.Sorted(maps.Keys(st))
 	return func(emit func([]byte) error) error {
-		buf := record.Append(nil, &record.Record{Kind: record.KindQueue, Queue: testQueue})
+		buf := record.Append(nil, &record.Record{Kind: record.KindQueue, Queue: testQueue}, 1)
 		for i, k := range keys {
 			buf = putRec(buf, k, st[k])
 			if i%50 == 49 {

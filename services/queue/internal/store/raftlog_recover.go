@@ -155,7 +155,12 @@ func isRaftBase(b []byte) bool {
 // bad frame, anywhere, is corruption.
 func (l *RaftLog) replaySegment(name string, b []byte, last bool, floor int) (int64, error) {
 	p := l.path(name)
-	if herr := readHeader(p, b, raftKind, format.RaftSegment); herr != nil {
+	// A segment's version says how its frames are laid out, not what the
+	// entries hold (their data carries format.RaftEntry's version): the
+	// last segment is appended to as it is, which a new RaftSegment
+	// version would have to change (a new segment of its own, as the
+	// single member's store starts).
+	if _, herr := readHeader(p, b, raftKind, format.RaftSegment); herr != nil {
 		if !errors.Is(herr, format.ErrNotHeader) {
 			return 0, herr
 		}

@@ -50,9 +50,13 @@ func (d Damage) Error() string {
 type reader struct {
 	s       *Store
 	apply   func(*record.Record)
+	records format.Version // of the file being read (its header's)
 	lenient bool
 	damage  []Damage
 	cut     bool // a segment was found cut below its clean end, and noted
+	// lastVersion is the version of the last segment read, which the
+	// store appends to if it is the version it writes.
+	lastVersion format.Version
 }
 
 // damaged handles damage: the error to stop with (strict), or nil after
@@ -127,6 +131,12 @@ func (s *Store) recover(apply func(*record.Record)) error {
 	if len(replay) == 0 {
 		return s.newSegment(from)
 	}
+	if r.lastVersion != format.WALSegment.Current {
+		// The last segment is of another version (written before an
+		// upgrade): what this build writes goes to a segment of its own,
+		// whose header says what it holds.
+		return s.newSegment(s.segSeq + 1)
+	}
 	f, err := s.fs.OpenAppend(s.path(segName(s.segSeq)))
 	if err != nil {
 		return fmt.Errorf("open segment: %w", err)
@@ -191,10 +201,11 @@ func (r *reader) snapshot(name string) error {
 		return fmt.Errorf("read snapshot: %w", err)
 	}
 	body := b
-	herr := readHeader(p, b, snapKind, format.WALSnapshot)
+	v, herr := readHeader(p, b, snapKind, format.WALSnapshot)
 	if herr != nil && !errors.Is(herr, format.ErrNotHeader) {
 		return herr
 	}
+	r.records = format.WALSnapshot.RecordsAt(v)
 	switch {
 	case len(b) < len(snapMagic)+len(snapFooter) || herr != nil:
 		if err := r.damaged(Damage{File: p, Bytes: int64(min(len(b), len(snapMagic))), Why: "bad snapshot header"}); err != nil {
@@ -227,7 +238,14 @@ func (r *reader) segment(name string, last bool, floor int64) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read segment: %w", err)
 	}
-	if herr := readHeader(p, b, walKind, format.WALSegment); herr != nil {
+	v, herr := readHeader(p, b, walKind, format.WALSegment)
+	if herr == nil || errors.Is(herr, format.ErrNotHeader) {
+		r.records = format.WALSegment.RecordsAt(v)
+	}
+	if last {
+		r.lastVersion = v
+	}
+	if herr != nil {
 		if !errors.Is(herr, format.ErrNotHeader) {
 			return 0, herr
 		}
@@ -267,7 +285,7 @@ func (r *reader) frames(file string, b []byte, off int, tail bool, floor int) (i
 				d := Damage{File: file, Offset: int64(off), Bytes: int64(floor - off),
 					Why: fmt.Sprintf("%s, but the log held %d bytes at its last clean shutdown: it was cut short", why, floor)}
 				if r.lenient {
-					d.Records = salvage(b, off, len(b))
+					d.Records = salvage(b, off, len(b), r.records)
 				}
 				if err := r.damaged(d); err != nil {
 					return off, err
@@ -286,7 +304,7 @@ func (r *reader) frames(file string, b []byte, off int, tail bool, floor int) (i
 		next := nextFrame(b, off)
 		d := Damage{File: file, Offset: int64(off), Bytes: int64(next - off), Why: err.Error()}
 		if r.lenient {
-			d.Records = salvage(b, off, next)
+			d.Records = salvage(b, off, next, r.records)
 		}
 		if err := r.damaged(d); err != nil {
 			return off, err
@@ -305,7 +323,7 @@ func (r *reader) decode(payload []byte, file string, base int) error {
 		s.names = record.Names{}
 	}
 	for i := 0; i < len(payload); {
-		rec, n, err := s.names.Decode(payload[i:])
+		rec, n, err := s.names.Decode(payload[i:], r.records)
 		if err != nil {
 			return r.damaged(Damage{File: file, Offset: int64(base + i), Bytes: int64(len(payload) - i), Why: err.Error()})
 		}
@@ -446,10 +464,10 @@ func nextFrame(b []byte, off int) int {
 // end), for Repair's report: it tries every offset after the frame header,
 // so a record cut off in front does not hide the ones behind it. Repair
 // keeps only those of queues the rest of the log knows.
-func salvage(b []byte, off, end int) []record.Record {
+func salvage(b []byte, off, end int, v format.Version) []record.Record {
 	var out []record.Record
 	for i := min(off+frameHeader, end); i < end; {
-		r, n, err := record.Decode(b[i:end])
+		r, n, err := record.Decode(b[i:end], v)
 		if err != nil {
 			i++
 			continue

@@ -233,7 +233,7 @@ func snapshotBytes(recs []record.Record) []byte {
 		frame = frame[:frameHeader]
 	}
 	for i := range recs {
-		frame = record.Append(frame, &recs[i])
+		frame = record.Append(frame, &recs[i], recordVersion)
 		if len(frame) >= 1<<20 {
 			flush()
 		}

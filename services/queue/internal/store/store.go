@@ -50,17 +50,31 @@ var (
 )
 
 // readHeader checks the header of file p, b's first bytes, for a kind of
-// file of format f: nil if this build reads it; format's ErrNewer or
-// ErrOlder, naming the file, for a version it does not read (not
-// corruption: another build reads it); format.ErrNotHeader for bytes that
-// are no such header, which the caller treats as a torn or damaged one.
-func readHeader(p string, b []byte, kind string, f format.Format) error {
-	_, err := format.ParseHeader(b, kind, f)
-	if err != nil && !errors.Is(err, format.ErrNotHeader) {
-		return fmt.Errorf("store: %s: %w", p, err)
+// file of format f, and returns its version: nil error if this build reads
+// it; format's ErrNewer or ErrOlder, naming the file, for a version it
+// does not read (not corruption: another build reads it);
+// format.ErrNotHeader for bytes that are no such header, which the caller
+// treats as a torn or damaged one, the version then f's current (a
+// damaged header says nothing, and the current version is what this build
+// wrote last). The file's records are of f.RecordsAt that version.
+func readHeader(p string, b []byte, kind string, f format.Format) (format.Version, error) {
+	v, err := format.ParseHeader(b, kind, f)
+	switch {
+	case errors.Is(err, format.ErrNotHeader):
+		return f.Current, err
+	case err != nil:
+		return 0, fmt.Errorf("store: %s: %w", p, err)
 	}
-	return err
+	return v, nil
 }
+
+// recordVersion is the version of the records this build writes, in the
+// segments and snapshots it writes (their Current).
+var recordVersion = format.WALSegment.RecordsAt(format.WALSegment.Current)
+
+// RecordVersion is the version of the records Append must be given: the
+// one the segments this store writes hold.
+func (s *Store) RecordVersion() format.Version { return recordVersion }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

@@ -18,7 +18,7 @@ func BenchmarkLeaseAck(b *testing.B) {
 	}
 	cfg := DefaultConfig()
 	var buf []byte
-	q := New("q", &cfg, &seqTokens{}, func(r *record.Record) { buf = record.Append(buf[:0], r) })
+	q := New("q", &cfg, &seqTokens{}, func(r *record.Record) { buf = record.Append(buf[:0], r, 1) })
 	grants := make([]Grant, 0, 1)
 	// One name for the connection's identity, as the server passes the
 	// certificate's own CN to every call of that connection.

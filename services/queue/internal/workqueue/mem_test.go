@@ -44,12 +44,12 @@ func BenchmarkAdd(b *testing.B) {
 	}
 	cfg := DefaultConfig()
 	var buf []byte
-	q := New("q", &cfg, &seqTokens{}, func(r *record.Record) { buf = record.Append(buf[:0], r) })
+	q := New("q", &cfg, &seqTokens{}, func(r *record.Record) { buf = record.Append(buf[:0], r, 1) })
 	i := 0
 	for b.Loop() {
 		if i == len(keys) {
 			b.StopTimer()
-			q = New("q", &cfg, &seqTokens{}, func(r *record.Record) { buf = record.Append(buf[:0], r) })
+			q = New("q", &cfg, &seqTokens{}, func(r *record.Record) { buf = record.Append(buf[:0], r, 1) })
 			i = 0
 			b.StartTimer()
 		}
