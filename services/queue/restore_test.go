@@ -516,3 +516,155 @@ func TestRestoreKilledHalfWayIsRefused(t *testing.T) {
 		t.Fatalf("baton-queue on the directory of a restore killed half way: %s", out)
 	}
 }
+
+// TestRestoreFencesLeasesAfterTheBackup: a lease taken on the backup's
+// queue after the backup was saved, under a later leader (a term the
+// fence does not cover), is still refused by the restored queue: it
+// starts many terms above the fence, so its tokens are not that lease's.
+func TestRestoreFencesLeasesAfterTheBackup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	r := newReplicated(t)
+	lead := r.leader(ctx)
+	if _, err := r.qcs[lead].Add(ctx, &queuev1.AddRequest{Queue: "q", Keys: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	file := saveBackup(t, ctx, r.ccs[lead])
+	// Two changes of leader after the backup, then the lease.
+	for range 2 {
+		to := fmt.Sprintf("m%d", followersOf(r.leader(ctx))[0]+1)
+		if _, err := r.ccs[0].MoveLeader(ctx, &queuev1.MoveLeaderRequest{To: to}); err != nil {
+			t.Fatalf("MoveLeader to %s: %v", to, err)
+		}
+	}
+	lead = r.leader(ctx)
+	lr, err := r.qcs[lead].Lease(ctx, &queuev1.LeaseRequest{Queue: "q", Worker: "w", MaxItems: 1, LeaseDuration: durationpb.New(10 * time.Minute)})
+	if err != nil || len(lr.GetLeases()) != 1 {
+		t.Fatalf("Lease: %v %v", lr, err)
+	}
+	stale := lr.GetLeases()[0].GetToken()
+	for _, p := range r.procs {
+		stopAndEmpty(t, p)
+	}
+	restoreInto(t, file, r.procs[0])
+	for _, p := range r.procs {
+		p.start()
+	}
+	r.settle()
+	lead = r.leader(ctx)
+	lr, err = r.qcs[lead].Lease(ctx, &queuev1.LeaseRequest{Queue: "q", Worker: "w2", MaxItems: 1, LeaseDuration: durationpb.New(time.Minute)})
+	if err != nil || len(lr.GetLeases()) != 1 {
+		t.Fatalf("Lease on the restored queue: %v %v", lr, err)
+	}
+	if got := lr.GetLeases()[0].GetToken(); got == stale {
+		t.Fatalf("the restored queue handed out token %x again, a lease of the old queue taken after the backup", got)
+	}
+	ack, err := r.qcs[lead].Ack(ctx, &queuev1.AckRequest{Queue: "q", Acks: []*queuev1.Ack{{Key: "x", Token: stale, Outcome: &queuev1.Ack_Success{Success: &queuev1.AckSuccess{}}}}})
+	if err != nil || ack.GetResults()[0].GetStatus() != queuev1.AckStatus_ACK_STATUS_LEASE_LOST {
+		t.Fatalf("the stale holder's Ack on the restored queue: %v %v, want LEASE_LOST", ack, err)
+	}
+}
+
+// TestRestoreMisuses: what the procedure meets when a step is done with
+// the wrong thing, each refused with what to do, or done right although
+// it looks odd.
+func TestRestoreMisuses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	src := newProc(t)
+	src.start()
+	conn := dial(t, src.grpcAddr)
+	src.waitServing(ctx, conn)
+	if _, err := queuev1.NewQueueServiceClient(conn).Add(ctx, &queuev1.AddRequest{Queue: "q", Keys: keysOf("k", 10)}); err != nil {
+		t.Fatal(err)
+	}
+	file := saveBackup(t, ctx, queuev1.NewClusterServiceClient(conn))
+	restore := func(stdin io.Reader, args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, binary, append([]string{"restore"}, args...)...)
+		cmd.Stdin = stdin
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+
+	t.Run("a volume's lost+found is no queue", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "lost+found"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := restore(nil, "--from", file, "--data-dir", dir); err != nil {
+			t.Fatalf("restore into a directory holding lost+found alone: %v: %s", err, out)
+		}
+	})
+	t.Run("a FIFO is refused at once", func(t *testing.T) {
+		fifo := filepath.Join(t.TempDir(), "fifo")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Skip(err)
+		}
+		out, err := restore(nil, "--from", fifo, "--data-dir", filepath.Join(t.TempDir(), "d"))
+		if err == nil || !strings.Contains(out, "not a regular file") || ctx.Err() != nil {
+			t.Fatalf("restore --from a FIFO: %v: %s", err, out)
+		}
+	})
+	t.Run("the longest member names", func(t *testing.T) {
+		long := func(c byte) string { return strings.Repeat(string(c), 253) }
+		ic := fmt.Sprintf("%s=127.0.0.1:1,%s=127.0.0.1:2,%s=127.0.0.1:3", long('a'), long('b'), long('c'))
+		if out, err := restore(nil, "--from", file, "--data-dir", t.TempDir(), "--name", long('a'), "--initial-cluster", ic); err != nil {
+			t.Fatalf("restore with member names of 253 bytes: %v: %s", err, out)
+		}
+	})
+	t.Run("one restore at a time", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "d")
+		good, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, pw := io.Pipe()
+		first := exec.CommandContext(ctx, binary, "restore", "--from", "-", "--data-dir", dir)
+		first.Stdin = pr
+		if err := first.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, _ = pw.Write(good[:len(good)/2]) }()
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "restore-incomplete")); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal("the first restore never began")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		out, err := restore(nil, "--from", file, "--data-dir", dir)
+		if err == nil || !strings.Contains(out, "in use by another process") {
+			t.Errorf("a second restore into a directory a restore is writing: %v: %s", err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "restore-incomplete")); err != nil {
+			t.Errorf("the second restore's refusal took the first one's files: %v", err)
+		}
+		_ = first.Process.Kill()
+		pw.Close() // before Wait, which waits for the copy of the standard input
+		_ = first.Wait()
+		out, err = restore(nil, "--from", file, "--data-dir", dir)
+		if err == nil || !strings.Contains(out, "did not finish") {
+			t.Errorf("a restore into the directory of one killed half way: %v: %s", err, out)
+		}
+		rout, err := exec.CommandContext(ctx, binary, "repair", "--data-dir", dir).CombinedOutput()
+		if err == nil || !strings.Contains(string(rout), "did not finish") {
+			t.Errorf("repair of the directory of a restore killed half way: %v: %s", err, rout)
+		}
+	})
+	t.Run("a replicated member started alone", func(t *testing.T) {
+		p := newProc(t, "--name", "m1", "--peer-addr", freePort(t), "--initial-cluster", "m1=127.0.0.1:1,m2=127.0.0.1:2,m3=127.0.0.1:3")
+		restoreInto(t, file, p)
+		p.args = nil // started as a single member, --initial-cluster forgotten
+		p.start()
+		if out := p.waitExit(30 * time.Second); !strings.Contains(out, "replicated member's log") {
+			t.Fatalf("a single member on a replicated member's directory: %s", out)
+		}
+		out, err := exec.CommandContext(ctx, binary, "repair", "--data-dir", p.dir).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "replicated member's log") {
+			t.Errorf("repair of a replicated member's directory: %v: %s", err, out)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 
 	"github.com/batonrun/baton/services/queue/internal/store"
 )
@@ -16,6 +17,20 @@ import (
 func Repair(dir string, dryRun bool, out io.Writer, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("repair: %w", err)
+	}
+	unlock, err := lockDataDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := checkNotRestoring(dir); err != nil {
+		return err
+	}
+	if err := refuseReplicatedLog(dir, "repair reads a single member's store; a replicated member whose log is damaged is emptied and started, and catches up from the others"); err != nil {
+		return err
 	}
 	rep, err := store.Repair(store.Options{Dir: dir, Logger: log}, dryRun)
 	if err != nil {

@@ -6,14 +6,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"sync"
+	"syscall"
 
+	"github.com/batonrun/baton/client/queue/limits"
 	"github.com/batonrun/baton/services/queue/internal/backup"
 	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/queue/internal/idfile"
@@ -47,8 +50,32 @@ const restoringFile = "restore-incomplete"
 
 // claimPrefix names the files in which a restored member keeps, for each
 // other member of its queue, the Raft id the seed gave it, until that
-// member takes it (fileClaims).
+// member takes it (fileClaims): claim- and a hash of the member's name,
+// since a name may be longer than a file name may.
 const claimPrefix = "claim-"
+
+// claimFile is the claim file of the member named name.
+func claimFile(name string) string {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("%s%016x", claimPrefix, h.Sum64())
+}
+
+// restoreTermMargin is how many terms the restored queue starts above the
+// backup's fence epoch. The fence covers every token of the backup's
+// queue up to the backup; a lease that queue granted after it, under a
+// later leader, has a token of a later term, which the restored queue,
+// starting just above the fence, would hand out again (same term, same
+// count, often the same key). Starting this many terms above leaves room
+// for that many changes of leader between the backup and the restore, as
+// etcd's restore bumps revisions; it costs each restore as many of the
+// 2^20 epochs a token has room for (MaxEpoch), about a thousand restores
+// in all.
+const restoreTermMargin = 1024
+
+// maxEpoch is the highest token epoch: a token is the epoch in its top 20
+// bits and a count below, and an epoch past this would wrap.
+const maxEpoch = 1<<20 - 1
 
 // Restore seeds a new queue in cfg.DataDir from the backup cfg.From. The
 // file is read in one pass, its header first: what is not a backup is
@@ -94,8 +121,19 @@ func Restore(cfg RestoreConfig, out io.Writer, log *slog.Logger) error {
 	if err := backup.CheckHeader(name, h); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	made, err := emptyDataDir(cfg.DataDir)
+	made, err := makeDataDir(cfg.DataDir)
 	if err != nil {
+		return err
+	}
+	unlockDir, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		if made {
+			_ = os.Remove(cfg.DataDir)
+		}
+		return fmt.Errorf("restore: %w", err)
+	}
+	defer unlockDir()
+	if err := emptyDataDir(cfg.DataDir); err != nil {
 		return err
 	}
 	var info backup.Info
@@ -133,7 +171,13 @@ func openBackup(p string, in io.Reader) (io.Reader, string, func(), error) {
 		}
 		return in, "the standard input", func() {}, nil
 	}
-	f, err := os.Open(p)
+	// Stat first: opening a FIFO waits for a writer, for good.
+	if st, err := os.Stat(p); err != nil {
+		return nil, "", nil, fmt.Errorf("restore: %w", err)
+	} else if !st.Mode().IsRegular() {
+		return nil, "", nil, fmt.Errorf("restore: %s is not a regular file (give a pipe's contents with --from - on the standard input)", p)
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("restore: %w", err)
 	}
@@ -152,11 +196,9 @@ func openBackup(p string, in io.Reader) (io.Reader, string, func(), error) {
 	return f, p, func() { f.Close() }, nil
 }
 
-// emptyDataDir makes dir if it does not exist (made is then true) and
-// refuses one that holds anything: a restore never writes over a queue.
-func emptyDataDir(dir string) (made bool, err error) {
-	ents, err := os.ReadDir(dir)
-	switch {
+// makeDataDir makes dir if it does not exist (made is then true).
+func makeDataDir(dir string) (made bool, err error) {
+	switch _, err := os.Stat(dir); {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return false, fmt.Errorf("restore: %w", err)
@@ -164,11 +206,33 @@ func emptyDataDir(dir string) (made bool, err error) {
 		return true, nil
 	case err != nil:
 		return false, fmt.Errorf("restore: %w", err)
-	case len(ents) > 0:
-		return false, fmt.Errorf("restore: --data-dir %s is not empty: a restore seeds a new queue, never one that exists", dir)
 	}
 	return false, nil
 }
+
+// emptyDataDir refuses a data directory that holds anything: a restore
+// never writes over a queue. The caller holds its lock (lockDataDir).
+func emptyDataDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if slices.ContainsFunc(ents, func(e fs.DirEntry) bool { return e.Name() == restoringFile }) {
+		return fmt.Errorf("restore: --data-dir %s holds %s: a restore into it did not finish; empty the directory and restore again", dir, restoringFile)
+	}
+	for _, e := range ents {
+		if e.Name() == lostFound {
+			continue // a file system's own, in a volume mounted at the data directory
+		}
+		return fmt.Errorf("restore: --data-dir %s is not empty (it holds %s): a restore seeds a new queue, never one that exists", dir, e.Name())
+	}
+	return nil
+}
+
+// lostFound is what mkfs leaves at the root of an ext file system: a
+// volume mounted at the data directory holds it from the start, and it is
+// not the queue's.
+const lostFound = "lost+found"
 
 // writeMarker makes restoringFile in dir, durably, before the restore
 // writes anything else.
@@ -191,7 +255,9 @@ func clearDir(dir string, made bool) error {
 	}
 	var errs []error
 	for _, e := range ents {
-		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+		if e.Name() != lostFound {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -209,6 +275,21 @@ func checkNotRestoring(dir string) error {
 	return fmt.Errorf("--data-dir %s holds %s: a restore into it did not finish (it was stopped, or failed and could not clean up); empty the directory and run the restore again", dir, restoringFile)
 }
 
+// checkRestored refuses a record the queue's API would never have let in
+// (a queue name that is no DNS label, a key that is not one the API
+// takes): a backup whose checksums hold but whose records do not is
+// forged or written by a broken build, and a key of it could never be
+// leased, acked or forgotten.
+func checkRestored(file string, r *record.Record) error {
+	if err := limits.CheckQueueName(r.Queue); err != nil {
+		return fmt.Errorf("restore: %s holds a queue name the queue refuses: %w", file, err)
+	}
+	if r.Kind != record.KindQueue && !limits.ValidKey(r.Key) {
+		return fmt.Errorf("restore: %s holds a key of queue %s the queue refuses: %w", file, r.Queue, limits.CheckKey("key", r.Key))
+	}
+	return nil
+}
+
 // restoreSingle writes the backup from r as a single member's store: one
 // snapshot, written as the file is read (the store installs it only once
 // it is whole), and an epoch at the backup's fence, so that the queue's
@@ -223,13 +304,20 @@ func restoreSingle(dir, name string, r io.Reader, log *slog.Logger) (backup.Info
 	err = st.Snapshot(func(emit func([]byte) error) error {
 		var err error
 		info, err = backup.Stream(name, r, func(rec *record.Record) error {
+			if err := checkRestored(name, rec); err != nil {
+				return err
+			}
 			buf = record.Append(buf[:0], rec, st.RecordVersion())
 			return emit(buf)
 		})
 		return err
 	})
+	var epoch uint64
 	if err == nil {
-		err = st.RaiseEpoch(info.Fence.Epoch)
+		epoch, err = restoredTerm(info)
+	}
+	if err == nil {
+		err = st.RaiseEpoch(epoch)
 	}
 	if cerr := st.Close(); err == nil {
 		err = cerr
@@ -238,6 +326,17 @@ func restoreSingle(dir, name string, r io.Reader, log *slog.Logger) (backup.Info
 		return backup.Info{}, fmt.Errorf("restore: %w", err)
 	}
 	return info, nil
+}
+
+// restoredTerm is the term (the token epoch) a restored queue starts at:
+// restoreTermMargin above the backup's fence. A fence so high that no
+// token above it fits is refused: tokens would wrap into the epochs of the
+// backup's queue.
+func restoredTerm(info backup.Info) (uint64, error) {
+	if info.Fence.Epoch > maxEpoch-restoreTermMargin-1 {
+		return 0, fmt.Errorf("restore: the backup's fence epoch %d leaves no room for the restored queue's tokens (at most %d, with %d terms of room): the backup is damaged or forged", info.Fence.Epoch, maxEpoch, restoreTermMargin)
+	}
+	return info.Fence.Epoch + restoreTermMargin, nil
 }
 
 // replicaPeer is one member of a restored queue: its name and peer
@@ -302,6 +401,9 @@ func restoreMember(cfg RestoreConfig, peers []replicaPeer, name string, r io.Rea
 	recordVersion := format.Records.Current
 	var state []byte
 	info, err := backup.Stream(name, r, func(rec *record.Record) error {
+		if err := checkRestored(name, rec); err != nil {
+			return err
+		}
 		state = record.Append(state, rec, recordVersion)
 		return nil
 	})
@@ -312,7 +414,11 @@ func restoreMember(cfg RestoreConfig, peers []replicaPeer, name string, r io.Rea
 	if err != nil {
 		return backup.Info{}, err
 	}
-	seed := replica.Seed{Term: info.Fence.Epoch, State: state, Version: recordVersion}
+	term, err := restoredTerm(info)
+	if err != nil {
+		return backup.Info{}, err
+	}
+	seed := replica.Seed{Term: term, State: state, Version: recordVersion}
 	for _, p := range peers {
 		seed.Members = append(seed.Members, replica.Member{ID: p.id, Name: p.name, Addr: p.addr})
 		if p.name == cfg.Name {
@@ -342,7 +448,7 @@ func restoreMember(cfg RestoreConfig, peers []replicaPeer, name string, r io.Rea
 	}
 	for _, p := range peers {
 		if p.name != cfg.Name {
-			if err := writeID(dir, claimPrefix+p.name, p.id); err != nil {
+			if err := writeID(dir, claimFile(p.name), p.id); err != nil {
 				return backup.Info{}, err
 			}
 		}
@@ -359,16 +465,13 @@ type fileClaims struct {
 }
 
 func (c *fileClaims) Claim(name string) (uint64, bool, error) {
-	if strings.ContainsAny(name, `/\`) || name == "" {
-		return 0, false, nil
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	id, ok, err := readID(c.dir, claimPrefix+name)
+	id, ok, err := readID(c.dir, claimFile(name))
 	if err != nil || !ok {
 		return 0, false, err
 	}
-	if err := idfile.Remove(c.dir, claimPrefix+name); err != nil {
+	if err := idfile.Remove(c.dir, claimFile(name)); err != nil {
 		return 0, false, err
 	}
 	return id, true, nil

@@ -309,8 +309,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	unlockDir, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlockDir()
 	if err := checkNotRestoring(cfg.DataDir); err != nil {
 		return err
+	}
+	if cfg.InitialCluster == "" {
+		if err := refuseReplicatedLog(cfg.DataDir, "a single member would ignore it and serve an empty queue"); err != nil {
+			return err
+		}
 	}
 	observeSync, err := registerDiskMetrics(reg, cfg.DataDir)
 	if err != nil {
