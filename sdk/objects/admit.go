@@ -1,5 +1,9 @@
 package objects
 
+// Admission: each write of a kind whose schema the Client knows gets the
+// schema's defaults and is checked (ErrInvalid), the schemas read from
+// the declarations in etcd; and metadata.generation, which the Client owns.
+
 import (
 	"bytes"
 	"context"

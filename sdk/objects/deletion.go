@@ -1,5 +1,9 @@
 package objects
 
+// Deletes and finalizers, as Kubernetes has them: DeleteWith and
+// DeleteFrom, propagation, AddFinalizer and RemoveFinalizer, and the
+// checks that keep a change from undoing a delete.
+
 import (
 	"context"
 	"encoding/json"

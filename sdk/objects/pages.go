@@ -1,5 +1,8 @@
 package objects
 
+// ListPages: a walk over many objects, a page at a time, through the
+// observer's cache or etcd.
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,7 @@
 package objects
 
+// ObjectReference: one object named by kind, namespace, name and uid.
+
 // ObjectReference names one object by kind, namespace, name and uid: what
 // an Event is about (its involvedObject, as in Kubernetes' core/v1
 // ObjectReference). The uid tells an object from an earlier one of the

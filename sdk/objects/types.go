@@ -1,5 +1,9 @@
 package objects
 
+// The objects' types: ObjectMeta and owner references, the reference
+// kinds (Pod, ReplicaSet, Deployment, Job, StatefulSet) and their
+// fields' helpers.
+
 import (
 	"strconv"
 	"strings"
