@@ -70,7 +70,7 @@ func NewClient(etcd *clientv3.Client, observer *observerclient.Client) *Client {
 	return NewClientWithCache(etcd, observerCache{observer})
 }
 
-// NewStoreWithCache returns a Client that writes to etcd and reads through
+// NewClientWithCache returns a Client that writes to etcd and reads through
 // cache (or from etcd when cache is nil).
 func NewClientWithCache(etcd *clientv3.Client, cache Cache) *Client {
 	return &Client{etcd: etcd, cache: cache, opTimeout: DefaultOpTimeout}
