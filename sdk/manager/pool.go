@@ -1,5 +1,7 @@
 package manager
 
+// The goroutines reconciles run on, kept with the stacks they grew.
+
 import (
 	"sync"
 	"sync/atomic"
