@@ -150,16 +150,35 @@ func parseKey(key string) (ns, name string, err error) {
 // view. The new owner's creation is announced once the cache has it.
 var errStale = errors.New("the cache shows an owner etcd has replaced")
 
-// children lists the objects of resource in ns that name kind/name with
-// uid as owner, the owner read from the cache at ownerKey. Children whose
-// reference names another uid belong to an earlier owner of the same name
-// (the garbage collector deletes them) and are left out; seeing them,
-// children first makes sure in etcd that the owner at ownerKey is the one
-// with uid. If etcd has another, the cache is behind: it returns errStale,
-// and the caller acts on nothing it read. With uid empty, every child is
-// returned.
-func children[T any](ctx context.Context, st *objects.Client, resource, ns, kind, name, ownerKey, uid string) ([]objects.Item[T], error) {
-	items, err := objects.List[T](ctx, st, objects.Prefix(resource, ns), objects.OwnedBy{Namespace: ns, Kind: kind, Name: name})
+// childrenOptions says whose children children lists: an owner read from
+// the cache, and the resource of its children.
+type childrenOptions struct {
+	// Resource is the children's (objects.ResourcePods, say).
+	Resource string
+	// Namespace is the owner's, and its children's.
+	Namespace string
+	// OwnerKind and OwnerName name the owner, as its children's
+	// ownerReferences do.
+	OwnerKind, OwnerName string
+	// OwnerKey is the owner's etcd key, where etcd is asked whether the
+	// owner read is the live one.
+	OwnerKey string
+	// OwnerUID is the uid of the owner read; empty, every child is
+	// returned, whatever uid it names.
+	OwnerUID string
+}
+
+// children lists the objects of o.Resource in o.Namespace that name
+// o.OwnerKind/o.OwnerName with o.OwnerUID as owner, the owner read from the
+// cache at o.OwnerKey. Children whose reference names another uid belong
+// to an earlier owner of the same name (the garbage collector deletes
+// them) and are left out; seeing them, children first makes sure in etcd
+// that the owner at o.OwnerKey is the one with o.OwnerUID. If etcd has
+// another, the cache is behind: it returns errStale, and the caller acts
+// on nothing it read. With o.OwnerUID empty, every child is returned.
+func children[T any](ctx context.Context, st *objects.Client, o childrenOptions) ([]objects.Item[T], error) {
+	ns, kind, name, uid := o.Namespace, o.OwnerKind, o.OwnerName, o.OwnerUID
+	items, err := objects.List[T](ctx, st, objects.Prefix(o.Resource, ns), objects.OwnedBy{Namespace: ns, Kind: kind, Name: name})
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +198,7 @@ func children[T any](ctx context.Context, st *objects.Client, resource, ns, kind
 	if leftovers == 0 {
 		return out, nil
 	}
-	gone, err := st.OwnerGone(ctx, ownerKey, uid)
+	gone, err := st.OwnerGone(ctx, o.OwnerKey, uid)
 	if err != nil {
 		return nil, err
 	}
@@ -203,17 +222,32 @@ func newPod(owner *objects.ObjectMeta, kind, name string, t objects.PodTemplate)
 	}
 }
 
-// createPods creates n pods named <owner>-<5 random alphanumerics>, in one
-// etcd transaction per 100 (one revision, one round trip), drawing fresh
-// names for a transaction that found a name taken (it wrote nothing). It
-// returns the names of the pods it created, those of a failed call too.
-func createPods(ctx context.Context, st *objects.Client, owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n int) ([]string, error) {
+// podsOptions says which pods createPods and createPodsWithStatus make.
+type podsOptions struct {
+	// Owner is the metadata of the pods' owner, and OwnerKind its kind:
+	// each pod is named after it, in its namespace, and names it in its
+	// ownerReferences.
+	Owner     *objects.ObjectMeta
+	OwnerKind string
+	// Template is what each pod is made from.
+	Template objects.PodTemplate
+	// Count is how many pods to make.
+	Count int
+}
+
+// createPods creates o.Count pods named <owner>-<5 random alphanumerics>,
+// in one etcd transaction per 100 (one revision, one round trip), drawing
+// fresh names for a transaction that found a name taken (it wrote
+// nothing). It returns the names of the pods it created, those of a
+// failed call too.
+func createPods(ctx context.Context, st *objects.Client, o podsOptions) ([]string, error) {
 	var created []string
+	n := o.Count
 	for n > 0 {
 		batch := min(n, objects.MaxTxnOps)
 		var err error
 		for range 5 {
-			keys, pods := newPods(owner, kind, t, batch)
+			keys, pods := newPods(o.Owner, o.OwnerKind, o.Template, batch)
 			if err = st.CreateAll(ctx, keys, pods); err == nil {
 				created = append(created, podNames(pods)...)
 			}
@@ -251,17 +285,17 @@ func newPods(owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n in
 	return keys, pods
 }
 
-// createPodsWithStatus creates n pods of the owner read as raw, as
-// createPods does, and writes its status st (with UpdateStatusFrom's
+// createPodsWithStatus creates the pods o says of the owner read as raw,
+// as createPods does, and writes its status (with UpdateStatusFrom's
 // rules) in the same etcd transaction when it can: a first reconcile then
 // writes once, not twice. When the transaction is refused (a name taken,
-// or the owner changed since raw was read) or n is too many for one, it
-// takes the two steps, which sort those out. It returns the names of the
-// pods it created, those of a failed call too.
-func createPodsWithStatus(ctx context.Context, st *objects.Client, raw objects.Raw, owner *objects.ObjectMeta, kind string, t objects.PodTemplate, n int, status any) ([]string, error) {
-	if n < objects.MaxTxnOps { // the owner takes one operation too
-		keys, pods := newPods(owner, kind, t, n)
-		err := st.CreateAllWithStatus(ctx, keys, pods, raw, owner.UID, status)
+// or the owner changed since raw was read) or o.Count is too many for
+// one, it takes the two steps, which sort those out. It returns the names
+// of the pods it created, those of a failed call too.
+func createPodsWithStatus(ctx context.Context, st *objects.Client, o podsOptions, raw objects.Raw, status any) ([]string, error) {
+	if o.Count < objects.MaxTxnOps { // the owner takes one operation too
+		keys, pods := newPods(o.Owner, o.OwnerKind, o.Template, o.Count)
+		err := st.CreateAllWithStatus(ctx, keys, pods, raw, o.Owner.UID, status)
 		if err == nil {
 			return podNames(pods), nil
 		}
@@ -269,11 +303,11 @@ func createPodsWithStatus(ctx context.Context, st *objects.Client, raw objects.R
 			return nil, err
 		}
 	}
-	created, err := createPods(ctx, st, owner, kind, t, n)
+	created, err := createPods(ctx, st, o)
 	if err != nil {
 		return created, err
 	}
-	return created, st.UpdateStatusFrom(ctx, raw, owner.UID, status)
+	return created, st.UpdateStatusFrom(ctx, raw, o.Owner.UID, status)
 }
 
 // podCounts are the pods of one owner by phase.

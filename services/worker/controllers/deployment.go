@@ -123,7 +123,8 @@ func (c *DeploymentController) observe(ctx context.Context, ns, name string) (*r
 		// collector), and ReplicaSets made now would race that.
 		return nil, nil
 	}
-	items, err := children[objects.ReplicaSet](ctx, st, objects.ResourceReplicaSets, ns, objects.KindDeployment, name, key, d.Metadata.UID)
+	items, err := children[objects.ReplicaSet](ctx, st, childrenOptions{Resource: objects.ResourceReplicaSets, Namespace: ns,
+		OwnerKind: objects.KindDeployment, OwnerName: name, OwnerKey: key, OwnerUID: d.Metadata.UID})
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +199,7 @@ func (c *DeploymentController) rollNew(ctx context.Context, r *rollout) error {
 		if oldSize > 0 {
 			size = max(0, min(r.replicas, r.replicas+r.surge-oldSize))
 		}
-		rs, err := c.createRS(ctx, r.d, r.newName, r.hash, size, r.maxRev+1)
+		rs, err := c.createRS(ctx, r.d, newRSOptions{Name: r.newName, TemplateHash: r.hash, Replicas: size, Revision: r.maxRev + 1})
 		if err != nil {
 			return err
 		}
@@ -255,20 +256,35 @@ func (c *DeploymentController) retireOld(ctx context.Context, r *rollout) error 
 	return nil
 }
 
-// createRS creates the ReplicaSet of the current template.
-func (c *DeploymentController) createRS(ctx context.Context, d *objects.Deployment, name, hash string, size, revision int) (*objects.ReplicaSet, error) {
+// newRSOptions says what ReplicaSet createRS makes of a Deployment's
+// current template.
+type newRSOptions struct {
+	// Name is the ReplicaSet's: <deployment>-<TemplateHash>.
+	Name string
+	// TemplateHash is the template's (TemplateHash), its pods'
+	// pod-template-hash label.
+	TemplateHash string
+	// Replicas is its spec.replicas.
+	Replicas int
+	// Revision is its revision annotation (AnnotationRevision).
+	Revision int
+}
+
+// createRS creates the ReplicaSet of d's current template.
+func (c *DeploymentController) createRS(ctx context.Context, d *objects.Deployment, o newRSOptions) (*objects.ReplicaSet, error) {
+	name, size := o.Name, o.Replicas
 	tpl := d.Spec.Template
 	tpl.Metadata.Labels = maps.Clone(tpl.Metadata.Labels)
 	if tpl.Metadata.Labels == nil {
 		tpl.Metadata.Labels = map[string]string{}
 	}
-	tpl.Metadata.Labels[objects.LabelPodTemplateHash] = hash
+	tpl.Metadata.Labels[objects.LabelPodTemplateHash] = o.TemplateHash
 	rs := &objects.ReplicaSet{
 		Kind: objects.KindReplicaSet,
 		Metadata: objects.ObjectMeta{
 			Name: name, Namespace: d.Metadata.Namespace, Generation: 1,
 			Labels:          maps.Clone(tpl.Metadata.Labels),
-			Annotations:     map[string]string{AnnotationRevision: strconv.Itoa(revision)},
+			Annotations:     map[string]string{AnnotationRevision: strconv.Itoa(o.Revision)},
 			OwnerReferences: []objects.OwnerReference{d.Metadata.Ref(objects.KindDeployment)},
 		},
 		Spec: objects.ReplicaSetSpec{Replicas: &size, Template: tpl},

@@ -41,7 +41,8 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 		// pods made now would race that.
 		return reconcile.Result{}, nil
 	}
-	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindJob, name, key, job.Metadata.UID)
+	pods, err := children[objects.Pod](ctx, st, childrenOptions{Resource: objects.ResourcePods, Namespace: ns,
+		OwnerKind: objects.KindJob, OwnerName: name, OwnerKey: key, OwnerUID: job.Metadata.UID})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -81,7 +82,8 @@ func (c *JobController) Reconcile(ctx context.Context, req reconcile.Request) (r
 	switch {
 	case len(live) < want:
 		// One write for the new pods and the status that counts them.
-		created, err := createPodsWithStatus(ctx, st, raw, &job.Metadata, objects.KindJob, job.Spec.Template, want-len(live), status)
+		created, err := createPodsWithStatus(ctx, st, podsOptions{Owner: &job.Metadata, OwnerKind: objects.KindJob,
+			Template: job.Spec.Template, Count: want - len(live)}, raw, status)
 		recordCreated(c.d.Events, job, created)
 		if err != nil && len(created) < want-len(live) {
 			recordFailedCreate(c.d.Events, job, err)

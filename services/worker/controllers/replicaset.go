@@ -38,7 +38,8 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 		// pods made now would race that.
 		return reconcile.Result{}, nil
 	}
-	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindReplicaSet, name, key, rs.Metadata.UID)
+	pods, err := children[objects.Pod](ctx, st, childrenOptions{Resource: objects.ResourcePods, Namespace: ns,
+		OwnerKind: objects.KindReplicaSet, OwnerName: name, OwnerKey: key, OwnerUID: rs.Metadata.UID})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -57,7 +58,8 @@ func (c *ReplicaSetController) Reconcile(ctx context.Context, req reconcile.Requ
 	case len(live) < want:
 		// The new pods are not running yet: the status counts them in
 		// replicas only, and goes in the same write as they do.
-		created, err := createPodsWithStatus(ctx, st, raw, &rs.Metadata, objects.KindReplicaSet, rs.Spec.Template, want-len(live), status(live))
+		created, err := createPodsWithStatus(ctx, st, podsOptions{Owner: &rs.Metadata, OwnerKind: objects.KindReplicaSet,
+			Template: rs.Spec.Template, Count: want - len(live)}, raw, status(live))
 		recordCreated(c.d.Events, rs, created)
 		if err != nil {
 			if len(created) < want-len(live) {

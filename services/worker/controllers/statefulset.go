@@ -43,7 +43,8 @@ func (c *StatefulSetController) Reconcile(ctx context.Context, req reconcile.Req
 		// pods made now would race that.
 		return reconcile.Result{}, nil
 	}
-	pods, err := children[objects.Pod](ctx, st, objects.ResourcePods, ns, objects.KindStatefulSet, name, key, set.Metadata.UID)
+	pods, err := children[objects.Pod](ctx, st, childrenOptions{Resource: objects.ResourcePods, Namespace: ns,
+		OwnerKind: objects.KindStatefulSet, OwnerName: name, OwnerKey: key, OwnerUID: set.Metadata.UID})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
