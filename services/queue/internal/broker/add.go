@@ -59,7 +59,7 @@ func (b *Broker) Add(ctx context.Context, queue string, keys []string, o AddOpti
 		qs.rev.Store(o.Revision)
 	}
 	for _, k := range keys {
-		if qs.q.Add(k, o.Delay, o.Priority, now) {
+		if qs.q.Add(k, workqueue.AddOptions{Delay: o.Delay, Priority: o.Priority}, now) {
 			queued++
 		}
 	}

@@ -29,7 +29,7 @@ func BenchmarkLeaseAck(b *testing.B) {
 		now++
 		k := keys[i%len(keys)]
 		i++
-		q.Add(k, 0, Normal, now)
+		q.Add(k, AddOptions{}, now)
 		grants = q.Lease(grants[:0], LeaseRequest{Max: 1, Worker: "w", Holder: holder, Duration: 30e9}, now)
 		if _, ok := q.Ack(k, grants[0].Token, holder, Outcome{}, now); !ok {
 			b.Fatal("ack refused")

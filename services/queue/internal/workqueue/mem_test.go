@@ -26,7 +26,7 @@ func BenchmarkHeapPerPendingKey(b *testing.B) {
 		for i, k := range keys {
 			// The key's bytes are counted too: copy it as a server decoding
 			// a request would own it.
-			q.Add(string([]byte(k)), 0, Normal, int64(i))
+			q.Add(string([]byte(k)), AddOptions{}, int64(i))
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -53,7 +53,7 @@ func BenchmarkAdd(b *testing.B) {
 			i = 0
 			b.StartTimer()
 		}
-		q.Add(keys[i], 0, Normal, int64(i))
+		q.Add(keys[i], AddOptions{}, int64(i))
 		i++
 	}
 }

@@ -393,7 +393,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			got := make([]bool, len(batch))
 			if !txn(func() {
 				for i, k := range batch {
-					got[i] = q.Add(k, d, p, now)
+					got[i] = q.Add(k, AddOptions{Delay: d, Priority: p}, now)
 				}
 			}) {
 				ev += " refused"

@@ -255,10 +255,20 @@ func (q *Queue) PendingCount() int { return q.pending }
 // Len returns the number of keys the queue holds.
 func (q *Queue) Len() int { return q.items.len() }
 
-// Add announces key at priority p; delay > 0 asks for it no sooner than
-// now+delay. It reports whether the key was queued (its next offer became
-// sooner) rather than collapsed.
-func (q *Queue) Add(key string, delay time.Duration, p Priority, now int64) (queued bool) {
+// AddOptions says how Add announces a key. Its zero value announces it
+// ready now, at Normal priority.
+type AddOptions struct {
+	// Delay > 0 asks for the key no sooner than now+Delay.
+	Delay time.Duration
+	// Priority is the key's; a value that is no Priority (zero among
+	// them) means Normal.
+	Priority Priority
+}
+
+// Add announces key as o says. It reports whether the key was queued (its
+// next offer became sooner) rather than collapsed.
+func (q *Queue) Add(key string, o AddOptions, now int64) (queued bool) {
+	delay, p := o.Delay, o.Priority
 	q.stats.Adds++
 	if p < Normal || p > High {
 		p = Normal

@@ -44,20 +44,20 @@ func (f *fixture) setup(t *testing.T, state string) uint64 {
 	case "absent":
 		return 0
 	case "pending":
-		f.q.Add("k", 0, Normal, now)
+		f.q.Add("k", AddOptions{}, now)
 	case "delayed":
-		f.q.Add("k", 50*time.Second, Normal, now)
+		f.q.Add("k", AddOptions{Delay: 50 * time.Second}, now)
 	case "leased", "leased+dirty":
-		f.q.Add("k", 0, Normal, now)
+		f.q.Add("k", AddOptions{}, now)
 		tok := f.lease(t, now).Token
 		if state == "leased+dirty" {
-			f.q.Add("k", 0, Normal, now)
+			f.q.Add("k", AddOptions{}, now)
 		}
 		f.recs = nil
 		return tok
 	case "parked":
 		f.cfg.MaxAttempts = 1
-		f.q.Add("k", 0, Normal, now)
+		f.q.Add("k", AddOptions{}, now)
 		tok := f.lease(t, now).Token
 		f.q.Ack("k", tok, nil, Outcome{Failed: true, Error: "e"}, now)
 	}
@@ -130,11 +130,11 @@ func TestTransitions(t *testing.T) {
 			var ok bool
 			switch tt.event {
 			case "add":
-				ok = f.q.Add("k", 0, Normal, now)
+				ok = f.q.Add("k", AddOptions{}, now)
 			case "add10":
-				ok = f.q.Add("k", 10*time.Second, Normal, now)
+				ok = f.q.Add("k", AddOptions{Delay: 10 * time.Second}, now)
 			case "add90":
-				ok = f.q.Add("k", 90*time.Second, Normal, now)
+				ok = f.q.Add("k", AddOptions{Delay: 90 * time.Second}, now)
 			case "lease":
 				ok = len(f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Duration: time.Minute}, now)) == 1
 			case "success":
@@ -176,7 +176,7 @@ func TestTransitions(t *testing.T) {
 func TestFailureRecordsErrorAndBackoff(t *testing.T) {
 	f := newFixture(0)
 	now := 100 * sec
-	f.q.Add("k", 0, Normal, now)
+	f.q.Add("k", AddOptions{}, now)
 	for n := 1; n <= 4; n++ {
 		g := f.lease(t, now)
 		f.q.Ack("k", g.Token, nil, Outcome{Failed: true, Error: "boom"}, now)
@@ -198,7 +198,7 @@ func TestFailureRecordsErrorAndBackoff(t *testing.T) {
 	if g.Attempt != 4 {
 		t.Fatalf("attempt = %d, want 4", g.Attempt)
 	}
-	f.q.Add("k", 0, Normal, now)
+	f.q.Add("k", AddOptions{}, now)
 	f.q.Ack("k", g.Token, nil, Outcome{}, now)
 	if v := f.q.Inspect("k"); v.Attempts != 0 || v.State != Pending {
 		t.Fatalf("after success: %+v", v)
@@ -223,7 +223,7 @@ func TestBackoffCapAndJitter(t *testing.T) {
 func TestParkingAndRevival(t *testing.T) {
 	f := newFixture(3)
 	now := 100 * sec
-	f.q.Add("k", 0, Normal, now)
+	f.q.Add("k", AddOptions{}, now)
 	g := f.lease(t, now)
 	f.q.Ack("k", g.Token, nil, Outcome{Failed: true, Error: "1"}, now)
 	now += 2 * sec
@@ -240,7 +240,7 @@ func TestParkingAndRevival(t *testing.T) {
 	if len(f.q.Lease(nil, LeaseRequest{Max: 10, Worker: "w", Duration: time.Minute}, now+1000*sec)) != 0 {
 		t.Fatal("a parked key was leased")
 	}
-	if !f.q.Add("k", 0, Normal, now) {
+	if !f.q.Add("k", AddOptions{}, now) {
 		t.Fatal("Add of a parked key was collapsed")
 	}
 	if v := f.q.Inspect("k"); v.State != Pending || v.Attempts != 0 {
@@ -251,9 +251,9 @@ func TestParkingAndRevival(t *testing.T) {
 func TestDirtyFailureAtLimitIsNotParked(t *testing.T) {
 	f := newFixture(1)
 	now := 100 * sec
-	f.q.Add("k", 0, Normal, now)
+	f.q.Add("k", AddOptions{}, now)
 	g := f.lease(t, now)
-	f.q.Add("k", 0, Normal, now)
+	f.q.Add("k", AddOptions{}, now)
 	f.q.Ack("k", g.Token, nil, Outcome{Failed: true, Error: "e"}, now)
 	if v := f.q.Inspect("k"); v.State != Pending {
 		t.Fatalf("got %v, want pending (dirty keys are not parked)", v.State)
@@ -263,10 +263,10 @@ func TestDirtyFailureAtLimitIsNotParked(t *testing.T) {
 func TestPriorityAndAging(t *testing.T) {
 	f := newFixture(0)
 	now := 100 * sec
-	f.q.Add("low", 0, Low, now)
-	f.q.Add("normal", 0, Normal, now+1)
-	f.q.Add("high", 0, High, now+2)
-	f.q.Add("normal2", 0, Normal, now+3)
+	f.q.Add("low", AddOptions{Priority: Low}, now)
+	f.q.Add("normal", AddOptions{}, now+1)
+	f.q.Add("high", AddOptions{Priority: High}, now+2)
+	f.q.Add("normal2", AddOptions{}, now+3)
 	var order []string
 	for _, g := range f.q.Lease(nil, LeaseRequest{Max: 10, Worker: "w", Duration: time.Minute}, now+4) {
 		order = append(order, g.Key)
@@ -277,18 +277,18 @@ func TestPriorityAndAging(t *testing.T) {
 
 	// A LOW key older than the aging bound beats fresh NORMAL keys.
 	f = newFixture(0)
-	f.q.Add("old-low", 0, Low, now)
-	f.q.Add("fresh", 0, Normal, now+11*sec)
+	f.q.Add("old-low", AddOptions{Priority: Low}, now)
+	f.q.Add("fresh", AddOptions{}, now+11*sec)
 	if g := f.lease(t, now+11*sec); g.Key != "old-low" {
 		t.Fatalf("got %s, want old-low served by aging", g.Key)
 	}
 
 	// A raise moves a waiting key up, is collapsed, and is stored.
 	f = newFixture(0)
-	f.q.Add("a", 0, Normal, now)
-	f.q.Add("b", 0, Low, now)
+	f.q.Add("a", AddOptions{}, now)
+	f.q.Add("b", AddOptions{Priority: Low}, now)
 	f.recs = nil
-	if f.q.Add("b", 0, High, now) {
+	if f.q.Add("b", AddOptions{Priority: High}, now) {
 		t.Fatal("a raise was counted as queued")
 	}
 	if len(f.recs) != 1 || f.recs[0].Priority != uint8(High) {
@@ -305,10 +305,32 @@ func TestPriorityAndAging(t *testing.T) {
 	}
 }
 
+// The zero AddOptions announces a key ready now at Normal priority, as
+// does a priority that is none of the three: the broker's callers and
+// the log rely on every key holding one of them.
+func TestAddOptionsZero(t *testing.T) {
+	f := newFixture(0)
+	now := 100 * sec
+	for _, c := range []struct {
+		key string
+		o   AddOptions
+	}{{"zero", AddOptions{}}, {"unknown", AddOptions{Priority: High + 1}}} {
+		if !f.q.Add(c.key, c.o, now) {
+			t.Fatalf("%s: collapsed, want queued", c.key)
+		}
+		if v := f.q.Inspect(c.key); v.State != Pending || v.Priority != Normal || v.NotBefore != 0 {
+			t.Fatalf("%s: got %+v, want pending now at Normal", c.key, v)
+		}
+		if r := f.recs[len(f.recs)-1]; r.Key != c.key || r.Priority != uint8(Normal) {
+			t.Fatalf("%s: stored %+v, want Normal", c.key, r)
+		}
+	}
+}
+
 func TestExtend(t *testing.T) {
 	f := newFixture(0)
 	now := 100 * sec
-	f.q.Add("k", 0, Normal, now)
+	f.q.Add("k", AddOptions{}, now)
 	g := f.lease(t, now)
 	exp, ok := f.q.Extend("k", g.Token, nil, time.Minute, now+20*sec)
 	if !ok || exp != now+80*sec {
@@ -332,7 +354,7 @@ func TestExtend(t *testing.T) {
 func TestListPages(t *testing.T) {
 	f := newFixture(0)
 	for _, k := range []string{"d", "b", "a", "c", "e"} {
-		f.q.Add(k, 0, Normal, sec)
+		f.q.Add(k, AddOptions{}, sec)
 	}
 	f.lease(t, sec) // "d" is leased (oldest)
 	var got []string
@@ -391,7 +413,7 @@ func TestHolderBindsTheLease(t *testing.T) {
 	a, b := name("a"), name("b")
 	f := newFixture(0)
 	now := 100 * sec
-	f.q.Add("k", 0, Normal, now)
+	f.q.Add("k", AddOptions{}, now)
 	g := f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Holder: a, Duration: 30 * time.Second}, now)
 	if len(g) != 1 {
 		t.Fatalf("lease: %v", g)
@@ -422,7 +444,7 @@ func TestHolderBindsTheLease(t *testing.T) {
 	}
 
 	// Unbound: anyone with the token, as before.
-	f.q.Add("u", 0, Normal, now)
+	f.q.Add("u", AddOptions{}, now)
 	g = f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Duration: 30 * time.Second}, now)
 	if _, ok := f.q.Extend("u", g[0].Token, b, time.Minute, now); !ok {
 		t.Fatal("Extend by \"b\" of an unbound lease refused")
@@ -433,7 +455,7 @@ func TestHolderBindsTheLease(t *testing.T) {
 
 	// The binding ends with the lease: a key leased by "a", expired and
 	// leased again by "b" is "b"'s.
-	f.q.Add("x", 0, Normal, now)
+	f.q.Add("x", AddOptions{}, now)
 	ga := f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Holder: a, Duration: time.Second}, now)
 	f.q.Advance(now + 2*sec)
 	gb := f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Holder: b, Duration: time.Minute}, now+2*sec)
@@ -454,7 +476,7 @@ func TestHolderBindsTheLease(t *testing.T) {
 func TestHolderCheckAllocatesNothing(t *testing.T) {
 	f := newFixture(0)
 	f.q.SetSink(nil)
-	f.q.Add("k", 0, Normal, sec)
+	f.q.Add("k", AddOptions{}, sec)
 	mine, same, other := "worker-1", string([]byte("worker-1")), "worker-2"
 	g := f.q.Lease(nil, LeaseRequest{Max: 1, Worker: "w", Holder: &mine, Duration: time.Minute}, sec)
 	if n := testing.AllocsPerRun(100, func() {
