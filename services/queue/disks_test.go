@@ -268,3 +268,42 @@ func TestForceNewClusterBesideALiveQueueRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestForceNewClusterBesideAHolderRefused: --force-new-cluster on a member
+// whose one live peer holds the queue but knows no leader, because the
+// member being forced is the vote it lacks (m3 down, m1 stopped, m2 up):
+// with it the two are a majority, and forcing would make a queue of m1
+// beside the one m2 and m3 lead once m3 is back. The flag refuses; m1
+// started without it makes a majority with m2.
+func TestForceNewClusterBesideAHolderRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r := newReplicated(t)
+	c := r.client()
+	if _, err := c.Add(ctx, "q", keysOf("k", 5), queueclient.AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{2, 0} {
+		if _, err := r.procs[i].signal(syscall.SIGTERM, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := r.procs[0].args
+	r.procs[0].args = append(slices.Clone(args), "--force-new-cluster")
+	r.procs[0].start()
+	r.procs[0].args = args
+	out := r.procs[0].waitExit(30 * time.Second)
+	for _, want := range []string{"--force-new-cluster refused", "m2 hold the queue", "without the flag"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("m1 forced beside m2, which holds the queue: its log does not say %q:\n%s", want, out)
+		}
+	}
+	r.procs[0].start()
+	waitLeader(t, ctx, r, 0, 1)
+	if _, err := r.qcs[1].Add(ctx, &queuev1.AddRequest{Queue: "q", Keys: []string{"after"}}); err != nil {
+		t.Fatal(err)
+	}
+	r.procs[2].start()
+	r.settle()
+	awaitVoters(t, ctx, r, 3)
+}

@@ -306,49 +306,61 @@ func (f forcing) force(ctx context.Context) (uint64, error) {
 }
 
 // ErrForceBesideALeader is returned for --force-new-cluster on a member
-// whose queue still runs: another member holds it and knows a leader.
-var ErrForceBesideALeader = errors.New("--force-new-cluster refused: the queue runs without this member")
+// whose queue another member still holds and answers for.
+var ErrForceBesideALeader = errors.New("--force-new-cluster refused: another member holds the queue and answers")
 
-// refuseBesideALeader asks the other members whether they hold the queue
-// and know a leader (other than this member, which the others may still
-// name for a moment after it stopped), in rounds for up to wait while one
-// of them holds the queue without naming a leader (an election may be
-// under way), and returns ErrForceBesideALeader naming them if one does:
-// forcing a member out of a queue that still has a majority would make
-// two queues, each acknowledging writes the other never sees. A member
-// whose others are silent or empty (the lost majority the flag is for)
-// is not held up.
+// refuseBesideALeader asks the other members whether they hold the queue,
+// and refuses (ErrForceBesideALeader, naming them) if one that does
+// answers. With a leader, the queue runs without this member, and forcing
+// it makes two queues, each acknowledging writes the other never sees.
+// Without one, this member may be the vote the others lack (with it they
+// are a majority, and starting it without the flag is all it takes), or
+// the members that answer may be a majority once the others come back
+// beside the queue this one would become. Either way the flag is not for
+// a queue whose members answer: it is for one whose majority is gone,
+// the others down or emptied, which hold nothing up here. Members that
+// answer only for a moment are watched for wait (an election, a restart
+// under way) once one of them holds the queue. Two members forced at the
+// same moment cannot see each other start: force one member only.
 func refuseBesideALeader(ctx context.Context, jc replica.JoinConfig, wait time.Duration) error {
 	byAddr := map[string]string{jc.Addr: jc.Name}
 	for name, addr := range jc.Peers {
 		byAddr[addr] = name
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		sv := replica.SurveyMembers(ctx, jc)
-		var seen []string
-		leader := ""
+	sv := replica.SurveyMembers(ctx, jc)
+	if len(sv.InUse) == 0 {
+		return nil
+	}
+	// Someone holds it: look again for a leader a little while, so that
+	// the refusal can say whether the queue runs.
+	leader := ""
+	for deadline := time.Now().Add(wait); leader == "" && time.Now().Before(deadline); {
 		for _, name := range sv.InUse {
 			if l, ok := sv.Leaders[name]; ok && l != jc.Addr {
-				seen = append(seen, name)
 				if leader = byAddr[l]; leader == "" {
 					leader = l
 				}
 			}
 		}
-		if len(seen) > 0 {
-			return fmt.Errorf("%w: %s hold the queue and answer, and %s leads it: forcing this member into a queue of its own would split it, each side acknowledging writes the other never sees. Start it without the flag and it rejoins the queue that runs (with an empty --data-dir if its log is damaged); --force-new-cluster is for a queue that lost its majority, with the others down or emptied",
-				ErrForceBesideALeader, strings.Join(sv.InUse, ", "), leader)
-		}
-		if len(sv.InUse) == 0 || !time.Now().Before(deadline) {
-			return nil
+		if leader != "" {
+			break
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("--force-new-cluster: asking the other members whether the queue runs: %w", ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
+		if next := replica.SurveyMembers(ctx, jc); len(next.InUse) > 0 {
+			sv = next
+		}
 	}
+	holders := strings.Join(sv.InUse, ", ")
+	if leader != "" {
+		return fmt.Errorf("%w: %s hold the queue and answer, and %s leads it: forcing this member into a queue of its own would split it, each side acknowledging writes the other never sees. Start it without the flag and it rejoins the queue that runs (with an empty --data-dir if its log is damaged); --force-new-cluster is for a queue that lost its majority, with the others down or emptied",
+			ErrForceBesideALeader, holders, leader)
+	}
+	return fmt.Errorf("%w: %s hold the queue and answer, though none knows a leader: if with this member they are a majority, start it without the flag and they elect one; if not, stop them, force this member, and start them on empty data directories, so that they rejoin it rather than lead the old queue beside it once more of its members come back",
+		ErrForceBesideALeader, holders)
 }
 
 // forceAgainWait bounds how long a member started with --force-new-cluster
