@@ -668,3 +668,27 @@ func TestRestoreMisuses(t *testing.T) {
 		}
 	})
 }
+
+// TestRestoredMemberStartedWithAnotherCluster: a restored member started
+// with an --initial-cluster other than its restore's is refused, naming
+// both, rather than take in a member the restore did not name.
+func TestRestoredMemberStartedWithAnotherCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	src := newProc(t)
+	src.start()
+	conn := dial(t, src.grpcAddr)
+	src.waitServing(ctx, conn)
+	if _, err := queuev1.NewQueueServiceClient(conn).Add(ctx, &queuev1.AddRequest{Queue: "q", Keys: []string{"k"}}); err != nil {
+		t.Fatal(err)
+	}
+	file := saveBackup(t, ctx, queuev1.NewClusterServiceClient(conn))
+	peer := freePort(t)
+	p := newProc(t, "--name", "m1", "--peer-addr", peer, "--initial-cluster", "m1="+peer+",m2=127.0.0.1:2,m4=127.0.0.1:4")
+	restoreInto(t, file, p)
+	p.args = []string{"--name", "m1", "--peer-addr", peer, "--initial-cluster", "m1=" + peer + ",m2=127.0.0.1:2,m3=127.0.0.1:3"}
+	p.start()
+	if out := p.waitExit(30 * time.Second); !strings.Contains(out, "was restored from a backup with --initial-cluster") || !strings.Contains(out, "m4=127.0.0.1:4") {
+		t.Fatalf("a restored member started with another --initial-cluster: %s", out)
+	}
+}

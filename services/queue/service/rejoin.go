@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -136,6 +137,9 @@ func decideMember(ctx context.Context, cfg Config, dir string, rlog *store.RaftL
 				return membership{}, err
 			}
 		}
+		if err := checkRestoredCluster(dir, rlog, peers); err != nil {
+			return membership{}, err
+		}
 		if cfg.ForceNewCluster {
 			f := forcing{dir: dir, rlog: rlog, self: saved, cluster: cluster, peers: peers, jc: joinConfig(cfg, peers, tlsSrc, log),
 				wait: 3 * cfg.ElectionTimeout, log: log}
@@ -183,6 +187,37 @@ func decideMember(ctx context.Context, cfg Config, dir string, rlog *store.RaftL
 		return membership{}, err
 	}
 	return d, nil
+}
+
+// checkRestoredCluster refuses to start a restored member, while some of
+// the members its restore named have not yet taken their ids (its claim
+// files are there), under an --initial-cluster other than the one the
+// restore was given: the others would be started with this one, and a
+// member it names that the restore did not would be taken in as one
+// that lost its disk, while the one the restore named waits for good.
+func checkRestoredCluster(dir string, rlog *store.RaftLog, peers []server.Peer) error {
+	claims, _ := filepath.Glob(filepath.Join(dir, claimPrefix+"*"))
+	if len(claims) == 0 {
+		return nil
+	}
+	seeded, err := replica.SeededMembers(rlog)
+	if err != nil || len(seeded) == 0 {
+		return err
+	}
+	var want, got []string
+	for _, m := range seeded {
+		want = append(want, m.Name+"="+m.Addr)
+	}
+	for _, p := range peers {
+		got = append(got, p.Name+"="+p.PeerAddr)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if slices.Equal(want, got) {
+		return nil
+	}
+	return fmt.Errorf("this member was restored from a backup with --initial-cluster %s, and is started with --initial-cluster %s: start it, and the others, with the one the restore was given (or restore again with the one you mean)",
+		strings.Join(want, ","), strings.Join(got, ","))
 }
 
 // serveEmpty serves replica.NewEmptyResponder on --peer-addr until stop.

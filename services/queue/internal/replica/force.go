@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/queue/internal/store"
@@ -213,4 +214,29 @@ func SeedLog(l *store.RaftLog, s Seed) error {
 		return fmt.Errorf("replica: seed the raft log: %w", err)
 	}
 	return nil
+}
+
+// SeededMembers returns the members of the configuration a log's snapshot
+// holds, as SeedLog wrote them (ids, names, peer addresses): for a
+// restored member to check, at its first starts, that it is started with
+// the --initial-cluster its restore was given. A log without a snapshot
+// holds none.
+func SeededMembers(l *store.RaftLog) ([]Member, error) {
+	snap, err := l.MemoryStorage().Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("replica: read the log's snapshot: %w", err)
+	}
+	if len(snap.Data) == 0 {
+		return nil, nil
+	}
+	ms, _, err := parseSnapshotData(snap.Data)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Member, 0, len(ms.members))
+	for _, m := range ms.members {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }
