@@ -66,15 +66,17 @@ func (k *Cluster) MemberRemove(ctx context.Context, name string) ([]*queuev1.Mem
 }
 
 // MoveLeader hands leadership to the member named to (empty: the one
-// whose log is furthest along) and returns the name of the member that
-// leads after it. A queue of one member refuses it with ErrNotReplicated.
-func (k *Cluster) MoveLeader(ctx context.Context, to string) (string, error) {
+// whose log is furthest along) and returns the answer: the name of the
+// member that leads after it, and whether that member led already
+// (Unchanged: to was the leader, and nothing was done). A queue of one
+// member refuses it with ErrNotReplicated.
+func (k *Cluster) MoveLeader(ctx context.Context, to string) (*queuev1.MoveLeaderResponse, error) {
 	req := &queuev1.MoveLeaderRequest{To: to}
 	resp, err := call(ctx, k.c, func(ctx context.Context) (*queuev1.MoveLeaderResponse, error) { return k.rpc.MoveLeader(ctx, req) })
 	if err != nil {
-		return "", fmt.Errorf("move leader: %w", err)
+		return nil, fmt.Errorf("move leader: %w", err)
 	}
-	return resp.GetLeaderName(), nil
+	return resp, nil
 }
 
 // Snapshot streams a backup of every queue from the leader to w (the

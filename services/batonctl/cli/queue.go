@@ -293,9 +293,17 @@ func setupQueueMoveLeader(fs *flag.FlagSet, a *app) runFunc {
 		}
 		octx, cancel := a.opCtx(ctx)
 		defer cancel()
-		leader, err := q.Cluster().MoveLeader(octx, *to)
+		resp, err := q.Cluster().MoveLeader(octx, *to)
 		if err != nil {
 			return serverError(a.unreachable("the queue", a.queueAddr, "--queue-addr", err))
+		}
+		leader := resp.GetLeaderName()
+		if resp.GetUnchanged() {
+			// The member named leads: what was asked for holds, so it is
+			// a success that did nothing, as kubectl's apply of an
+			// unchanged object is.
+			fmt.Fprintf(a.Stdout, "%s already leads the queue; nothing changed\n", printer.Escape(leader))
+			return nil
 		}
 		if leader == "" {
 			fmt.Fprintln(a.Stdout, "leadership moved; the new leader is not known yet (batonctl queue members shows it)")

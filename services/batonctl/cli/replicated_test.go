@@ -219,3 +219,41 @@ func rowOf(table, name string) string {
 	}
 	return ""
 }
+
+// TestQueueMoveLeaderToTheLeader: `queue move-leader --to` the member that
+// leads is a no-op, as kubectl's apply of an unchanged object is: it exits
+// 0 and says that member leads already, and the term shows nothing moved
+// (a transfer starts a new term). A follower named takes over; a name no
+// member has is refused, exit 1, naming it.
+func TestQueueMoveLeaderToTheLeader(t *testing.T) {
+	c := framework.StartQueueCluster(t, framework.QueueClusterOptions{})
+	e := env{queue: c.Addrs()}
+	leader := c.Members[c.Leader(t, 30*time.Second)]
+	term := func() uint64 {
+		st, err := c.Client.Cluster().Status(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GetMember().GetTerm()
+	}
+	before := term()
+	r := e.run(t, "", "queue", "move-leader", "--to", leader.Name)
+	if want := leader.Name + " already leads the queue; nothing changed\n"; r.code != 0 || r.stdout != want || r.stderr != "" {
+		t.Errorf("move-leader --to the leader: exit %d, stdout %q, stderr %q; want exit 0 and %q", r.code, r.stdout, r.stderr, want)
+	}
+	if after := term(); after != before {
+		t.Errorf("move-leader --to the leader moved the term from %d to %d", before, after)
+	}
+	var follower string
+	for _, m := range c.Members {
+		if m != leader {
+			follower = m.Name
+		}
+	}
+	if r := e.run(t, "", "queue", "move-leader", "--to", follower); r.code != 0 || r.stdout != follower+" leads the queue\n" {
+		t.Errorf("move-leader --to a follower: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := e.run(t, "", "queue", "move-leader", "--to", "nosuch"); r.code != 1 || !strings.Contains(r.stderr, "no member is named nosuch") {
+		t.Errorf("move-leader --to a name no member has: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

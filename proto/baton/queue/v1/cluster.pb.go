@@ -511,7 +511,10 @@ type MoveLeaderResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The name of the member that leads now; empty if the member that
 	// answered no longer leads but has not yet heard who does.
-	LeaderName    string `protobuf:"bytes,1,opt,name=leader_name,json=leaderName" json:"leader_name,omitempty"`
+	LeaderName string `protobuf:"bytes,1,opt,name=leader_name,json=leaderName" json:"leader_name,omitempty"`
+	// The member named led already, so nothing was done: leader_name is
+	// it, and the term is the one it led in.
+	Unchanged     bool `protobuf:"varint,2,opt,name=unchanged" json:"unchanged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -551,6 +554,13 @@ func (x *MoveLeaderResponse) GetLeaderName() string {
 		return x.LeaderName
 	}
 	return ""
+}
+
+func (x *MoveLeaderResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
 }
 
 // SnapshotRequest asks for a backup of every queue.
@@ -794,10 +804,11 @@ const file_baton_queue_v1_cluster_proto_rawDesc = "" +
 	"\x14MemberRemoveResponse\x120\n" +
 	"\amembers\x18\x01 \x03(\v2\x16.baton.queue.v1.MemberR\amembers\"#\n" +
 	"\x11MoveLeaderRequest\x12\x0e\n" +
-	"\x02to\x18\x01 \x01(\tR\x02to\"5\n" +
+	"\x02to\x18\x01 \x01(\tR\x02to\"S\n" +
 	"\x12MoveLeaderResponse\x12\x1f\n" +
 	"\vleader_name\x18\x01 \x01(\tR\n" +
-	"leaderName\"\x11\n" +
+	"leaderName\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\bR\tunchanged\"\x11\n" +
 	"\x0fSnapshotRequest\"&\n" +
 	"\x10SnapshotResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\x0f\n" +

@@ -65,12 +65,12 @@ type ClusterServiceClient interface {
 	// leader for an election timeout. With to empty, the leader picks the
 	// member whose log is furthest along. Answered once another member
 	// leads, with its name. Changes are refused (UNAVAILABLE, NOT_LEADER)
-	// while leadership moves. A name no member has is NOT_FOUND; the
-	// leader's own name, a learner, or no other voter is
-	// FAILED_PRECONDITION; a transfer raft abandons (the member did not
-	// take over within an election timeout) is ABORTED, and the leader
-	// still leads. A queue of one member refuses it with FAILED_PRECONDITION
-	// (reason NOT_REPLICATED).
+	// while leadership moves. The leader's own name changes nothing and is
+	// answered OK with unchanged set. A name no member has is NOT_FOUND; a
+	// learner, or no other voter, is FAILED_PRECONDITION; a transfer raft
+	// abandons (the member did not take over within an election timeout) is
+	// ABORTED, and the leader still leads. A queue of one member refuses it
+	// with FAILED_PRECONDITION (reason NOT_REPLICATED).
 	MoveLeader(ctx context.Context, in *MoveLeaderRequest, opts ...grpc.CallOption) (*MoveLeaderResponse, error)
 	// Snapshot streams a backup of the queue (`batonctl queue snapshot
 	// save`): every queue and key, each queue as the leader held it at one
@@ -196,12 +196,12 @@ type ClusterServiceServer interface {
 	// leader for an election timeout. With to empty, the leader picks the
 	// member whose log is furthest along. Answered once another member
 	// leads, with its name. Changes are refused (UNAVAILABLE, NOT_LEADER)
-	// while leadership moves. A name no member has is NOT_FOUND; the
-	// leader's own name, a learner, or no other voter is
-	// FAILED_PRECONDITION; a transfer raft abandons (the member did not
-	// take over within an election timeout) is ABORTED, and the leader
-	// still leads. A queue of one member refuses it with FAILED_PRECONDITION
-	// (reason NOT_REPLICATED).
+	// while leadership moves. The leader's own name changes nothing and is
+	// answered OK with unchanged set. A name no member has is NOT_FOUND; a
+	// learner, or no other voter, is FAILED_PRECONDITION; a transfer raft
+	// abandons (the member did not take over within an election timeout) is
+	// ABORTED, and the leader still leads. A queue of one member refuses it
+	// with FAILED_PRECONDITION (reason NOT_REPLICATED).
 	MoveLeader(context.Context, *MoveLeaderRequest) (*MoveLeaderResponse, error)
 	// Snapshot streams a backup of the queue (`batonctl queue snapshot
 	// save`): every queue and key, each queue as the leader held it at one

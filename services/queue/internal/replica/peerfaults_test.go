@@ -172,15 +172,17 @@ func TestConfigurationAt(t *testing.T) {
 // TestMoveLeader: the leader hands leadership to the member named, or,
 // unnamed, to a voter, which then leads in the next term without an
 // election timeout's wait; every record proposed before is kept. Its own
-// name, and a name no member has, are refused and change nothing.
+// name is ErrAlreadyLeader (the wish holds already), a name no member has
+// ErrNotMember; neither changes anything.
 func TestMoveLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	c := newCluster(t)
 	lead := c.leader(0)
 	proposeRange(t, ctx, lead, 0, 10)
-	if _, err := lead.node.MoveLeader(ctx, lead.name); !errors.Is(err, ErrNoTarget) {
-		t.Errorf("MoveLeader to the leader itself: %v, want ErrNoTarget", err)
+	before := lead.node.Status().Term
+	if _, err := lead.node.MoveLeader(ctx, lead.name); !errors.Is(err, ErrAlreadyLeader) {
+		t.Errorf("MoveLeader to the leader itself: %v, want ErrAlreadyLeader", err)
 	}
 	if _, err := lead.node.MoveLeader(ctx, "nobody"); !errors.Is(err, ErrNotMember) {
 		t.Errorf("MoveLeader to a name no member has: %v, want ErrNotMember", err)
@@ -192,6 +194,9 @@ func TestMoveLeader(t *testing.T) {
 		}
 	}
 	term := lead.node.Status().Term
+	if term != before || c.leader(0) != lead {
+		t.Fatalf("MoveLeader to the leader itself moved leadership: term %d, was %d", term, before)
+	}
 	got, err := lead.node.MoveLeader(ctx, to.name)
 	if err != nil || got != to.name {
 		t.Fatalf("MoveLeader to %s: %q, %v", to.name, got, err)

@@ -86,15 +86,24 @@ func (n *Node) transfer(c *transferCall) {
 	c.done <- nil
 }
 
-// ErrNoTarget is MoveLeader's when no other voter can take leadership.
-var ErrNoTarget = errors.New("replica: no other voting member to hand leadership to")
+// MoveLeader's refusals besides ErrNotMember.
+var (
+	// ErrNoTarget: MoveLeader named nobody, and no other voter can take
+	// leadership.
+	ErrNoTarget = errors.New("replica: no other voting member to hand leadership to")
+	// ErrNotVoter: the member named is a learner, which cannot lead.
+	ErrNotVoter = errors.New("replica: the member named does not vote")
+	// ErrAlreadyLeader: the member named is this one, the leader. Nothing
+	// was done; the caller's wish holds already.
+	ErrAlreadyLeader = errors.New("replica: the member named leads already")
+)
 
 // MoveLeader hands leadership to the voter named to, or, with to empty, to
 // the voter whose log is furthest along (the one that catches up first),
 // and returns the name of the member that leads once this one no longer
-// does. A name no member has is ErrNotMember; a learner, this member
-// itself, or no other voter at all is ErrNoTarget. See TransferLeadership
-// for the rest.
+// does. A name no member has is ErrNotMember; a learner is ErrNotVoter;
+// this member's own name is ErrAlreadyLeader (nothing is done); no other
+// voter at all is ErrNoTarget. See TransferLeadership for the rest.
 func (n *Node) MoveLeader(ctx context.Context, to string) (string, error) {
 	st := n.Status()
 	if !st.IsLeader {
@@ -122,9 +131,9 @@ func (n *Node) moveTarget(to string, st Status) (Member, error) {
 		voter := m.ID != n.cfg.ID && !m.Learner
 		switch {
 		case to != "" && m.Name == to && m.ID == n.cfg.ID:
-			return Member{}, fmt.Errorf("%w: %s leads already", ErrNoTarget, to)
+			return Member{}, fmt.Errorf("%w: %s", ErrAlreadyLeader, to)
 		case to != "" && m.Name == to && m.Learner:
-			return Member{}, fmt.Errorf("%w: %s is a learner, which does not vote", ErrNoTarget, to)
+			return Member{}, fmt.Errorf("%w: %s is a learner (added, and not caught up yet), and a learner cannot lead", ErrNotVoter, to)
 		case to != "" && m.Name == to:
 			return m, nil
 		case to == "" && voter && (best.ID == 0 || st.Match[m.ID] > st.Match[best.ID]):
