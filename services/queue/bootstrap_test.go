@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,5 +107,53 @@ func TestReplicatedSlowMemberFormsTheQueue(t *testing.T) {
 		if line := grepLines(r.procs[i].log(), "elects without hearing every other member start"); line != "" {
 			t.Errorf("m%d gave up waiting for m1: %s", i+1, line)
 		}
+	}
+}
+
+// TestReplicatedWipedMemberStartedExistingSaysWhatItWaitsFor: a member
+// whose disk was lost, started on an empty directory with
+// --initial-cluster-state existing while the others are down, waits, and
+// its log says what for: a member of the queue in use to answer, since it
+// never forms a queue. It said the words meant for a member started with
+// new, that it waits for every member to answer before it may form a new
+// queue. Once the others run, it rejoins.
+func TestReplicatedWipedMemberStartedExistingSaysWhatItWaitsFor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r := newReplicated(t, "--log-level", "info")
+	for i := range 20 {
+		if !r.add(ctx, fmt.Sprintf("k%d", i)) {
+			t.Fatalf("Add k%d was not acknowledged", i)
+		}
+	}
+	for _, p := range r.procs {
+		if _, err := p.signal(syscall.SIGTERM, 30*time.Second); err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	}
+	wiped := r.procs[2]
+	if err := os.RemoveAll(wiped.dir); err != nil {
+		t.Fatal(err)
+	}
+	wiped.args = append(wiped.args, "--initial-cluster-state", "existing")
+	wiped.start()
+	var line string
+	for deadline := time.Now().Add(30 * time.Second); line == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) || !wiped.running() {
+			t.Fatalf("m3 says nothing of what it waits for:\n%s", wiped.log())
+		}
+		line = grepLines(wiped.log(), "a member with an empty log")
+	}
+	if strings.Contains(line, "form a new queue") || !strings.Contains(line, "--initial-cluster-state existing") || !strings.Contains(line, "in use") {
+		t.Errorf("m3, started with --initial-cluster-state existing, says it waits as a member started with new would:\n%s", line)
+	}
+	r.procs[0].start()
+	r.procs[1].start()
+	r.settle()
+	if grepLines(wiped.log(), "rejoined under a new Raft id") == "" {
+		t.Errorf("m3 did not rejoin:\n%s", wiped.log())
+	}
+	if !r.add(ctx, "after") {
+		t.Fatal("no Add acknowledged once m3 rejoined")
 	}
 }

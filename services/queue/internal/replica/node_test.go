@@ -1,10 +1,12 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/batonrun/baton/services/queue/internal/format"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -738,7 +740,9 @@ func TestRejoinAfterLostDisk(t *testing.T) {
 // it is empty, and not before: two empty members of three, the third
 // silent, are what a reboot that wiped two disks leaves while the one
 // holding the queue is down, and they must wait for it. With Existing
-// they never form a queue, even when every member is empty.
+// they never form a queue, even when every member is empty. What each
+// says it waits for fits its flag: only one started without Existing
+// speaks of forming a queue.
 func TestRejoinNewQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -757,24 +761,33 @@ func TestRejoinNewQueue(t *testing.T) {
 		l.Close()
 	}
 	cfg := JoinConfig{ClusterID: testCluster, Name: "m1", Addr: addrs[0], Peers: map[string]string{"m2": addrs[1], "m3": addrs[2]}, Retry: 20 * time.Millisecond}
-	undecided := func(what string, cfg JoinConfig) {
+	existing := cfg
+	existing.Existing = true
+	// undecided runs Rejoin for a moment, and checks that it decided
+	// nothing and said it waits for what want names.
+	undecided := func(what string, cfg JoinConfig, want string) {
 		t.Helper()
+		var logged bytes.Buffer
+		cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 		short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer cancelShort()
 		if d, err := Rejoin(short, cfg); err == nil {
 			t.Fatalf("%s: Rejoin decided %+v", what, d)
 		}
+		if !strings.Contains(logged.String(), want) || cfg.Existing == strings.Contains(logged.String(), "form a new queue") {
+			t.Errorf("%s: Rejoin says\n%s\nwant it to wait for %q", what, logged.String(), want)
+		}
 	}
-	undecided("with no member answering", cfg)
+	undecided("with no member answering", cfg, "waits for every member to answer before it may form a new queue")
+	undecided("with no member answering and Existing", existing, "existing waits for a member of the queue in use to answer")
 	// Two of three empty, the third silent: it may hold the queue.
 	stop2 := serveEmpty(t, addrs[1])
 	defer stop2()
-	undecided("with m2 empty and m3 silent", cfg)
+	undecided("with m2 empty and m3 silent", cfg, "waits for every member to answer before it may form a new queue")
+	undecided("with m2 empty, m3 silent and Existing", existing, "existing waits for a member of the queue in use to answer")
 	stop3 := serveEmpty(t, addrs[2])
 	defer stop3()
-	existing := cfg
-	existing.Existing = true
-	undecided("with every member empty and Existing", existing)
+	undecided("with every member empty and Existing", existing, "every member answers empty, and it never forms a new queue")
 	d, err := Rejoin(ctx, cfg)
 	if err != nil || !d.Bootstrap {
 		t.Fatalf("with every member empty: %+v, %v; want Bootstrap", d, err)

@@ -282,16 +282,7 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 				level = slog.LevelWarn // 5 s and counting
 			}
 			slices.Sort(silent)
-			msg := "a member with an empty log waits to tell whether the queue is new or it lost its disk"
-			switch {
-			case inUse && len(leaders) == 0:
-				msg = "a member with an empty log waits for the queue's leader to take it back: the queue is in use and no member knows a leader (if a majority lost their disks, restart the member that holds the queue with --force-new-cluster)"
-			case cfg.Existing && empty == members:
-				msg = "a member with an empty log and --initial-cluster-state existing waits for a member of the queue in use: every member answers empty"
-			case len(silent) > 0:
-				msg = "a member with an empty log waits for every member to answer before it may form a new queue: one that does not answer may hold the queue"
-			}
-			log.Log(ctx, level, msg, "waiting_for", strings.Join(silent, ","), "empty", empty, "in_use", inUse, "members", members, "errors", errors.Join(errs...))
+			log.Log(ctx, level, waitingFor(inUse, len(leaders) > 0, cfg.Existing, len(silent) > 0), "waiting_for", strings.Join(silent, ","), "empty", empty, "in_use", inUse, "members", members, "errors", errors.Join(errs...))
 		}
 		if ctx.Err() == nil {
 			lastErrs = errs
@@ -308,6 +299,29 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 		case <-time.After(retry):
 		}
 	}
+}
+
+// waitingFor is what Rejoin says it waits for after a round that decided
+// nothing: inUse, some member's log holds the queue; leader, one of them
+// knows a leader (which did not take this member back this round);
+// existing, --initial-cluster-state existing; silent, some member did not
+// answer. Each case names what would end the wait: a member started with
+// existing waits for the queue in use, never to form one, whatever the
+// others answer.
+func waitingFor(inUse, leader, existing, silent bool) string {
+	switch {
+	case inUse && !leader:
+		return "a member with an empty log waits for the queue's leader to take it back: the queue is in use and no member knows a leader (if a majority lost their disks, restart the member that holds the queue with --force-new-cluster)"
+	case inUse:
+		return "a member with an empty log waits for the queue's leader to take it back: the queue is in use, and the leader has not answered or refused (errors has its answer)"
+	case existing && silent:
+		return "a member with an empty log and --initial-cluster-state existing waits for a member of the queue in use to answer: it joins through the leader and never forms a new queue, and the members that answer are empty"
+	case existing:
+		return "a member with an empty log and --initial-cluster-state existing waits for a member of the queue in use: every member answers empty, and it never forms a new queue"
+	case silent:
+		return "a member with an empty log waits for every member to answer before it may form a new queue: one that does not answer may hold the queue"
+	}
+	return "a member with an empty log waits to tell whether the queue is new or it lost its disk"
 }
 
 // AwaitStarted asks every other member, in rounds, until each answers
