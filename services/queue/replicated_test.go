@@ -791,7 +791,8 @@ func grepLines(s, sub string) string {
 // member's client address (each member publishes its own). MemberAdd,
 // asked of a follower, adds a fourth member as a learner, with the client
 // address it was given; started with an --initial-cluster that names it
-// (so another cluster id than the queue's), it joins as a voter, lists
+// (so another cluster id than the queue's) and --initial-cluster-state
+// existing, it joins as a voter, lists
 // the four client addresses, and
 // the four commit with one of the first three killed. MemberRemove then
 // takes the killed member out, and with one more of the first three
@@ -821,7 +822,7 @@ func TestReplicatedMemberAddAndRemove(t *testing.T) {
 	}
 	cluster = append(cluster, "m4="+peer4)
 	p4 := newProc(t, "--name", "m4", "--peer-addr", peer4, "--initial-cluster", strings.Join(cluster, ","),
-		"--heartbeat-interval", "50ms", "--election-timeout", "500ms")
+		"--initial-cluster-state", "existing", "--heartbeat-interval", "50ms", "--election-timeout", "500ms")
 	resp, err := r.ccs[follower].MemberAdd(ctx, &queuev1.MemberAddRequest{Name: "m4", PeerAddr: peer4, ClientAddr: p4.grpcAddr})
 	if err != nil {
 		t.Fatalf("MemberAdd through a follower: %v", err)
@@ -1032,5 +1033,87 @@ func TestReplicatedWorkStreamThroughAFollower(t *testing.T) {
 	res, err := c.Ack(ctx, "ws", []queueclient.Ack{{Key: "k2", Token: held.Token, Outcome: queueclient.Success()}})
 	if err != nil || res[0].Status != queueclient.LeaseLost {
 		t.Fatalf("an ack with the old leader's token: %v %v, want LEASE_LOST", res, err)
+	}
+}
+
+// TestReplicatedAddedMemberStartedNewIsRefused: a member MemberAdd added,
+// started with the default --initial-cluster-state new, refuses to start
+// (exit non-zero, saying to start it with existing) and changes nothing:
+// the queue keeps three voters and the learner it was told of. Before, it
+// joined as a fourth voter, as if new meant nothing for a member added to
+// a queue in use. Started again with existing on the same directory, it
+// joins and votes.
+func TestReplicatedAddedMemberStartedNewIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r := newReplicated(t)
+	for i := range 20 {
+		if !r.add(ctx, fmt.Sprintf("k%d", i)) {
+			t.Fatalf("Add k%d was not acknowledged", i)
+		}
+	}
+	lead := r.leader(ctx)
+	peer4 := freePort(t)
+	cluster := []string{"m4=" + peer4}
+	for i, p := range r.peers {
+		cluster = append(cluster, fmt.Sprintf("m%d=%s", i+1, p))
+	}
+	p4 := newProc(t, "--name", "m4", "--peer-addr", peer4, "--initial-cluster", strings.Join(cluster, ","),
+		"--heartbeat-interval", "50ms", "--election-timeout", "500ms")
+	if _, err := r.ccs[lead].MemberAdd(ctx, &queuev1.MemberAddRequest{Name: "m4", PeerAddr: peer4}); err != nil {
+		t.Fatalf("MemberAdd: %v", err)
+	}
+	members := func() string {
+		t.Helper()
+		ml, err := r.ccs[lead].MemberList(ctx, &queuev1.MemberListRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range ml.GetMembers() {
+			s := m.GetName()
+			if m.GetLearner() {
+				s += "(learner)"
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, ",")
+	}
+	const added = "m1,m2,m3,m4(learner)"
+	if got := members(); got != added {
+		t.Fatalf("members after MemberAdd: %s, want %s", got, added)
+	}
+	p4.start()
+	select {
+	case <-p4.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("m4, added and started with --initial-cluster-state new, still runs; members %s", members())
+	}
+	if p4.waitErr == nil {
+		t.Errorf("m4, added and started with --initial-cluster-state new, exited 0")
+	}
+	if line := grepLines(p4.log(), "--initial-cluster-state existing"); line == "" {
+		t.Errorf("m4's refusal does not say to start it with --initial-cluster-state existing:\n%s", p4.log())
+	}
+	if got := members(); got != added {
+		t.Errorf("members after m4 was refused: %s, want %s unchanged", got, added)
+	}
+	if !r.add(ctx, "after-refusal") {
+		t.Fatal("no Add acknowledged after m4 was refused")
+	}
+
+	p4.args = append(p4.args, "--initial-cluster-state", "existing")
+	p4.start()
+	cc4 := queuev1.NewClusterServiceClient(dial(t, p4.grpcAddr))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lctx, lcancel := context.WithTimeout(ctx, time.Second)
+		st, err := cc4.Status(lctx, &queuev1.StatusRequest{})
+		lcancel()
+		if err == nil && st.GetLeaderName() != "" && members() == "m1,m2,m3,m4" {
+			break
+		}
+		if time.Now().After(deadline) || !p4.running() {
+			t.Fatalf("m4 started with existing did not join as a voter: %v %v, members %s", st, err, members())
+		}
 	}
 }

@@ -214,9 +214,17 @@ func setupQueueMembersAdd(fs *flag.FlagSet, a *app) runFunc {
 		if *peerAddr == "" {
 			return usagef("queue members add needs --peer-addr H:P, the address the new member's peers reach it at")
 		}
-		return a.changeMembers(ctx, *output, func(ctx context.Context, q *queueclient.Client) ([]*queuev1.Member, error) {
+		if err := a.changeMembers(ctx, *output, func(ctx context.Context, q *queueclient.Client) ([]*queuev1.Member, error) {
 			return q.Cluster().MemberAdd(ctx, pos[0], *peerAddr, *clientAddr)
-		})
+		}); err != nil {
+			return err
+		}
+		// The step that follows, which the queue cannot take for the
+		// operator: a member added and started with the default
+		// --initial-cluster-state new refuses to start.
+		fmt.Fprintf(a.Stderr, "now start %s on an empty --data-dir with --name %s, --peer-addr %s, --initial-cluster-state existing and an --initial-cluster that names every member, itself included: it joins, and votes once caught up\n",
+			printer.Escape(pos[0]), printer.Escape(pos[0]), printer.Escape(*peerAddr))
+		return nil
 	}
 }
 

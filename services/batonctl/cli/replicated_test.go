@@ -257,3 +257,20 @@ func TestQueueMoveLeaderToTheLeader(t *testing.T) {
 		t.Errorf("move-leader --to a name no member has: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestQueueMembersAddSaysHowToStartIt: `queue members add` on a replicated
+// queue lists the new member as a learner (VOTER false) and says on
+// stderr how to start it: with --initial-cluster-state existing, without
+// which it refuses to start.
+func TestQueueMembersAddSaysHowToStartIt(t *testing.T) {
+	c := framework.StartQueueCluster(t, framework.QueueClusterOptions{})
+	e := env{queue: c.Addrs()}
+	c.Leader(t, 30*time.Second)
+	r := e.run(t, "", "queue", "members", "add", "queue-4", "--peer-addr", "127.0.0.1:1")
+	if row := strings.Fields(rowOf(r.stdout, "queue-4")); r.code != 0 || len(row) != 9 || row[6] != "false" || row[8] != "learner" {
+		t.Errorf("members add: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if want := "now start queue-4 on an empty --data-dir with --name queue-4, --peer-addr 127.0.0.1:1, --initial-cluster-state existing"; !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("members add says on stderr %q, want it to start with %q", r.stderr, want)
+	}
+}

@@ -564,11 +564,16 @@ func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []ser
 	for _, m := range d.members {
 		addrs[m.ID], names[m.ID] = m.Addr, m.Name
 	}
+	initial := make(map[string]string, len(peers))
+	for _, p := range peers {
+		initial[p.Name] = p.PeerAddr
+	}
 	b, err := broker.OpenReplicated(bcfg, replica.Config{
 		ID:            d.id,
 		ClusterID:     d.cluster,
 		Peers:         addrs,
 		Names:         names,
+		Initial:       initial,
 		Join:          d.join,
 		Claims:        &fileClaims{dir: dir},
 		HoldElection:  hold,

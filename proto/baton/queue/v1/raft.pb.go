@@ -135,7 +135,15 @@ type JoinResponse struct {
 	// with an --initial-cluster that names it, which is not the one the queue
 	// began with, so it learns the queue's id here (and may ask under another
 	// one only if its name and peer address are a member's).
-	ClusterId     uint64 `protobuf:"varint,5,opt,name=cluster_id,json=clusterId" json:"cluster_id,omitempty"`
+	ClusterId uint64 `protobuf:"varint,5,opt,name=cluster_id,json=clusterId" json:"cluster_id,omitempty"`
+	// The asking member is in the configuration, asks under another cluster
+	// id, and is none of the members the asked member was started with (its
+	// --initial-cluster): MemberAdd added it to the queue in use. Such a
+	// member joins only if it was started with --initial-cluster-state
+	// existing; one started with new stops, changing nothing, rather than
+	// take a vote in a queue it was not told it joins. False from a member
+	// of a release that did not say.
+	AddedMember   bool `protobuf:"varint,6,opt,name=added_member,json=addedMember" json:"added_member,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -203,6 +211,13 @@ func (x *JoinResponse) GetClusterId() uint64 {
 		return x.ClusterId
 	}
 	return 0
+}
+
+func (x *JoinResponse) GetAddedMember() bool {
+	if x != nil {
+		return x.AddedMember
+	}
+	return false
 }
 
 // JoinMember is one member of the configuration.
@@ -669,7 +684,7 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\x12\x18\n" +
 	"\areplace\x18\x04 \x01(\bR\areplace\x12\x14\n" +
-	"\x05claim\x18\x05 \x01(\bR\x05claim\"\xb6\x01\n" +
+	"\x05claim\x18\x05 \x01(\bR\x05claim\"\xd9\x01\n" +
 	"\fJoinResponse\x12 \n" +
 	"\vinitialized\x18\x01 \x01(\bR\vinitialized\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -677,7 +692,8 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"\x02id\x18\x03 \x01(\x04R\x02id\x124\n" +
 	"\amembers\x18\x04 \x03(\v2\x1a.baton.queue.v1.JoinMemberR\amembers\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x05 \x01(\x04R\tclusterId\"M\n" +
+	"cluster_id\x18\x05 \x01(\x04R\tclusterId\x12!\n" +
+	"\fadded_member\x18\x06 \x01(\bR\vaddedMember\"M\n" +
 	"\n" +
 	"JoinMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +

@@ -37,6 +37,10 @@ var (
 	// taken at now (not applied yet, not past the last snapshot, or before
 	// the last configuration change); the log is unchanged.
 	ErrCompactRefused = errors.New("replica: compaction refused")
+	// ErrAddedStartedNew: Rejoin's, for a member MemberAdd added to a
+	// queue in use, started with --initial-cluster-state new. Nothing was
+	// asked of the leader; started with existing, it joins.
+	ErrAddedStartedNew = errors.New("replica: a member added to a queue in use was started with --initial-cluster-state new")
 )
 
 // NotLeaderError is ErrNotLeader with the leader this member knows of.

@@ -225,8 +225,11 @@ type member struct {
 	client string
 	peers  map[uint64]string
 	names  map[uint64]string
-	join   bool // start with Config.Join (it rejoined under a new id)
-	logs   *logBuffer
+	// initial is the three members the cluster began with, by name
+	// (Config.Initial, as --initial-cluster gives it).
+	initial map[string]string
+	join    bool // start with Config.Join (it rejoined under a new id)
+	logs    *logBuffer
 
 	node   *Node
 	rlog   *store.RaftLog
@@ -262,8 +265,12 @@ func newCluster(t *testing.T) *cluster {
 		lis[id], peers[id] = l, l.Addr().String()
 	}
 	names := map[uint64]string{1: "m1", 2: "m2", 3: "m3"}
+	initial := map[string]string{}
+	for id, name := range names {
+		initial[name] = peers[id]
+	}
 	for id := uint64(1); id <= 3; id++ {
-		m := &member{t: t, id: id, dir: t.TempDir(), addr: peers[id], name: names[id], client: testClientAddr(names[id], 1), peers: peers, names: names, logs: &logBuffer{}}
+		m := &member{t: t, id: id, dir: t.TempDir(), addr: peers[id], name: names[id], client: testClientAddr(names[id], 1), peers: peers, names: names, initial: initial, logs: &logBuffer{}}
 		c.members[id] = m
 		m.start(lis[id])
 	}
@@ -305,7 +312,7 @@ func (m *member) start(lis net.Listener) {
 	m.sm = newApplied()
 	m.reg = prometheus.NewRegistry()
 	m.node, err = New(Config{
-		ID: m.id, ClusterID: testCluster, Peers: m.peers, Names: m.names, ClientAddr: m.client, Join: m.join, Log: m.rlog,
+		ID: m.id, ClusterID: testCluster, Peers: m.peers, Names: m.names, Initial: m.initial, ClientAddr: m.client, Join: m.join, Log: m.rlog,
 		TickInterval: testTick, Logger: logger, Registerer: m.reg,
 	}, funcSM{apply: m.sm.apply, lead: m.sm.lead, follow: m.sm.follow, restore: m.sm.restore, snapshotNeeded: m.requestSnapshot})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/batonrun/baton/services/queue/internal/format"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -355,4 +356,65 @@ func TestInterruptedReplaceLetsTheMemberBack(t *testing.T) {
 	})
 	c.others(lead)[1].stop()
 	proposeRange(t, ctx, lead, 10, 20)
+}
+
+// TestRejoinOfAnAddedMember: a member MemberAdd added asks under its own
+// --initial-cluster's id. Every member of the queue answers that it was
+// added (added_member), so Rejoin without Existing (started with new)
+// ends with ErrAddedStartedNew before asking the leader anything: the
+// configuration still holds it as the learner MemberAdd made, under the
+// same id. With Existing it joins. A member of the initial configuration
+// asking under the queue's id is not added, and neither is a wiped one
+// asking under the old id after the queue's id changed.
+func TestRejoinOfAnAddedMember(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := newCluster(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr4 := lis.Addr().String()
+	lis.Close()
+	var lead *member
+	var id4 uint64
+	// The first leader of a queue just formed may yet lose an election.
+	for err = ErrNotLeader; errors.Is(err, ErrNotLeader); {
+		lead = c.leader(0)
+		id4, _, err = lead.node.AddMember(ctx, "m4", addr4, "")
+	}
+	if err != nil {
+		t.Fatalf("AddMember m4: %v", err)
+	}
+	peers := map[string]string{}
+	for _, m := range c.members {
+		peers[m.name] = m.addr
+	}
+	cfg := JoinConfig{ClusterID: testCluster + 1, Name: "m4", Addr: addr4, Peers: peers, Retry: 50 * time.Millisecond}
+	for _, m := range c.members {
+		eventually(t, m.name+" has applied MemberAdd of m4", func() bool { return m.node.isMember("m4", addr4) })
+		resp, err := m.node.join(ctx, &queuev1.JoinRequest{ClusterId: cfg.ClusterID, Name: "m4", PeerAddr: addr4})
+		if err != nil || !resp.GetAddedMember() {
+			t.Errorf("%s's answer to m4: %v %v, want added_member", m.name, resp, err)
+		}
+		resp, err = m.node.join(ctx, &queuev1.JoinRequest{ClusterId: testCluster, Name: lead.name, PeerAddr: lead.addr})
+		if err != nil || resp.GetAddedMember() {
+			t.Errorf("%s's answer to %s, an initial member: %v %v, want no added_member", m.name, lead.name, resp, err)
+		}
+		resp, err = m.node.join(ctx, &queuev1.JoinRequest{ClusterId: testCluster + 2, Name: lead.name, PeerAddr: lead.addr})
+		if err != nil || resp.GetAddedMember() {
+			t.Errorf("%s's answer to %s under another cluster id (a queue forced since): %v %v, want no added_member", m.name, lead.name, resp, err)
+		}
+	}
+	if _, err := Rejoin(ctx, cfg); !errors.Is(err, ErrAddedStartedNew) || !strings.Contains(err.Error(), "--initial-cluster-state existing") {
+		t.Fatalf("Rejoin of m4 started new: %v, want ErrAddedStartedNew saying to start it existing", err)
+	}
+	if !slices.ContainsFunc(lead.node.Members(), func(m Member) bool { return m.Name == "m4" && m.ID == id4 && m.Learner }) {
+		t.Fatalf("after the refusal the members are %+v, want m4 the learner %x still", lead.node.Members(), id4)
+	}
+	cfg.Existing = true
+	d, err := Rejoin(ctx, cfg)
+	if err != nil || d.Bootstrap || d.ID == 0 || d.ID == id4 || d.ClusterID != testCluster {
+		t.Fatalf("Rejoin of m4 started existing: %+v %v, want a new id in cluster %d", d, err, testCluster)
+	}
 }

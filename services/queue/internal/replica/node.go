@@ -58,6 +58,12 @@ type Config struct {
 	// Names are the members' names by Raft id (Peers'); those that
 	// configuration changes add carry their own.
 	Names map[uint64]string
+	// Initial is --initial-cluster as this member was started with it,
+	// name → peer address, whatever members it starts among (a member
+	// that joined has Peers and Names from the leader): a member that
+	// asks to join under another cluster id and is none of these was
+	// added by MemberAdd (join's added_member). nil says nothing of it.
+	Initial map[string]string
 	// ClientAddr is where clients reach this member (--advertise-addr),
 	// which it publishes to the others (publish.go); empty publishes
 	// nothing until SetClientAddr gives it.

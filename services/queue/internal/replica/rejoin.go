@@ -32,7 +32,14 @@ func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.Joi
 			"replica: a join of cluster %d reached member %d of cluster %d, where no member is %s at %s (add it with MemberAdd first)",
 			req.GetClusterId(), n.cfg.ID, n.cfg.ClusterID, req.GetName(), req.GetPeerAddr())
 	}
-	resp := &queuev1.JoinResponse{Initialized: n.Initialized(), ClusterId: n.cfg.ClusterID}
+	// A member asking under another cluster id that this member's
+	// --initial-cluster does not name is one MemberAdd added: it may join
+	// only as existing says it does (Rejoin). The configuration this
+	// member started among would not do: one that joined (a lost disk,
+	// after --force-new-cluster) started among those the leader had then.
+	addr, initial := n.cfg.Initial[req.GetName()]
+	added := n.cfg.Initial != nil && req.GetClusterId() != n.cfg.ClusterID && (!initial || addr != req.GetPeerAddr())
+	resp := &queuev1.JoinResponse{Initialized: n.Initialized(), ClusterId: n.cfg.ClusterID, AddedMember: added}
 	st := n.Status()
 	if st.Leader != 0 {
 		n.membersMu.Lock()
@@ -146,6 +153,8 @@ type JoinConfig struct {
 	// Existing forbids bootstrapping (etcd's --initial-cluster-state
 	// existing): the member only ever joins a queue in use, through its
 	// leader, even if every other member answers that its log is empty.
+	// Without it (new), a member MemberAdd added to a queue in use does
+	// not join it (ErrAddedStartedNew).
 	Existing bool
 	// Retry is the pause between rounds; 0 means 100 ms. Members started
 	// together must each see the others empty before the first election
@@ -188,6 +197,14 @@ type Decision struct {
 // is refused until MemberAdd adds it again) is asked again every round
 // too: Rejoin gives up only when ctx ends, with the last round's answers
 // and the leader's last refusal in its error.
+//
+// A member of the queue in use that answers that MemberAdd added this one
+// (JoinResponse.added_member) ends it at once with ErrAddedStartedNew
+// unless Existing is set, before anything is asked of the leader: new
+// says the member is one of those the queue began with, and one that is
+// not would otherwise join as a voter nobody meant it to be. A member
+// that lost its disk is one the others started with, and rejoins with
+// either flag.
 //
 // The one case it cannot tell apart is a disk lost before the queue's
 // first election ended: its vote in that election is forgotten. Nothing
@@ -241,6 +258,10 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 			if !resp.GetInitialized() {
 				empty++
 				continue
+			}
+			if resp.GetAddedMember() && !cfg.Existing {
+				return Decision{}, fmt.Errorf("%w: %s says %s at %s was added to the queue in use (MemberAdd) after the queue began, and this member was started with --initial-cluster-state new, which is for the members the queue begins with: nothing changed; start it again on the same empty --data-dir with --initial-cluster-state existing and it joins",
+					ErrAddedStartedNew, name, cfg.Name, cfg.Addr)
 			}
 			inUse = true
 			if a := resp.GetLeaderAddr(); a != "" && a != cfg.Addr {
