@@ -453,17 +453,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 
-	// A leader told to stop (SIGTERM) first hands its leadership to the
-	// member whose log is furthest along, while its listeners still serve
-	// raft traffic: the queue then has a leader again within a round trip
-	// or two, not after an election timeout. Only then do the servers stop.
-	// A store that failed stops at once: its node has stopped too.
+	// A member told to stop (SIGTERM) first leaves leadership to the
+	// others, while its listeners still serve raft traffic: it takes no
+	// more (a transfer to it is refused, and its leader told at once), and
+	// a leader hands its own to the member whose log is furthest along, so
+	// the queue has a leader again within a round trip or two, not after
+	// an election timeout. Only then do the servers stop. A store that
+	// failed stops at once: its node has stopped too.
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	go func() {
 		<-ctx.Done()
-		if node := b.Member(); node != nil && errors.Is(context.Cause(ctx), context.Canceled) && node.Status().IsLeader {
-			handOver(node, 2*cfg.ElectionTimeout, log)
+		if node := b.Member(); node != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+			leave(node, 2*cfg.ElectionTimeout, log)
 		}
 		stopRun()
 	}()
@@ -521,19 +523,23 @@ func (c Config) observerAddr() func() string {
 	return nil
 }
 
-// handOver moves this leader's leadership to another member before it
-// stops, within limit (raft gives a transfer up after an election
-// timeout): best effort, since the queue elects a leader without it.
-func handOver(node *replica.Node, limit time.Duration, log *slog.Logger) {
+// leave makes this member take no leadership before it stops, and hands
+// over the leadership it holds, within limit (raft gives a transfer up
+// after an election timeout): best effort, since the queue elects a
+// leader without it (replica.Node.Leave).
+func leave(node *replica.Node, limit time.Duration, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	start := time.Now()
-	to, err := node.MoveLeader(ctx, "")
-	if err != nil {
+	to, led, err := node.Leave(ctx)
+	switch {
+	case err != nil && led:
 		log.Warn("stopping: could not hand leadership over; the others elect a leader after an election timeout", "error", err)
-		return
+	case err != nil:
+		log.Warn("stopping: could not tell the other members that this one stops", "error", err)
+	case led:
+		log.Info("stopping: handed leadership over", "to", to, "took", time.Since(start))
 	}
-	log.Info("stopping: handed leadership over", "to", to, "took", time.Since(start))
 }
 
 // openMember opens this member's Raft log in --data-dir and starts the

@@ -64,13 +64,18 @@ type ClusterServiceClient interface {
 	// tells it to campaign at once, so the queue is not left without a
 	// leader for an election timeout. With to empty, the leader picks the
 	// member whose log is furthest along. Answered once another member
-	// leads, with its name. Changes are refused (UNAVAILABLE, NOT_LEADER)
-	// while leadership moves. The leader's own name changes nothing and is
-	// answered OK with unchanged set. A name no member has is NOT_FOUND; a
-	// learner, or no other voter, is FAILED_PRECONDITION; a transfer raft
-	// abandons (the member did not take over within an election timeout) is
-	// ABORTED, and the leader still leads. A queue of one member refuses it
-	// with FAILED_PRECONDITION (reason NOT_REPLICATED).
+	// leads, with its name (the answering member's own when the one named,
+	// told to stop as it took over, handed leadership on to it). Changes
+	// are refused (UNAVAILABLE, NOT_LEADER) while leadership moves. The
+	// leader's own name changes nothing and is answered OK with unchanged
+	// set. A name no member has is NOT_FOUND; a
+	// learner, or no other voter, is FAILED_PRECONDITION, as is a member
+	// told to stop (which takes no leadership) or one that stops answering
+	// while leadership is handed to it: the leader gives the transfer up at
+	// once and still leads. A transfer raft abandons (the member did not
+	// take over within an election timeout) is ABORTED, and the leader still
+	// leads. A queue of one member refuses it with FAILED_PRECONDITION
+	// (reason NOT_REPLICATED).
 	MoveLeader(ctx context.Context, in *MoveLeaderRequest, opts ...grpc.CallOption) (*MoveLeaderResponse, error)
 	// Snapshot streams a backup of the queue (`batonctl queue snapshot
 	// save`): every queue and key, each queue as the leader held it at one
@@ -195,13 +200,18 @@ type ClusterServiceServer interface {
 	// tells it to campaign at once, so the queue is not left without a
 	// leader for an election timeout. With to empty, the leader picks the
 	// member whose log is furthest along. Answered once another member
-	// leads, with its name. Changes are refused (UNAVAILABLE, NOT_LEADER)
-	// while leadership moves. The leader's own name changes nothing and is
-	// answered OK with unchanged set. A name no member has is NOT_FOUND; a
-	// learner, or no other voter, is FAILED_PRECONDITION; a transfer raft
-	// abandons (the member did not take over within an election timeout) is
-	// ABORTED, and the leader still leads. A queue of one member refuses it
-	// with FAILED_PRECONDITION (reason NOT_REPLICATED).
+	// leads, with its name (the answering member's own when the one named,
+	// told to stop as it took over, handed leadership on to it). Changes
+	// are refused (UNAVAILABLE, NOT_LEADER) while leadership moves. The
+	// leader's own name changes nothing and is answered OK with unchanged
+	// set. A name no member has is NOT_FOUND; a
+	// learner, or no other voter, is FAILED_PRECONDITION, as is a member
+	// told to stop (which takes no leadership) or one that stops answering
+	// while leadership is handed to it: the leader gives the transfer up at
+	// once and still leads. A transfer raft abandons (the member did not
+	// take over within an election timeout) is ABORTED, and the leader still
+	// leads. A queue of one member refuses it with FAILED_PRECONDITION
+	// (reason NOT_REPLICATED).
 	MoveLeader(context.Context, *MoveLeaderRequest) (*MoveLeaderResponse, error)
 	// Snapshot streams a backup of the queue (`batonctl queue snapshot
 	// save`): every queue and key, each queue as the leader held it at one

@@ -421,7 +421,14 @@ type SendRequest struct {
 	// until it applies that change; without it, such a member would wait
 	// for good for a leader it cannot hear. Empty from a release that did
 	// not send it.
-	FromAddr      string `protobuf:"bytes,6,opt,name=from_addr,json=fromAddr" json:"from_addr,omitempty"`
+	FromAddr string `protobuf:"bytes,6,opt,name=from_addr,json=fromAddr" json:"from_addr,omitempty"`
+	// The sender is stopping (told to, with SIGTERM): it takes no
+	// leadership from now on, so a leader hands it none, and one handing it
+	// leadership gives that up at once rather than wait an election timeout
+	// for a member that will not campaign. A stopping member sends a batch
+	// with no messages to say so at once. Cleared by the sender's next
+	// start; false from a release that did not send it.
+	Stopping      bool `protobuf:"varint,7,opt,name=stopping" json:"stopping,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,6 +503,13 @@ func (x *SendRequest) GetFromAddr() string {
 		return x.FromAddr
 	}
 	return ""
+}
+
+func (x *SendRequest) GetStopping() bool {
+	if x != nil {
+		return x.Stopping
+	}
+	return false
 }
 
 // SendSnapshotRequest is one chunk of a snapshot message. The first chunk carries
@@ -706,7 +720,7 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1f\n" +
 	"\vclient_addr\x18\x04 \x01(\tR\n" +
 	"clientAddr\"\x11\n" +
-	"\x0fPublishResponse\"\xac\x01\n" +
+	"\x0fPublishResponse\"\xc8\x01\n" +
 	"\vSendRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
@@ -714,7 +728,8 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x1a\n" +
 	"\bmessages\x18\x04 \x03(\fR\bmessages\x12!\n" +
 	"\fformat_level\x18\x05 \x01(\rR\vformatLevel\x12\x1b\n" +
-	"\tfrom_addr\x18\x06 \x01(\tR\bfromAddr\"\xc2\x01\n" +
+	"\tfrom_addr\x18\x06 \x01(\tR\bfromAddr\x12\x1a\n" +
+	"\bstopping\x18\a \x01(\bR\bstopping\"\xc2\x01\n" +
 	"\x13SendSnapshotRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +

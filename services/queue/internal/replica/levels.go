@@ -18,14 +18,27 @@ import (
 	"github.com/batonrun/baton/services/queue/internal/format"
 )
 
-// heard records the level a member sent. The transport's Heard.
-func (n *Node) heard(from uint64, level format.Level) {
+// heard records the level a member sent, and whether it said it is
+// stopping (leave.go). The transport's Heard.
+func (n *Node) heard(from uint64, level format.Level, stopping bool) {
 	if level == 0 {
 		level = 1 // a release that did not say reads level 1
 	}
 	n.levelsMu.Lock()
 	n.levels[from] = level
+	began := stopping && !n.stopping[from]
+	if stopping {
+		n.stopping[from] = true
+	} else {
+		delete(n.stopping, from) // started again
+	}
 	n.levelsMu.Unlock()
+	if began {
+		select {
+		case n.peerStopc <- struct{}{}:
+		default: // the loop will look already
+		}
+	}
 }
 
 // MemberLevel is the format level member id last said, 0 if it has said

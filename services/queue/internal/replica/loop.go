@@ -59,12 +59,17 @@ func (n *Node) loop(tick <-chan time.Time) error {
 			}
 		case id := <-n.unreachc:
 			n.rn.ReportUnreachable(id)
+			n.abandonTransfer(id)
 		case r := <-n.snapc:
 			n.rn.ReportSnapshot(r.id, r.status)
 		case c := <-n.confc:
 			n.proposeConf(c)
 		case c := <-n.transferc:
 			n.transfer(c)
+		case c := <-n.leavec:
+			n.leave(c)
+		case <-n.peerStopc:
+			n.abandonTransfer(raft.None)
 		case c := <-n.compactc:
 			err := n.compact(c.index, c.records, c.data)
 			c.done <- err
@@ -107,6 +112,9 @@ func (n *Node) step(m raftpb.Message) (err error) {
 			err = fmt.Errorf("%w: raft refused a %s from member %x at term %d: %v", ErrCannotFollow, m.Type, m.From, m.Term, r)
 		}
 	}()
+	if n.refuseTransfer(&m) {
+		return nil
+	}
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raft message not stepped", "from", m.From, "type", m.Type.String(), "error", err)
 	}
@@ -399,7 +407,7 @@ func (n *Node) observe(soft *raft.SoftState) {
 	if !isLeader {
 		last, match, active = 0, nil, nil
 	}
-	n.status = Status{ID: n.cfg.ID, Term: bs.Term, Leader: bs.Lead, IsLeader: isLeader, Transferring: isLeader && bs.LeadTransferee != raft.None,
+	n.status = Status{ID: n.cfg.ID, Term: bs.Term, Leader: bs.Lead, IsLeader: isLeader, Transferring: isLeader && bs.LeadTransferee != raft.None, Campaigning: bs.RaftState == raft.StateCandidate,
 		Commit: bs.Commit, Applied: n.applied, LastIndex: last, Match: match, Active: active}
 	n.statusMu.Unlock()
 	// After Status: a caller told its leadership was lost finds this

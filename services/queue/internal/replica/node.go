@@ -141,6 +141,9 @@ type Status struct {
 	// Transferring: this member leads and is handing leadership to
 	// another (raft drops proposals meanwhile).
 	Transferring bool
+	// Campaigning: this member is a candidate, asking for votes (not a
+	// pre-candidate, whose poll changes no term).
+	Campaigning bool
 	// On the leader alone: its last index, and how far each member's log
 	// is known to match it (raft's Progress.Match, itself included), as
 	// of the last tick. Match is not changed once Status returns it.
@@ -227,11 +230,21 @@ type Node struct {
 	confIndex uint64
 	conf      *confCall // the configuration change in flight, if any
 	transferc chan *transferCall
+	// leavec takes Leave's call; leaving is set once it has been taken,
+	// and from then on MsgTimeoutNow is dropped (leave.go). peerStopc
+	// wakes the loop when a peer first says it is stopping, to give up a
+	// transfer to it (abandonTransfer).
+	leavec    chan *leaveCall
+	leaving   bool
+	peerStopc chan struct{}
+	abandoned atomic.Pointer[abandoned] // the last transfer abandonTransfer gave up
 
 	// levels are the format levels the other members last said
-	// (levels.go).
+	// (levels.go), and stopping those that said they are stopping
+	// (leave.go), each in its last batch.
 	levelsMu sync.Mutex
 	levels   map[uint64]format.Level
+	stopping map[uint64]bool
 	// writeLevel is the level the leader writes at: ClusterLevel as of
 	// the last tick (captureProgress), 1 until then.
 	writeLevel atomic.Uint32
@@ -336,6 +349,9 @@ func New(cfg Config, sm StateMachine) (*Node, error) {
 		compactc:    make(chan *compaction),
 		confc:       make(chan *confCall),
 		transferc:   make(chan *transferCall),
+		leavec:      make(chan *leaveCall),
+		peerStopc:   make(chan struct{}, 1),
+		stopping:    map[uint64]bool{},
 		members:     map[uint64]Member{},
 		levels:      map[uint64]format.Level{},
 		removed:     map[string]bool{},

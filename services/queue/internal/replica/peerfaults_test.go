@@ -238,7 +238,7 @@ func TestClusterLevel(t *testing.T) {
 			other = id
 		}
 	}
-	lead.node.heard(other, 0) // as a member of an earlier release sends
+	lead.node.heard(other, 0, false) // as a member of an earlier release sends
 	if got := lead.node.MemberLevel(other); got != 1 {
 		t.Errorf("a member that says no level: %d, want 1", got)
 	}

@@ -193,7 +193,7 @@ func (c *cluster) MoveLeader(ctx context.Context, req *queuev1.MoveLeaderRequest
 	case errors.Is(err, replica.ErrAlreadyLeader):
 		// What was asked for holds already: a no-op, answered as one.
 		return &queuev1.MoveLeaderResponse{LeaderName: req.GetTo(), Unchanged: true}, nil
-	case errors.Is(err, replica.ErrNoTarget), errors.Is(err, replica.ErrNotVoter):
+	case errors.Is(err, replica.ErrNoTarget), errors.Is(err, replica.ErrNotVoter), errors.Is(err, replica.ErrTargetStopping), errors.Is(err, replica.ErrTargetUnreachable):
 		return nil, status.Errorf(codes.FailedPrecondition, "leadership was not moved: %v", err)
 	case errors.Is(err, replica.ErrTransferAborted):
 		return nil, status.Errorf(codes.Aborted, "leadership was not moved: %v; try again, or name another member", err)

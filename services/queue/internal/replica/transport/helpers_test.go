@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonrun/baton/client/certs"
 	"github.com/batonrun/baton/client/tlsfiles"
+	"github.com/batonrun/baton/services/queue/internal/format"
 	"github.com/batonrun/baton/services/runtime/authz"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
@@ -96,15 +97,31 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
-// reports records the Report hooks' calls.
+// reports records the Report hooks' calls, and what Heard was told.
 type reports struct {
 	mu          sync.Mutex
 	unreachable map[uint64]int
 	snapshots   map[uint64][]raft.SnapshotStatus
+	stopping    map[uint64]bool // by sender, as its last batch said
 }
 
 func newReports() *reports {
-	return &reports{unreachable: map[uint64]int{}, snapshots: map[uint64][]raft.SnapshotStatus{}}
+	return &reports{unreachable: map[uint64]int{}, snapshots: map[uint64][]raft.SnapshotStatus{}, stopping: map[uint64]bool{}}
+}
+
+func (r *reports) heard(from uint64, _ format.Level, stopping bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopping[from] = stopping
+}
+
+// saidStopping reports whether from's last batch said it is stopping, and
+// whether a batch of its was heard at all.
+func (r *reports) saidStopping(from uint64) (stopping, heard bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	stopping, heard = r.stopping[from]
+	return stopping, heard
 }
 
 func (r *reports) reportUnreachable(id uint64) {
@@ -194,6 +211,7 @@ func startMember(t *testing.T, id uint64, lis net.Listener, peers map[uint64]str
 		MaxSnapshotBytes:  o.maxSnap,
 		ReportUnreachable: unreachable,
 		ReportSnapshot:    m.reports.reportSnapshot,
+		Heard:             m.reports.heard,
 		Logger:            slog.New(slog.NewTextHandler(m.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Registerer:        m.reg,
 	}, recv)

@@ -51,6 +51,9 @@ type peer struct {
 	ctx    context.Context // ends when the peer is removed or the transport closed
 	cancel context.CancelFunc
 
+	// nudge holds one pending batch to send even with no message
+	// (SetStopping).
+	nudge chan struct{}
 	// unreachable holds one pending ReportUnreachable: drops in a burst
 	// are one report, which is all Raft needs to start probing.
 	unreachable chan struct{}
@@ -102,6 +105,7 @@ func (t *Transport) newPeer(id uint64, addr string) (*peer, error) {
 		conn:        conn,
 		queue:       make(chan raftpb.Message, t.cfg.QueueLength),
 		unreachable: make(chan struct{}, 1),
+		nudge:       make(chan struct{}, 1),
 		snapReady:   make(chan struct{}, 1),
 	}
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
@@ -288,6 +292,9 @@ func (p *peer) stream() (connected bool, err error) {
 				if err := add(&m); err != nil {
 					return true, err
 				}
+			case <-p.nudge:
+				// A batch of whatever waits, if anything: its header
+				// says what the peer must hear now.
 			}
 		}
 		// Everything else waiting now goes into the same request.
@@ -306,6 +313,8 @@ func (p *peer) stream() (connected bool, err error) {
 				break fill
 			}
 		}
+		// Read last: a batch sent after SetStopping says so.
+		req.Stopping = p.t.stopping.Load()
 		if err := st.Send(req); err != nil {
 			p.t.m.dropped(p.label, outbound, reasonStream, len(req.Messages))
 			for range snaps {

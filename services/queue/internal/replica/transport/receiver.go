@@ -87,7 +87,7 @@ func (r *receiver) receive(ctx context.Context, st queuev1.RaftService_SendServe
 			return status.Error(codes.FailedPrecondition, err.Error())
 		}
 		if t.cfg.Heard != nil {
-			t.cfg.Heard(req.GetFrom(), format.Level(req.GetFormatLevel()))
+			t.cfg.Heard(req.GetFrom(), format.Level(req.GetFormatLevel()), req.GetStopping())
 		}
 		label = peerLabel(req.GetFrom())
 		for _, b := range req.GetMessages() {

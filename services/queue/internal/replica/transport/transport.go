@@ -29,9 +29,11 @@ import (
 // backlog of appends it will mostly reject.
 const DefaultQueueLength = 4096
 
-// batchHeaderBytes bounds what a request holds besides its messages: three
-// uint64 fields, each a tag and at most ten bytes of varint.
-const batchHeaderBytes = 3 * 11
+// batchHeaderBytes bounds what a request holds besides its messages and
+// its from_addr (Transport.maxBatch counts that one): three uint64 fields,
+// each a tag and at most ten bytes of varint, format_level, a tag and at
+// most five, and stopping, a tag and one.
+const batchHeaderBytes = 3*11 + 6 + 2
 
 // Config is one member's transport.
 type Config struct {
@@ -91,11 +93,12 @@ type Config struct {
 	// UNIMPLEMENTED.
 	Publish func(ctx context.Context, req *queuev1.PublishRequest) (*queuev1.PublishResponse, error)
 	// Heard, if set, is told the format level (package format) of every
-	// batch a member sends, before its messages are handed on: the leader
-	// writes no format a voter's level does not read. 0 is a member of a
-	// release that did not send it. Called on the receiving goroutine; it
-	// must not block.
-	Heard func(from uint64, level format.Level)
+	// batch a member sends, and whether the member says it is stopping
+	// (SetStopping), before its messages are handed on: the leader writes
+	// no format a voter's level does not read, and hands a stopping member
+	// no leadership. Level 0 is a member of a release that did not send
+	// it. Called on the receiving goroutine; it must not block.
+	Heard func(from uint64, level format.Level, stopping bool)
 	// Logger receives stream failures and refusals; nil discards.
 	Logger *slog.Logger
 	// Registerer receives the transport's metrics (metrics.go); nil
@@ -125,6 +128,9 @@ type Transport struct {
 	// configuration is never taken back as a sender this member does not
 	// know (ids are not reused).
 	removed map[uint64]bool
+
+	// stopping is sent with every batch once SetStopping is called.
+	stopping atomic.Bool
 
 	// lastOversizeLog rate-limits the WARN of refused messages: Raft
 	// sends a refused append again at every heartbeat.
@@ -156,7 +162,7 @@ func New(cfg Config, recv func(context.Context, raftpb.Message)) (*Transport, er
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = serve.DefaultMaxRecvBytes
 	}
-	if cfg.MaxMessageBytes <= batchHeaderBytes {
+	if cfg.MaxMessageBytes <= batchHeaderBytes+framedSize(len(cfg.Addr)) {
 		return nil, fmt.Errorf("transport: MaxMessageBytes %d leaves no room for a message", cfg.MaxMessageBytes)
 	}
 	if cfg.QueueLength == 0 {
@@ -180,7 +186,7 @@ func New(cfg Config, recv func(context.Context, raftpb.Message)) (*Transport, er
 		log:      log.With("member", cfg.ID),
 		recv:     recv,
 		m:        m,
-		maxBatch: cfg.MaxMessageBytes - batchHeaderBytes,
+		maxBatch: cfg.MaxMessageBytes - batchHeaderBytes - framedSize(len(cfg.Addr)),
 		peers:    make(map[uint64]*peer, len(cfg.Peers)),
 		removed:  map[uint64]bool{},
 		drops:    dropLog{now: time.Now},
@@ -217,6 +223,22 @@ func checkPeer(self, id uint64, addr string) error {
 // table: queue-peer only).
 func (t *Transport) Register(srv grpc.ServiceRegistrar) {
 	queuev1.RegisterRaftServiceServer(srv, &receiver{t: t})
+}
+
+// SetStopping makes every batch from now on say that this member is
+// stopping, and has every peer's stream send one at once, with no messages
+// if none wait: a leader that is handing this member leadership learns
+// within a round trip that it will not take it.
+func (t *Transport) SetStopping() {
+	t.stopping.Store(true)
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, p := range t.peers {
+		select {
+		case p.nudge <- struct{}{}:
+		default: // one is pending
+		}
+	}
 }
 
 // Publish calls RaftService.Publish on peer id over the connection its

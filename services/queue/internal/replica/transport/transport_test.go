@@ -497,3 +497,36 @@ func TestClose(t *testing.T) {
 		t.Errorf("a stream to a closed transport: %v, want UNAVAILABLE", err)
 	}
 }
+
+// TestSetStopping: a member's SetStopping reaches every peer at once in a
+// batch of its own, with no message to carry it, and every batch after
+// says it too; the peers' own batches do not.
+func TestSetStopping(t *testing.T) {
+	ms := three(t, memberOpts{})
+	exchange(t, ms, 5)
+	for _, p := range ms[1:] {
+		if stopping, heard := p.reports.saidStopping(ms[0].id); stopping || !heard {
+			t.Fatalf("member %d heard member %d say it is stopping (%v) before it did, or heard nothing (%v)", p.id, ms[0].id, stopping, !heard)
+		}
+	}
+	before := ms[1].inbox.len()
+	ms[0].tr.SetStopping()
+	for _, p := range ms[1:] {
+		eventually(t, "a peer hears that member 1 is stopping", func() bool {
+			stopping, _ := p.reports.saidStopping(ms[0].id)
+			return stopping
+		})
+	}
+	if got := ms[1].inbox.len(); got != before {
+		t.Errorf("member 2 was handed %d messages by a batch that carried none", got-before)
+	}
+	exchange(t, ms, 5)
+	for _, p := range ms[1:] {
+		if stopping, _ := p.reports.saidStopping(ms[0].id); !stopping {
+			t.Errorf("member %d: a later batch of member 1 no longer says it is stopping", p.id)
+		}
+	}
+	if stopping, _ := ms[0].reports.saidStopping(ms[1].id); stopping {
+		t.Errorf("member 1 heard member 2 say it is stopping")
+	}
+}
