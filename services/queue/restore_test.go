@@ -692,3 +692,65 @@ func TestRestoredMemberStartedWithAnotherCluster(t *testing.T) {
 		t.Fatalf("a restored member started with another --initial-cluster: %s", out)
 	}
 }
+
+// TestRestoredMemberBesideAnotherQueueTakesNoJoiner: a queue restored
+// from a backup runs on m1 and m2 (m3 never started); m1 is stopped,
+// emptied and restored again (a step repeated), and started; then m3
+// starts on an empty directory. m3 hears two queues, the one m2 holds and
+// the one m1 was restored into again, and joins neither: had it taken the
+// id the second restore offers, m1 and m3 would serve the backup's state,
+// and the writes the queue that ran acknowledged would be gone from view.
+func TestRestoredMemberBesideAnotherQueueTakesNoJoiner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	src := newProc(t)
+	src.start()
+	conn := dial(t, src.grpcAddr)
+	src.waitServing(ctx, conn)
+	if _, err := queuev1.NewQueueServiceClient(conn).Add(ctx, &queuev1.AddRequest{Queue: "q", Keys: keysOf("k", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	file := saveBackup(t, ctx, queuev1.NewClusterServiceClient(conn))
+
+	r := &replicated{t: t}
+	var cluster []string
+	for i := range 3 {
+		addr := freePort(t)
+		r.peers = append(r.peers, addr)
+		cluster = append(cluster, fmt.Sprintf("m%d=%s", i+1, addr))
+	}
+	for i := range 3 {
+		p := newProc(t, "--name", fmt.Sprintf("m%d", i+1), "--peer-addr", r.peers[i], "--initial-cluster", strings.Join(cluster, ","),
+			"--heartbeat-interval", "50ms", "--election-timeout", "500ms")
+		r.procs = append(r.procs, p)
+		conn := dial(t, p.grpcAddr)
+		r.qcs = append(r.qcs, queuev1.NewQueueServiceClient(conn))
+		r.ccs = append(r.ccs, queuev1.NewClusterServiceClient(conn))
+	}
+	restoreInto(t, file, r.procs[0])
+	r.procs[0].start()
+	r.procs[1].start()
+	waitLeader(t, ctx, r, 0, 1)
+	for _, k := range []string{"ran-1", "ran-2"} {
+		if _, err := r.qcs[1].Add(ctx, &queuev1.AddRequest{Queue: "q", Keys: []string{k}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopAndEmpty(t, r.procs[0])
+	restoreInto(t, file, r.procs[0])
+	r.procs[0].start()
+	r.procs[2].start()
+	if acked := addsDuring(ctx, r, 4*time.Second, 0, 2); len(acked) > 0 {
+		t.Fatalf("a member acknowledged Adds while m3 heard two queues: %v", acked)
+	}
+	for !strings.Contains(r.procs[2].log(), "hold another queue and answer") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("m3 does not say it hears two queues:\n%s", r.procs[2].log())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if acked := addsDuring(ctx, r, time.Second, 0, 2); len(acked) > 0 {
+		t.Fatalf("a member acknowledged Adds while m3 heard two queues: %v", acked)
+	}
+}

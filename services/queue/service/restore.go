@@ -464,6 +464,13 @@ type fileClaims struct {
 	mu  sync.Mutex
 }
 
+func (c *fileClaims) Holds(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok, err := readID(c.dir, claimFile(name))
+	return ok && err == nil
+}
+
 func (c *fileClaims) Claim(name string) (uint64, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -143,7 +143,12 @@ type JoinResponse struct {
 	// existing; one started with new stops, changing nothing, rather than
 	// take a vote in a queue it was not told it joins. False from a member
 	// of a release that did not say.
-	AddedMember   bool `protobuf:"varint,6,opt,name=added_member,json=addedMember" json:"added_member,omitempty"`
+	AddedMember bool `protobuf:"varint,6,opt,name=added_member,json=addedMember" json:"added_member,omitempty"`
+	// The asked member was restored from a backup and still holds the Raft
+	// id its restore gave the asking member: asked again with claim, it
+	// hands it out. The asking member asks only if no member of another
+	// queue answers too: it never chooses between two queues.
+	Claimable     bool `protobuf:"varint,7,opt,name=claimable" json:"claimable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +221,13 @@ func (x *JoinResponse) GetClusterId() uint64 {
 func (x *JoinResponse) GetAddedMember() bool {
 	if x != nil {
 		return x.AddedMember
+	}
+	return false
+}
+
+func (x *JoinResponse) GetClaimable() bool {
+	if x != nil {
+		return x.Claimable
 	}
 	return false
 }
@@ -698,7 +710,7 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\x12\x18\n" +
 	"\areplace\x18\x04 \x01(\bR\areplace\x12\x14\n" +
-	"\x05claim\x18\x05 \x01(\bR\x05claim\"\xd9\x01\n" +
+	"\x05claim\x18\x05 \x01(\bR\x05claim\"\xf7\x01\n" +
 	"\fJoinResponse\x12 \n" +
 	"\vinitialized\x18\x01 \x01(\bR\vinitialized\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -707,7 +719,8 @@ const file_baton_queue_v1_raft_proto_rawDesc = "" +
 	"\amembers\x18\x04 \x03(\v2\x1a.baton.queue.v1.JoinMemberR\amembers\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x05 \x01(\x04R\tclusterId\x12!\n" +
-	"\fadded_member\x18\x06 \x01(\bR\vaddedMember\"M\n" +
+	"\fadded_member\x18\x06 \x01(\bR\vaddedMember\x12\x1c\n" +
+	"\tclaimable\x18\a \x01(\bR\tclaimable\"M\n" +
 	"\n" +
 	"JoinMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +

@@ -46,6 +46,9 @@ func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.Joi
 		resp.LeaderAddr = n.members[st.Leader].Addr
 		n.membersMu.Unlock()
 	}
+	if n.cfg.Claims != nil && !req.GetClaim() {
+		resp.Claimable = n.claimable(req.GetName(), req.GetPeerAddr())
+	}
 	if req.GetClaim() && n.cfg.Claims != nil {
 		id, err := n.claim(req.GetName(), req.GetPeerAddr())
 		if err != nil {
@@ -87,6 +90,18 @@ func (n *Node) join(ctx context.Context, req *queuev1.JoinRequest) (*queuev1.Joi
 // leader, as after a lost disk.
 type Claims interface {
 	Claim(name string) (id uint64, ok bool, err error)
+	// Holds reports, taking nothing, whether Claim would hand name an id.
+	Holds(name string) bool
+}
+
+// claimable reports whether claim would hand name at addr an id.
+func (n *Node) claimable(name, addr string) bool {
+	for _, m := range n.Members() {
+		if m.Name == name && m.Addr == addr && !m.Learner {
+			return n.cfg.Claims.Holds(name)
+		}
+	}
+	return false
 }
 
 // claim hands name at addr the id the configuration holds for it, if
@@ -221,7 +236,7 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 	a := newAsker(cfg)
 	defer a.close()
 	ask := func(addr string, replace bool) (*queuev1.JoinResponse, error) {
-		return a.ask(ctx, addr, replace, true)
+		return a.ask(ctx, addr, replace, false)
 	}
 	members := len(cfg.Peers) + 1
 	// The errors of the last round ctx did not cut short: a leader's
@@ -237,6 +252,7 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 		var leaders, silent []string
 		inUse := false
 		var errs []error
+		answers := map[string]*queuev1.JoinResponse{}
 		for name, addr := range cfg.Peers {
 			resp, err := ask(addr, false)
 			if err != nil {
@@ -244,17 +260,21 @@ func Rejoin(ctx context.Context, cfg JoinConfig) (Decision, error) {
 				silent = append(silent, name)
 				continue
 			}
-			if resp.GetId() != 0 {
-				// A member restored from a backup handed out the id its
-				// seed gave this one: it is a voter of that queue, whose
-				// restored member sends it the state once it leads.
-				d := Decision{ID: resp.GetId(), ClusterID: resp.GetClusterId()}
-				for _, m := range resp.GetMembers() {
-					d.Members = append(d.Members, Member{ID: m.GetId(), Name: m.GetName(), Addr: m.GetPeerAddr()})
-				}
-				log.Info("this member's log is empty and a member restored from a backup holds the queue: it joins under the id the restore gave it", "from", name, "id", d.ID, "members", len(d.Members))
-				return d, nil
-			}
+			answers[name] = resp
+		}
+		d, ok, err := claimRestored(ctx, cfg, a, answers, round, log)
+		switch {
+		case errors.Is(err, errTwoQueues):
+			// Neither queue: not the one the restored member offers,
+			// nor, through its leader, the other.
+			answers = nil
+			errs = append(errs, err)
+		case err != nil:
+			errs = append(errs, err)
+		case ok:
+			return d, nil
+		}
+		for name, resp := range answers {
 			if !resp.GetInitialized() {
 				empty++
 				continue
@@ -343,6 +363,58 @@ func waitingFor(inUse, leader, existing, silent bool) string {
 		return "a member with an empty log waits for every member to answer before it may form a new queue: one that does not answer may hold the queue"
 	}
 	return "a member with an empty log waits to tell whether the queue is new or it lost its disk"
+}
+
+// errTwoQueues is claimRestored's when a restored member offers this one
+// a place while a member of another queue answers too.
+var errTwoQueues = errors.New("replica: two queues answer")
+
+// claimRestored takes the Raft id a member restored from a backup holds
+// for this one (JoinResponse.claimable), if one does and no member of
+// another queue answered this round (a cluster id other than the
+// restored member's): a member never chooses between two queues, since
+// whichever it joined, the other would be left without the majority it
+// counted on (a restore repeated into one member, or made into a member of
+// a queue that runs). With two, it takes neither, says so once in a while
+// (round), and asks again.
+func claimRestored(ctx context.Context, cfg JoinConfig, a *asker, answers map[string]*queuev1.JoinResponse, round int, log *slog.Logger) (Decision, bool, error) {
+	var from string
+	for name, resp := range answers {
+		if resp.GetClaimable() {
+			from = name
+		}
+	}
+	if from == "" {
+		return Decision{}, false, nil
+	}
+	restored := answers[from].GetClusterId()
+	var others []string
+	for name, resp := range answers {
+		if name != from && resp.GetInitialized() && resp.GetClusterId() != restored {
+			others = append(others, name)
+		}
+	}
+	if len(others) > 0 {
+		slices.Sort(others)
+		err := fmt.Errorf("%w: %s, restored from a backup, would take this member into its queue (cluster %016x), while %s hold another queue and answer: this member joins neither; stop the one that is not meant and empty its data directory, and this member joins the other", errTwoQueues, from, restored, strings.Join(others, ", "))
+		if round%50 == 0 {
+			log.Error("a member with an empty log hears two queues", "error", err)
+		}
+		return Decision{}, false, err
+	}
+	resp, err := a.ask(ctx, cfg.Peers[from], false, true)
+	if err != nil {
+		return Decision{}, false, fmt.Errorf("claim the id %s holds for this member: %w", from, err)
+	}
+	if resp.GetId() == 0 {
+		return Decision{}, false, nil // taken meanwhile, or no longer in the configuration
+	}
+	d := Decision{ID: resp.GetId(), ClusterID: resp.GetClusterId()}
+	for _, m := range resp.GetMembers() {
+		d.Members = append(d.Members, Member{ID: m.GetId(), Name: m.GetName(), Addr: m.GetPeerAddr()})
+	}
+	log.Info("this member's log is empty and a member restored from a backup holds the queue: it joins under the id the restore gave it", "from", from, "id", d.ID, "members", len(d.Members))
+	return d, true, nil
 }
 
 // AwaitStarted asks every other member, in rounds, until each answers
