@@ -336,12 +336,23 @@ func setupQueueSnapshotSave(_ *flag.FlagSet, a *app) runFunc {
 // written beside its name, synced, checked whole (its checksum,
 // checkBackup), and only then renamed to its name: a save cut short leaves
 // no file that looks whole.
+//
+// FILE "-" is the standard output, as kubectl takes it: the backup is
+// received and checked in a temporary file first, and only a whole one is
+// written out (the count goes to the standard error).
 func (a *app) snapshotSave(ctx context.Context, path string) error {
 	addrs, err := a.queueAddrs()
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.part")
+	toStdout := path == "-"
+	dir, base := filepath.Dir(path), filepath.Base(path)
+	if toStdout {
+		dir, base = "", "batonctl-backup"
+	} else if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("queue snapshot save: %s is a directory: name the file to write (for example %s)", printer.Escape(path), printer.Escape(filepath.Join(path, "queue.bak")))
+	}
+	f, err := os.CreateTemp(dir, base+".*.part")
 	if err != nil {
 		return fmt.Errorf("queue snapshot save: %w", err)
 	}
@@ -381,6 +392,18 @@ func (a *app) snapshotSave(ctx context.Context, path string) error {
 	records, err := checkBackup(tmp)
 	if err != nil {
 		return fmt.Errorf("queue snapshot save: the file received does not check out, and was not kept: %w", err)
+	}
+	if toStdout {
+		in, err := os.Open(tmp)
+		if err != nil {
+			return fmt.Errorf("queue snapshot save: %w", err)
+		}
+		defer in.Close()
+		if _, err := io.Copy(a.Stdout, in); err != nil {
+			return fmt.Errorf("queue snapshot save: write the standard output: %w", err)
+		}
+		fmt.Fprintf(a.Stderr, "saved %d records (%d bytes) to the standard output\n", records, n)
+		return nil
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("queue snapshot save: %w", err)

@@ -146,6 +146,29 @@ func TestQueueSnapshotSave(t *testing.T) {
 	if _, err := checkBackup(bad); err == nil || !strings.Contains(err.Error(), "checksum") {
 		t.Errorf("checkBackup of a damaged file: %v, want its checksum refused", err)
 	}
+	// "-" is the standard output: the same whole file, the count on the
+	// standard error.
+	res := e.run(t, "", "queue", "snapshot", "save", "-").mustSucceed(t)
+	if got := []byte(res.stdout); len(got) == 0 || !strings.Contains(res.stderr, "saved 3 records") {
+		t.Errorf("queue snapshot save -: %d bytes out, stderr %q", len(got), res.stderr)
+	} else {
+		p := filepath.Join(t.TempDir(), "stdout.bak")
+		if err := os.WriteFile(p, got, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if records, err := checkBackup(p); err != nil || records != 3 {
+			t.Errorf("the backup written to the standard output: %d records, %v", records, err)
+		}
+	}
+	// A directory is refused before anything is received.
+	dir := t.TempDir()
+	res = e.run(t, "", "queue", "snapshot", "save", dir)
+	if res.code != 1 || !strings.Contains(res.stderr, "is a directory") {
+		t.Errorf("queue snapshot save DIR: exit %d, stderr %q", res.code, res.stderr)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("a refused save left %d files in the directory", len(ents))
+	}
 	r := e.run(t, "", "queue", "move-leader")
 	if r.code != 1 || !strings.Contains(r.stderr, "one member") {
 		t.Errorf("queue move-leader on a queue of one: exit %d, %q", r.code, r.stderr)

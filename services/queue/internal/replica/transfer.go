@@ -153,6 +153,17 @@ func (n *Node) MoveLeader(ctx context.Context, to string) (string, error) {
 	return "", nil // it no longer leads, and knows no leader yet
 }
 
+// better reports whether member a is a better target of an unnamed move
+// than b: one heard from within an election timeout before one that was
+// not (a follower down or cut off would only let the transfer lapse), then
+// the one whose log is furthest along.
+func better(st Status, a, b uint64) bool {
+	if st.Active[a] != st.Active[b] {
+		return st.Active[a]
+	}
+	return st.Match[a] > st.Match[b]
+}
+
 // moveTarget is the member MoveLeader hands leadership to; unnamed, none
 // of those tried already.
 func (n *Node) moveTarget(to string, st Status, tried map[uint64]bool) (Member, error) {
@@ -168,7 +179,7 @@ func (n *Node) moveTarget(to string, st Status, tried map[uint64]bool) (Member, 
 			return Member{}, fmt.Errorf("%w: %s said it is stopping (told to stop, and not started since)", ErrTargetStopping, to)
 		case to != "" && m.Name == to:
 			return m, nil
-		case to == "" && voter && (best.ID == 0 || st.Match[m.ID] > st.Match[best.ID]):
+		case to == "" && voter && (best.ID == 0 || better(st, m.ID, best.ID)):
 			best = m
 		}
 	}

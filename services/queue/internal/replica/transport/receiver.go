@@ -178,7 +178,7 @@ func (r *receiver) check(req *queuev1.SendRequest) (learning bool, label, reason
 	configured, learnt, removed := t.standing(from)
 	switch {
 	case req.GetClusterId() != t.cfg.ClusterID:
-		return false, unknownLabel, reasonOtherCluster, fmt.Errorf("transport: a batch of cluster %d reached member %d of cluster %d", req.GetClusterId(), t.cfg.ID, t.cfg.ClusterID)
+		return false, unknownLabel, reasonOtherCluster, fmt.Errorf("transport: a batch of cluster %d reached member %d of cluster %d: the sender belongs to another queue (a member restored from a backup, or forced with --force-new-cluster, among the members of the queue it came from; or a member pointed at the wrong peers), which this one never joins", req.GetClusterId(), t.cfg.ID, t.cfg.ClusterID)
 	case !configured && !learnt && (removed || checkPeer(t.cfg.ID, from, req.GetFromAddr()) != nil):
 		return false, unknownLabel, reasonUnknownSender, fmt.Errorf("transport: member %d does not have %d among its peers", t.cfg.ID, from)
 	case req.GetTo() != t.cfg.ID:
