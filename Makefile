@@ -36,6 +36,10 @@ test-monitoring: ## Checks deploy/monitoring: promtool check rules and test rule
 test-robustness: ## The replicated queue's robustness suite: three members, clients and seeded faults, a power loss of all three, checked with porcupine (ROBUSTNESS_DURATION=30m for a long run, ROBUSTNESS_SEED=N to replay).
 	@scripts/robustness.sh
 
+.PHONY: test-fresh-seeds
+test-fresh-seeds: ## The randomised suites (workqueue model, replicated broker, robustness mix, power loss) with fresh seeds; make test runs them pinned.
+	@scripts/fresh-seeds.sh
+
 .PHONY: test-k8s
 test-k8s: ## Applies deploy/kubernetes/ server-side to a kube-apiserver and kube-controller-manager built from k8s.io/kubernetes (pinned in test/k8s).
 	@scripts/test-k8s.sh

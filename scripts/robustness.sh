@@ -25,5 +25,8 @@ seconds() {
 n=$(seconds "$duration")
 [[ $n =~ ^[0-9]+$ ]] || n=3600
 timeout=$(( n * 2 + 900 ))s
+# A fresh seed unless ROBUSTNESS_SEED names one: make test runs the suite
+# on a pinned seed, and this target is where new schedules are tried.
+export BATON_FRESH_SEEDS=1
 log "robustness suite: ${duration} of faults${ROBUSTNESS_SEED:+, seed $ROBUSTNESS_SEED}"
 ROBUSTNESS_DURATION="$duration" go test -count=1 -v -timeout "$timeout" -run 'TestRobustness$|TestNegativeControl|TestPowerLoss|TestScenario' "$@" ./robustness/

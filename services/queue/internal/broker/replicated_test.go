@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -563,9 +565,21 @@ func TestReplicatedDeposedLeaderGrantsNothing(t *testing.T) {
 func TestReplicatedRandomOperations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	seed := time.Now().UnixNano()
+	// A pinned seed in `make test`; a fresh one with BATON_FRESH_SEEDS=1
+	// (make test-fresh-seeds), logged to replay with BATON_SEED.
+	seed := int64(1765131513000000000)
+	if os.Getenv("BATON_FRESH_SEEDS") == "1" {
+		seed = time.Now().UnixNano()
+	}
+	if s := os.Getenv("BATON_SEED"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("BATON_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	t.Logf("seed %d", seed)
+	t.Logf("seed %d (replay: BATON_SEED=%d)", seed, seed)
 	// Logs are compacted every half kilobyte: snapshots are taken on
 	// leaders and followers between the steps, and restarts restore them.
 	c := newRCluster(t, 512)

@@ -3,6 +3,7 @@ package workqueue
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"testing"
@@ -279,8 +280,15 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		seqs = 300
 	}
+	// Seeds 0 to seqs-1 in `make test`; BATON_FRESH_SEEDS=1 (make
+	// test-fresh-seeds) starts them at a fresh base, logged.
+	base := uint64(0)
+	if os.Getenv("BATON_FRESH_SEEDS") == "1" {
+		base = rand.Uint64() >> 16
+		t.Logf("seeds from %d", base)
+	}
 	for s := range seqs {
-		runModel(t, uint64(s), steps)
+		runModel(t, base+uint64(s), steps)
 		if t.Failed() {
 			return
 		}
