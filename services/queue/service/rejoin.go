@@ -89,7 +89,7 @@ func writeID(dir, file string, id uint64) error {
 	return idfile.Write(dir, file, id)
 }
 
-// membership is decideMember's answer: this member's Raft id, the queue's
+// membership is decide's answer: this member's Raft id, the queue's
 // cluster id, the members to start with, and whether to start by joining
 // (an empty log the leader fills) rather than as the log says.
 type membership struct {
@@ -101,7 +101,7 @@ type membership struct {
 	members   []replica.Member
 }
 
-// decideMember finds this member's Raft id, the cluster id and the
+// decide finds this member's Raft id, the cluster id and the
 // configuration. A log that holds something is the member's own, under
 // the ids it saved. An empty one asks the others (replica.Rejoin) whether
 // the queue is new, to bootstrap under memberID(name), or has been in
@@ -109,7 +109,8 @@ type membership struct {
 // under a new id; meanwhile it answers the same question from the others
 // on its peer address, with the peer listener's certificate and policy,
 // so that members starting together can tell.
-func decideMember(ctx context.Context, cfg Config, dir string, rlog *store.RaftLog, peers []server.Peer, tlsSrc *tlsfiles.Source, log *slog.Logger) (membership, error) {
+func (r *replicated) decide(ctx context.Context, dir string, rlog *store.RaftLog) (membership, error) {
+	cfg, peers, tlsSrc, log := r.o.cfg, r.peers, r.o.tls, r.o.log
 	var d membership
 	for _, p := range peers {
 		d.members = append(d.members, replica.Member{ID: p.ID, Name: p.Name, Addr: p.PeerAddr})

@@ -27,7 +27,7 @@ import (
 )
 
 // usedLog opens a Raft log in a new directory and gives it an entry, so
-// that decideMember takes it for a member's own log, under its id files.
+// that decide takes it for a member's own log, under its id files.
 func usedLog(t *testing.T) (string, *store.RaftLog) {
 	t.Helper()
 	dir := t.TempDir()
@@ -70,9 +70,9 @@ func TestDecideMemberReadsItsIDs(t *testing.T) {
 			if err := write(dir, clusterIDFile, 0xba70); err != nil {
 				t.Fatal(err)
 			}
-			d, err := decideMember(t.Context(), cfg, dir, rlog, threePeers(), nil, slog.New(slog.DiscardHandler))
+			d, err := (&replicated{o: memberOptions{cfg: cfg, log: slog.New(slog.DiscardHandler)}, peers: threePeers()}).decide(t.Context(), dir, rlog)
 			if err != nil || d.id != 0x77 || d.cluster != 0xba70 || d.join {
-				t.Fatalf("decideMember = %+v, %v; want member 0x77 of cluster 0xba70, not joining", d, err)
+				t.Fatalf("decide = %+v, %v; want member 0x77 of cluster 0xba70, not joining", d, err)
 			}
 		})
 	}
@@ -104,9 +104,9 @@ func TestDecideMemberRefusesADamagedIDFile(t *testing.T) {
 			if err := os.WriteFile(p, b, 0o640); err != nil {
 				t.Fatal(err)
 			}
-			d, err := decideMember(t.Context(), cfg, dir, rlog, threePeers(), nil, slog.New(slog.DiscardHandler))
+			d, err := (&replicated{o: memberOptions{cfg: cfg, log: slog.New(slog.DiscardHandler)}, peers: threePeers()}).decide(t.Context(), dir, rlog)
 			if !errors.Is(err, idfile.ErrDamaged) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "empty --data-dir") {
-				t.Fatalf("decideMember = %+v, %v; want idfile.ErrDamaged naming %s and saying to empty --data-dir", d, err, p)
+				t.Fatalf("decide = %+v, %v; want idfile.ErrDamaged naming %s and saying to empty --data-dir", d, err, p)
 			}
 			if after, _ := os.ReadFile(p); !bytes.Equal(after, b) {
 				t.Errorf("%s changed: %q, was %q", file, after, b)

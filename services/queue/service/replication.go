@@ -1,14 +1,17 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"github.com/batonrun/baton/client/queue/limits"
 	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
+	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/dashboard"
 	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/server"
+	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/runtime/authz"
 	"github.com/batonrun/baton/services/runtime/serve"
 	"google.golang.org/grpc"
@@ -268,5 +271,158 @@ func dashboardMembers(node *replica.Node, self string) func() dashboard.Members 
 			out.Members = append(out.Members, dm)
 		}
 		return out
+	}
+}
+
+// replicated is one member of a replicated queue: the Raft node under its
+// broker, forwarding to the leader, the peer listener.
+type replicated struct {
+	o     memberOptions
+	peers []server.Peer // --initial-cluster's
+	b     *broker.Broker
+	fwd   *leaders // the leader's peer listener, once open
+}
+
+// open opens this member's Raft log in --data-dir, decides how the member
+// starts (decide: its own log, a new queue, or joining one in use),
+// and starts the broker on it.
+func (r *replicated) open(ctx context.Context) (*broker.Broker, error) {
+	cfg, log := r.o.cfg, r.o.log
+	if err := refuseSingleStore(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	dir, err := mkdirRaft(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: dir, Logger: log, ObserveSync: r.o.observeSync})
+	if err != nil {
+		return nil, fmt.Errorf("open the raft log: %w", err)
+	}
+	d, err := r.decide(ctx, dir, rlog)
+	if err != nil {
+		rlog.Close()
+		return nil, err
+	}
+	// Ten election timeouts: long enough for a member slow to start on a
+	// loaded machine. Every member answered moments ago, so one that never
+	// comes is rare, and it only delays the new queue's first leader.
+	hold, release := holdElection(ctx, d, r.joinConfig(), 10*cfg.ElectionTimeout, log)
+	addrs := make(map[uint64]string, len(d.members))
+	names := make(map[uint64]string, len(d.members))
+	for _, m := range d.members {
+		addrs[m.ID], names[m.ID] = m.Addr, m.Name
+	}
+	initial := make(map[string]string, len(r.peers))
+	for _, p := range r.peers {
+		initial[p.Name] = p.PeerAddr
+	}
+	b, err := broker.OpenReplicated(r.o.broker, replica.Config{
+		ID:            d.id,
+		ClusterID:     d.cluster,
+		Peers:         addrs,
+		Names:         names,
+		Initial:       initial,
+		Join:          d.join,
+		Claims:        &fileClaims{dir: dir},
+		HoldElection:  hold,
+		Log:           rlog,
+		TickInterval:  cfg.HeartbeatInterval,
+		HeartbeatTick: 1,
+		ElectionTick:  int(cfg.ElectionTimeout / cfg.HeartbeatInterval),
+		TLS:           r.o.tls,
+		Logger:        log,
+		Registerer:    r.o.registry,
+	}, r.o.metrics, log)
+	if err != nil {
+		rlog.Close()
+		return nil, err
+	}
+	release()
+	r.b = b
+	// Calls, the dashboard and ClusterService reach the leader through its
+	// peer listener.
+	r.fwd = newLeaders(b.Member(), r.o.tls, cfg.MaxRequestBytes)
+	return b, nil
+}
+
+// joinConfig is how this member asks the others (joinConfig).
+func (r *replicated) joinConfig() replica.JoinConfig {
+	return joinConfig(r.o.cfg, r.peers, r.o.tls, r.o.log)
+}
+
+// dashboard reads through the leader's peer listener when this member
+// does not lead (memberSource), lists the members as the node knows them,
+// and shows work streams only on the leader, where every stream ends (a
+// follower hands each on).
+func (r *replicated) dashboard(b *broker.Broker, o *dashboard.Options, streams *server.Streams) dashboard.Source {
+	o.Members = dashboardMembers(b.Member(), r.o.cfg.Name)
+	o.Streams = func() ([]server.StreamInfo, bool) {
+		if !b.Leading() {
+			return nil, false
+		}
+		return streams.List(), true
+	}
+	return memberSource{b: b, leader: r.fwd.Leader}
+}
+
+// serving hands clients' calls to the leader (forwarding) and answers
+// serializable reads here; the peer listener serves RaftService, the
+// calls followers hand on (with this member's own QueueService) and the
+// membership changes they hand on. Ready also asks for a known leader.
+func (r *replicated) serving(b *broker.Broker, own queuev1.QueueServiceServer, self *server.Self) (queuev1.QueueServiceServer, func(context.Context) error, peerListener, error) {
+	pol, err := peerPolicy()
+	if err != nil {
+		return nil, nil, peerListener{}, err
+	}
+	node := b.Member()
+	self.Peers = r.peers
+	self.Leader = r.fwd.Cluster
+	peer := peerListener{addr: r.o.cfg.PeerAddr, policy: pol, register: func(s *grpc.Server) {
+		node.Register(s)
+		queuev1.RegisterQueueServiceServer(s, own)
+		// The membership changes a follower hands on; NewCluster answers
+		// them here without handing them on again.
+		queuev1.RegisterClusterServiceServer(s, server.NewCluster(b, *self))
+	}}
+	ready := func(context.Context) error {
+		if err := b.Ready(); err != nil {
+			return err
+		}
+		if node.Status().Leader == 0 {
+			return errNoLeaderKnown
+		}
+		return nil
+	}
+	return server.LocalReads(server.Forwarding(own, r.fwd.Leader), own), ready, peer, nil
+}
+
+// listening publishes the client address: the other members learn it
+// from this one (replica's publish.go), so that any member lists every
+// address.
+func (r *replicated) listening(advertise string) { r.b.Member().SetClientAddr(advertise) }
+
+// leaving makes this member take no leadership before it stops, and hands
+// over the leadership it holds, within two election timeouts (raft gives
+// a transfer up after one): best effort, since the queue elects a leader
+// without it (replica.Node.Leave).
+func (r *replicated) leaving() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*r.o.cfg.ElectionTimeout)
+	defer cancel()
+	start := time.Now()
+	to, led, err := r.b.Member().Leave(ctx)
+	switch {
+	case err != nil && led:
+		r.o.log.Warn("stopping: could not hand leadership over; the others elect a leader after an election timeout", "error", err)
+	case err != nil:
+		r.o.log.Warn("stopping: could not tell the other members that this one stops", "error", err)
+	case led:
+		r.o.log.Info("stopping: handed leadership over", "to", to, "took", time.Since(start))
+	}
+}
+
+func (r *replicated) close() {
+	if r.fwd != nil {
+		r.fwd.Close()
 	}
 }

@@ -12,13 +12,11 @@ import (
 	"flag"
 	"fmt"
 	"github.com/batonrun/baton/client/queue/limits"
-	"github.com/batonrun/baton/client/tlsfiles"
 	queuev1 "github.com/batonrun/baton/proto/baton/queue/v1"
 	"github.com/batonrun/baton/services/queue/internal/broker"
 	"github.com/batonrun/baton/services/queue/internal/dashboard"
 	"github.com/batonrun/baton/services/queue/internal/replica"
 	"github.com/batonrun/baton/services/queue/internal/server"
-	"github.com/batonrun/baton/services/queue/internal/store"
 	"github.com/batonrun/baton/services/queue/internal/workqueue"
 	"github.com/batonrun/baton/services/runtime/authz"
 	serverlimits "github.com/batonrun/baton/services/runtime/limits"
@@ -317,23 +315,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := checkNotRestoring(cfg.DataDir); err != nil {
 		return err
 	}
-	if cfg.InitialCluster == "" {
-		if err := refuseReplicatedLog(cfg.DataDir, "a single member would ignore it and serve an empty queue"); err != nil {
-			return err
-		}
-	}
 	observeSync, err := registerDiskMetrics(reg, cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	var b *broker.Broker
-	var peers []server.Peer
-	if cfg.InitialCluster == "" {
-		b, err = broker.Open(bcfg, store.Options{Dir: cfg.DataDir, ObserveSync: observeSync}, metrics, log)
-	} else {
-		peers, _ = parseInitialCluster(cfg.InitialCluster) // Validate parsed it
-		b, err = openMember(ctx, cfg, bcfg, peers, tlsSrc, metrics, reg, observeSync, log)
-	}
+	m := newMember(memberOptions{cfg: cfg, broker: bcfg, tls: tlsSrc, metrics: metrics, registry: reg, observeSync: observeSync, log: log})
+	b, err := m.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -342,26 +329,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
-	// A member of a replicated queue reaches its leader over the peer
-	// listeners: the forwarding of calls, and the dashboard of a member
-	// that does not lead (memberSource).
-	var fwd *leaders
 	streams := server.NewStreams()
 	dopts := dashboard.Options{Streams: func() ([]server.StreamInfo, bool) { return streams.List(), true }}
-	var src dashboard.Source = b
-	if node := b.Member(); node != nil {
-		fwd = newLeaders(node, tlsSrc, cfg.MaxRequestBytes)
-		defer fwd.Close()
-		dopts.Members = dashboardMembers(node, cfg.Name)
-		src = memberSource{b: b, leader: fwd.Leader}
-		// Every stream ends on the leader: a follower hands each on.
-		dopts.Streams = func() ([]server.StreamInfo, bool) {
-			if !b.Leading() {
-				return nil, false
-			}
-			return streams.List(), true
-		}
-	}
+	src := m.dashboard(b, &dopts, streams)
 	if addr := cfg.observerAddr(); addr != nil {
 		dopts.Observer = dashboard.NewObserverWatch(dashboard.ObserverConfig{Addr: addr, TLS: tlsSrc, Logger: log})
 	}
@@ -410,62 +380,28 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if cfg.AdvertiseAddr == "" {
 			advertise, _ = defaultAdvertiseAddr(cfg.GRPCAddr, g) // Validate has derived it once already
 		}
-		if node := b.Member(); node != nil {
-			// The other members learn it from this one (replica's
-			// publish.go), so that any member lists every address.
-			node.SetClientAddr(advertise)
-		}
+		m.listening(advertise)
 		if cfg.OnListen != nil {
 			cfg.OnListen(g, h)
 		}
 	}
-	self := server.Self{Name: cfg.Name, ClientAddr: func() string { return advertise }, Peers: peers}
-	ready := func(context.Context) error { return b.Ready() }
-	var registerPeer func(*grpc.Server)
-	var peerPol *authz.Policy
-	peerAddr := ""
-	qs := server.NewWithStreams(b, streams)
-	if node := b.Member(); node != nil {
-		if peerPol, err = peerPolicy(); err != nil {
-			return err
-		}
-		// Clients call the forwarding service; the leader's peer listener
-		// serves the handed-on calls with this member's own.
-		own := qs
-		peerAddr = cfg.PeerAddr
-		self.Leader = fwd.Cluster
-		registerPeer = func(s *grpc.Server) {
-			node.Register(s)
-			queuev1.RegisterQueueServiceServer(s, own)
-			// The membership changes a follower hands on; NewCluster
-			// answers them here without handing them on again.
-			queuev1.RegisterClusterServiceServer(s, server.NewCluster(b, self))
-		}
-		qs = server.LocalReads(server.Forwarding(own, fwd.Leader), own)
-		ready = func(context.Context) error {
-			if err := b.Ready(); err != nil {
-				return err
-			}
-			if node.Status().Leader == 0 {
-				return errors.New("this member knows no leader of the queue")
-			}
-			return nil
-		}
+	self := server.Self{Name: cfg.Name, ClientAddr: func() string { return advertise }}
+	qs, ready, peer, err := m.serving(b, server.NewWithStreams(b, streams), &self)
+	if err != nil {
+		return err
 	}
+	defer m.close()
 
-	// A member told to stop (SIGTERM) first leaves leadership to the
-	// others, while its listeners still serve raft traffic: it takes no
-	// more (a transfer to it is refused, and its leader told at once), and
-	// a leader hands its own to the member whose log is furthest along, so
-	// the queue has a leader again within a round trip or two, not after
-	// an election timeout. Only then do the servers stop. A store that
-	// failed stops at once: its node has stopped too.
+	// A member told to stop (SIGTERM) first does what its kind does before
+	// its servers stop (a replicated one leaves leadership to the others,
+	// while its listeners still serve raft traffic); a store that failed
+	// stops at once.
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	go func() {
 		<-ctx.Done()
-		if node := b.Member(); node != nil && errors.Is(context.Cause(ctx), context.Canceled) {
-			leave(node, 2*cfg.ElectionTimeout, log)
+		if errors.Is(context.Cause(ctx), context.Canceled) {
+			m.leaving()
 		}
 		stopRun()
 	}()
@@ -478,10 +414,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return []string{queuev1.QueueService_ServiceDesc.ServiceName, queuev1.ClusterService_ServiceDesc.ServiceName}
 		},
 		Ready:           ready,
-		PeerAddr:        peerAddr,
-		RegisterPeer:    registerPeer,
+		PeerAddr:        peer.addr,
+		RegisterPeer:    peer.register,
 		OnPeerListen:    cfg.OnPeerListen,
-		PeerAuthzPolicy: peerPol,
+		PeerAuthzPolicy: peer.policy,
 		// Handed-on Leases were bounded on the member they reached; here
 		// each counts against the client that member names (serve trusts
 		// the forwarded caller on the peer listener), not against the
@@ -521,80 +457,4 @@ func (c Config) observerAddr() func() string {
 		return func() string { return c.ObserverAddr }
 	}
 	return nil
-}
-
-// leave makes this member take no leadership before it stops, and hands
-// over the leadership it holds, within limit (raft gives a transfer up
-// after an election timeout): best effort, since the queue elects a
-// leader without it (replica.Node.Leave).
-func leave(node *replica.Node, limit time.Duration, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	start := time.Now()
-	to, led, err := node.Leave(ctx)
-	switch {
-	case err != nil && led:
-		log.Warn("stopping: could not hand leadership over; the others elect a leader after an election timeout", "error", err)
-	case err != nil:
-		log.Warn("stopping: could not tell the other members that this one stops", "error", err)
-	case led:
-		log.Info("stopping: handed leadership over", "to", to, "took", time.Since(start))
-	}
-}
-
-// openMember opens this member's Raft log in --data-dir and starts the
-// broker on it.
-func openMember(ctx context.Context, cfg Config, bcfg broker.Config, peers []server.Peer, tlsSrc *tlsfiles.Source, metrics *broker.Metrics, reg *prometheus.Registry, observeSync func(time.Duration), log *slog.Logger) (*broker.Broker, error) {
-	if err := refuseSingleStore(cfg.DataDir); err != nil {
-		return nil, err
-	}
-	dir, err := mkdirRaft(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	rlog, err := store.OpenRaftLog(store.RaftLogOptions{Dir: dir, Logger: log, ObserveSync: observeSync})
-	if err != nil {
-		return nil, fmt.Errorf("open the raft log: %w", err)
-	}
-	d, err := decideMember(ctx, cfg, dir, rlog, peers, tlsSrc, log)
-	if err != nil {
-		rlog.Close()
-		return nil, err
-	}
-	// Ten election timeouts: long enough for a member slow to start on a
-	// loaded machine. Every member answered moments ago, so one that never
-	// comes is rare, and it only delays the new queue's first leader.
-	hold, release := holdElection(ctx, d, joinConfig(cfg, peers, tlsSrc, log), 10*cfg.ElectionTimeout, log)
-	addrs := make(map[uint64]string, len(d.members))
-	names := make(map[uint64]string, len(d.members))
-	for _, m := range d.members {
-		addrs[m.ID], names[m.ID] = m.Addr, m.Name
-	}
-	initial := make(map[string]string, len(peers))
-	for _, p := range peers {
-		initial[p.Name] = p.PeerAddr
-	}
-	b, err := broker.OpenReplicated(bcfg, replica.Config{
-		ID:            d.id,
-		ClusterID:     d.cluster,
-		Peers:         addrs,
-		Names:         names,
-		Initial:       initial,
-		Join:          d.join,
-		Claims:        &fileClaims{dir: dir},
-		HoldElection:  hold,
-		Log:           rlog,
-		TickInterval:  cfg.HeartbeatInterval,
-		HeartbeatTick: 1,
-		ElectionTick:  int(cfg.ElectionTimeout / cfg.HeartbeatInterval),
-		TLS:           tlsSrc,
-		Logger:        log,
-		Registerer:    reg,
-	}, metrics, log)
-	if err != nil {
-		rlog.Close()
-		return nil, err
-	}
-	release()
-	return b, nil
 }
